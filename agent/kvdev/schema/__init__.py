@@ -1,0 +1,55 @@
+"""The metadata contract shared by kvdev's host and guest halves.
+
+Modules, lowest first (each imports only those above it):
+
+* ``fields``      value syntax: Kubernetes names, PCI, MAC, IP, interface names
+* ``base``        the pydantic base model and the unknown-field rule
+* ``metadata``    upstream KEP-5304 DeviceMetadata (v1beta1, v1alpha1)
+* ``hints``       kvdev's GuestHints kind
+* ``configdrive`` KubeVirt's config-drive ``devices[]``
+* ``described``   the normalized per-device view
+* ``stream``      versioned JSON stream reader and writer
+* ``tree``        the metadata tree layout
+* ``documents``   one file's bytes in, one checked result out
+
+The whole package is pure: no I/O, no clocks, no environment.
+"""
+
+from kvdev.schema.configdrive import ConfigDriveMetadata, TaggedDevice
+from kvdev.schema.described import DescribedDevice, describe
+from kvdev.schema.documents import FileResult, check_file, sniff_role
+from kvdev.schema.hints import GuestHints
+from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.stream import (
+    DEVICE_METADATA,
+    GUEST_HINTS,
+    Decoded,
+    DocumentKind,
+    decode_document,
+    decode_stream,
+    encode_stream,
+)
+from kvdev.schema.tree import MetadataLocation, Role, metadata_location, role_of
+
+__all__ = [
+    "DEVICE_METADATA",
+    "GUEST_HINTS",
+    "ConfigDriveMetadata",
+    "Decoded",
+    "DescribedDevice",
+    "DeviceMetadata",
+    "DocumentKind",
+    "FileResult",
+    "GuestHints",
+    "MetadataLocation",
+    "Role",
+    "TaggedDevice",
+    "check_file",
+    "decode_document",
+    "decode_stream",
+    "describe",
+    "encode_stream",
+    "metadata_location",
+    "role_of",
+    "sniff_role",
+]

@@ -1,0 +1,152 @@
+"""One file's bytes in, one checked result out: the entry point readers use for every file.
+
+``check_file`` reads a DeviceMetadata stream, a GuestHints stream or a config drive's
+meta_data.json, validates it, derives the normalized device view, and checks that a metadata
+file's content agrees with its place in the tree (claim, request and driver in the path). It
+never raises for bad input: errors and warnings are data in the ``FileResult``.
+
+No I/O here: the caller reads the bytes (or reports why it could not).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.schema import hints as hints_module
+from kvdev.schema.configdrive import ConfigDriveMetadata
+from kvdev.schema.described import DescribedDevice, describe
+from kvdev.schema.fields import base_request
+from kvdev.schema.hints import GuestHints
+from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.stream import (
+    DEVICE_METADATA,
+    GUEST_HINTS,
+    decode_document,
+    decode_stream,
+)
+from kvdev.schema.tree import CONFIG_DRIVE_NAME, MetadataLocation, Role
+
+AnyDocument = DeviceMetadata | GuestHints | ConfigDriveMetadata
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """Everything kvdev learned from one file.
+
+    ``document`` is None exactly when ``errors`` is not empty: a file is used whole or not at
+    all. ``described`` lists the normalized devices of a DeviceMetadata file.
+    """
+
+    source: str
+    role: Role
+    location: MetadataLocation | None = None
+    api_version: str | None = None
+    skipped: tuple[str, ...] = ()
+    document: AnyDocument | None = None
+    described: tuple[DescribedDevice, ...] = ()
+    errors: tuple[Problem, ...] = ()
+    warnings: tuple[Problem, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when the file is valid (it may still carry warnings)."""
+        return not self.errors
+
+
+def sniff_role(name: str, data: bytes) -> Role:
+    """Guess the role of a file given by name outside a tree (``kvdev metadata validate F``)."""
+    if name.rsplit("/", 1)[-1] == CONFIG_DRIVE_NAME:
+        return Role.CONFIG_DRIVE
+    head = data[:4096].decode("utf-8", "replace")
+    if f'"{hints_module.GROUP}/' in head:
+        try:  # a hints stream names its group in the first object's apiVersion
+            first = json.JSONDecoder().raw_decode(head.lstrip())[0]
+        except ValueError:
+            return Role.GUEST_HINTS
+        api = first.get("apiVersion", "") if isinstance(first, dict) else ""
+        if str(api).startswith(hints_module.GROUP + "/"):
+            return Role.GUEST_HINTS
+    return Role.DEVICE_METADATA
+
+
+def check_file(
+    source: str, role: Role, data: bytes, location: MetadataLocation | None = None
+) -> FileResult:
+    """Validate one file's bytes as ``role``; never raises for bad input."""
+    try:
+        if role is Role.DEVICE_METADATA:
+            return _metadata(source, data, location)
+        if role is Role.GUEST_HINTS:
+            read = decode_stream(data, GUEST_HINTS, source=source)
+            return FileResult(
+                source,
+                role,
+                None,
+                read.api_version,
+                read.skipped,
+                read.document,
+                warnings=read.warnings,
+            )
+        if role is Role.CONFIG_DRIVE:
+            doc, warnings = decode_document(data, ConfigDriveMetadata, source=source)
+            return FileResult(source, role, document=doc, warnings=warnings)
+    except SchemaError as e:
+        return FileResult(source, role, location, errors=e.problems)
+    return FileResult(source, role, errors=(Problem("not a file kvdev reads", source),))
+
+
+def _metadata(source: str, data: bytes, location: MetadataLocation | None) -> FileResult:
+    read = decode_stream(data, DEVICE_METADATA, source=source)
+    doc = read.document
+    described, notes = describe(doc, source=source, index=read.index)
+    warnings = [*read.warnings, *notes]
+    if location is not None:
+        warnings.extend(_placement(doc, location, source, read.index))
+    return FileResult(
+        source,
+        Role.DEVICE_METADATA,
+        location,
+        read.api_version,
+        read.skipped,
+        doc,
+        tuple(described),
+        warnings=tuple(warnings),
+    )
+
+
+def _placement(
+    doc: DeviceMetadata, loc: MetadataLocation, source: str, index: int
+) -> list[Problem]:
+    """Where content and path disagree; the path is what consumers look up, so say so."""
+    out: list[Problem] = []
+
+    def warn(path: str, message: str) -> None:
+        out.append(Problem(message, source, index, path, Severity.WARNING))
+
+    if loc.template:
+        if doc.pod_claim_name != loc.claim:
+            warn(
+                "podClaimName",
+                f"is {doc.pod_claim_name!r} but the file is under "
+                f"resourceclaimtemplates/{loc.claim}/",
+            )
+    elif doc.metadata.name != loc.claim:
+        warn(
+            "metadata.name",
+            f"is {doc.metadata.name!r} but the file is under resourceclaims/{loc.claim}/",
+        )
+    for r, request in enumerate(doc.requests):
+        if base_request(request.name) != loc.request:
+            warn(
+                f"requests[{r}].name",
+                f"is {request.name!r} but the file is in the directory of request {loc.request!r}",
+            )
+        for d, device in enumerate(request.devices):
+            if device.driver != loc.driver:
+                warn(
+                    f"requests[{r}].devices[{d}].driver",
+                    f"is {device.driver!r} but the file is {loc.driver}-metadata.json",
+                )
+    return out

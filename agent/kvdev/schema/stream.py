@@ -1,0 +1,337 @@
+"""Reading and writing versioned JSON streams, the KEP-5304 file format.
+
+A file holds the same object once per API version, newest first, each followed by a newline.
+``decode_stream`` follows upstream's ``DecodeMetadataFromStream``:
+
+* objects are read in order; one whose ``apiVersion`` kvdev does not know is skipped;
+* the first object with a known ``apiVersion`` is the document. If it is invalid, the whole
+  stream is invalid: kvdev never falls back to an older version to hide a broken newer one;
+* an object without an ``apiVersion``, or one that is not JSON, is an error.
+
+Objects after the one used are still checked, and what is wrong with them comes back as a
+warning: a truncated tail (a torn, non-atomic write), a later version that fails validation
+or says something different. Unknown fields and duplicate keys are warnings too (see
+``base``). Every problem names the source, the object's position and the field path.
+
+Input is bounded: at most ``MAX_STREAM_BYTES`` bytes, nesting at most ``MAX_DEPTH`` deep,
+valid UTF-8, no NaN/Infinity. Nothing but ``SchemaError`` ever escapes for bad input.
+
+No I/O here: callers pass bytes and a name for messages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.schema import hints, metadata
+from kvdev.schema.base import Document, Model, format_path, unknown_fields
+
+MAX_STREAM_BYTES: Final = 4 * 1024 * 1024
+MAX_DEPTH: Final = 32
+
+D = TypeVar("D", bound=Document)
+M = TypeVar("M", bound=Model)
+
+
+@dataclass(frozen=True)
+class DocumentKind(Generic[D]):
+    """A versioned document type: its group, kind, known versions (newest first) and model."""
+
+    group: str
+    kind: str
+    versions: tuple[str, ...]
+    model: type[D]
+
+
+DEVICE_METADATA: Final = DocumentKind(
+    metadata.GROUP, metadata.KIND, metadata.VERSIONS, metadata.DeviceMetadata
+)
+GUEST_HINTS: Final = DocumentKind(hints.GROUP, hints.KIND, hints.VERSIONS, hints.GuestHints)
+
+
+@dataclass(frozen=True)
+class Decoded(Generic[D]):
+    """A document read from a stream, and how it was read.
+
+    Attributes:
+        document: the validated, normalized document.
+        api_version: the version it was read as.
+        index: its position in the stream (0-based).
+        skipped: apiVersions of the unknown objects skipped before it.
+        warnings: problems that did not reject the document.
+    """
+
+    document: D
+    api_version: str
+    index: int
+    skipped: tuple[str, ...] = ()
+    warnings: tuple[Problem, ...] = field(default=())
+
+
+# --------------------------------------------------------------------------- JSON layer
+
+
+class _JsonError(Exception):
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.message = message
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    m = _WS.match(text, pos)
+    return m.end() if m else pos
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _text(data: bytes | str, source: str) -> str:
+    size = len(data)
+    if size > MAX_STREAM_BYTES:
+        raise SchemaError(
+            [Problem(f"file is {size} bytes; kvdev reads at most {MAX_STREAM_BYTES}", source)]
+        )
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SchemaError([Problem(f"not valid UTF-8 at byte {e.start}", source)]) from e
+
+
+def _depth_ok(value: object) -> bool:
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return True
+
+
+def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int, object]]:
+    """Yield (index, value) for each JSON value in the stream; raise _JsonError on bad JSON."""
+    index = 0
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                duplicates.append((index, key))
+            out[key] = value
+        return out
+
+    decoder = json.JSONDecoder(object_pairs_hook=pairs, parse_constant=_reject_constant)
+    pos = _skip_ws(text, 0)
+    while pos < len(text):
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            msg = f"not valid JSON: {e.msg} (line {e.lineno} column {e.colno})"
+            raise _JsonError(index, msg) from e
+        except (ValueError, RecursionError) as e:
+            raise _JsonError(index, f"not valid JSON: {e}") from e
+        if not _depth_ok(value):
+            raise _JsonError(index, f"nested deeper than {MAX_DEPTH} levels")
+        yield index, value
+        index += 1
+        pos = _skip_ws(text, end)
+
+
+# --------------------------------------------------------------------------- validation layer
+
+
+def problems_from(error: ValidationError, *, source: str, index: int | None) -> list[Problem]:
+    """Turn a pydantic error into Problems with readable field paths."""
+    out = []
+    for err in error.errors(include_url=False):
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        out.append(Problem(msg, source, index, format_path(tuple(err["loc"]))))
+    return out
+
+
+def validate_value(value: object, model: type[M], *, source: str, index: int | None) -> M:
+    """Validate plain JSON data against a model; SchemaError lists every problem."""
+    if not isinstance(value, dict):
+        raise SchemaError(
+            [Problem(f"expected a JSON object, found {_json_type(value)}", source, index)]
+        )
+    try:
+        return model.model_validate(value, strict=True)
+    except ValidationError as e:
+        raise SchemaError(problems_from(e, source=source, index=index)) from e
+    except RecursionError as e:  # pragma: no cover - bounded by MAX_DEPTH
+        raise SchemaError([Problem("nested too deeply", source, index)]) from e
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
+
+
+def _api_version(value: object, source: str, index: int) -> str:
+    if not isinstance(value, dict):
+        raise SchemaError(
+            [Problem(f"expected a JSON object, found {_json_type(value)}", source, index)]
+        )
+    api = value.get("apiVersion")
+    if not isinstance(api, str) or not api:
+        raise SchemaError([Problem("required field is missing", source, index, "apiVersion")])
+    return api
+
+
+def _as_document(value: object, kind: DocumentKind[D], api: str, source: str, index: int) -> D:
+    assert isinstance(value, dict)
+    if value.get("kind") != kind.kind:
+        found = value.get("kind")
+        raise SchemaError(
+            [Problem(f"must be {kind.kind!r} for {api}, found {found!r}", source, index, "kind")]
+        )
+    return validate_value(value, kind.model, source=source, index=index)
+
+
+def _warn(problems: Sequence[Problem], prefix: str) -> list[Problem]:
+    return [
+        Problem(prefix + p.message, p.source, p.index, p.path, Severity.WARNING) for p in problems
+    ]
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "") -> Decoded[D]:
+    """Read a versioned stream as ``kind``; raise SchemaError if it holds no valid document."""
+    text = _text(data, source)
+    duplicates: list[tuple[int, str]] = []
+    skipped: list[str] = []
+    warnings: list[Problem] = []
+    used: tuple[int, str, D] | None = None
+    objects = _objects(text, duplicates)
+    while True:
+        try:
+            item = next(objects, None)
+        except _JsonError as e:
+            if used is None:
+                raise SchemaError([Problem(e.message, source, e.index)]) from e
+            warnings.append(
+                Problem(
+                    f"ignored after the object used: {e.message} (a torn or partial write?)",
+                    source,
+                    e.index,
+                    severity=Severity.WARNING,
+                )
+            )
+            break
+        if item is None:
+            break
+        index, value = item
+        if used is None:
+            api = _api_version(value, source, index)
+            if api not in kind.versions:
+                skipped.append(api)
+                continue
+            used = (index, api, _as_document(value, kind, api, source, index))
+            continue
+        warnings.extend(_check_later(value, kind, used, source, index))
+    if used is None:
+        if skipped:
+            raise SchemaError(
+                [
+                    Problem(
+                        f"no object of a supported version: found {', '.join(skipped)}; "
+                        f"kvdev reads {', '.join(kind.versions)}",
+                        source,
+                    )
+                ]
+            )
+        raise SchemaError([Problem("the stream holds no object (empty file?)", source)])
+    index, api, doc = used
+    warnings.extend(
+        Problem("unknown field, ignored", source, index, path, Severity.WARNING)
+        for path in unknown_fields(doc)
+    )
+    warnings.extend(
+        Problem(f"duplicate key {key!r}: the last value wins", source, i, "", Severity.WARNING)
+        for i, key in duplicates
+    )
+    return Decoded(doc, api, index, tuple(skipped), tuple(warnings))
+
+
+def _check_later(
+    value: object, kind: DocumentKind[D], used: tuple[int, str, D], source: str, index: int
+) -> list[Problem]:
+    """Problems with an object after the one used: reported, never fatal."""
+    api = value.get("apiVersion") if isinstance(value, dict) else None
+    if not isinstance(api, str) or api not in kind.versions:
+        return []
+    try:
+        other = _as_document(value, kind, api, source, index)
+    except SchemaError as e:
+        return _warn(e.problems, "ignored later version: ")
+    first = used[2].to_json_dict() | {"apiVersion": ""}
+    if other.to_json_dict() | {"apiVersion": ""} != first:
+        return [
+            Problem(
+                f"{api} says something different from {used[1]} (stream[{used[0]}], which is used)",
+                source,
+                index,
+                severity=Severity.WARNING,
+            )
+        ]
+    return []
+
+
+def encode_stream(document: D, kind: DocumentKind[D], versions: Sequence[str] = ()) -> bytes:
+    """Write ``document`` once per version (default: every known one), newest first."""
+    chosen = tuple(versions) or kind.versions
+    unknown = [v for v in chosen if v not in kind.versions]
+    if unknown:
+        raise ValueError(f"cannot write {kind.kind} as {', '.join(unknown)}")
+    ordered = [v for v in kind.versions if v in chosen]
+    lines = []
+    for api in ordered:
+        body = document.model_copy(update={"api_version": api}).to_json_dict()
+        lines.append(json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return "".join(lines).encode()
+
+
+def decode_document(
+    data: bytes | str, model: type[M], *, source: str = ""
+) -> tuple[M, tuple[Problem, ...]]:
+    """Read one plain JSON document (not a stream), such as a config drive's meta_data.json."""
+    text = _text(data, source)
+    duplicates: list[tuple[int, str]] = []
+    try:
+        values = list(_objects(text, duplicates))
+    except _JsonError as e:
+        raise SchemaError([Problem(e.message, source)]) from e
+    if len(values) != 1:
+        found = "nothing" if not values else f"{len(values)} values"
+        raise SchemaError([Problem(f"expected one JSON object, found {found}", source)])
+    doc = validate_value(values[0][1], model, source=source, index=None)
+    warnings = tuple(
+        Problem("unknown field, ignored", source, None, path, Severity.WARNING)
+        for path in unknown_fields(doc)
+    )
+    return doc, warnings

@@ -1,0 +1,135 @@
+"""`kvdev metadata validate` end to end: the installed console script on real files."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvdev.guest import cli
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "packaging" / "examples"
+TREE = EXAMPLES / "dra-device-attributes"
+NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KVDEV, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    copy = tmp_path / "tree"
+    shutil.copytree(TREE, copy)
+    return copy
+
+
+def test_bundled_examples_are_valid():
+    done = run("metadata", "validate", str(EXAMPLES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 file(s): 5 valid, 0 invalid, 0 warning(s)" in done.stdout
+    assert "pci 0000:3b:02.1" in done.stdout
+
+
+def test_json_output_carries_normalized_content():
+    done = run("metadata", "validate", "--json", str(TREE))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["kind"] == "MetadataValidation"
+    assert report["valid"] is True
+    by_path = {Path(f["path"]).relative_to(TREE).as_posix(): f for f in report["files"]}
+    nics = by_path[NICS]
+    assert nics["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    assert nics["location"] == {
+        "template": False,
+        "claim": "vm1-devices",
+        "request": "nics",
+        "driver": "sriov.example.com",
+    }
+    assert [d["pciAddress"] for d in nics["devices"]] == ["0000:3b:02.1", "0000:3b:02.2"]
+    assert [d["mac"] for d in nics["devices"]] == ["02:00:00:3b:02:01", "02:00:00:3b:02:02"]
+    gpu = by_path["resourceclaims/vm1-devices/gpu/gpu.nvidia.com-metadata.json"]
+    assert gpu["devices"][0]["numaNodes"] == [1]
+    assert by_path["kvdev/guest-hints.json"]["role"] == "GuestHints"
+
+
+def test_invalid_file_exits_2_naming_file_object_and_field(tree):
+    path = tree / NICS
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["requests"][0]["devices"][1]["networkData"]["ips"] = ["10.1.0.6/24", "10.1.0.7", "x"]
+    path.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
+    done = run("metadata", "validate", str(tree))
+    assert done.returncode == 2
+    assert f"INVALID {path}" in done.stdout
+    assert "stream[0]: requests[0].devices[1].networkData.ips[1]: '10.1.0.7' is not a CIDR" in (
+        done.stdout
+    )
+    assert "1 invalid" in done.stdout
+
+
+def test_non_mac_hardware_address_is_a_warning_not_an_error(tree):
+    path = tree / NICS
+    text = path.read_text().replace("02:00:00:3b:02:02", "ib0-port-1")
+    path.write_text(text)
+    done = run("metadata", "validate", str(path))
+    assert done.returncode == 0, done.stdout
+    assert "warning: stream[0]: requests[0].devices[1].networkData.hardwareAddress" in done.stdout
+    assert "cannot be matched by MAC" in done.stdout
+
+
+def test_misplaced_file_warns(tree):
+    wrong = tree / "resourceclaims/other-claim/nics/sriov.example.com-metadata.json"
+    wrong.parent.mkdir(parents=True)
+    shutil.copy(tree / NICS, wrong)
+    done = run("metadata", "validate", "--json", str(wrong))
+    assert done.returncode == 0
+    (f,) = json.loads(done.stdout)["files"]
+    assert [w["path"] for w in f["warnings"]] == ["metadata.name"]
+
+
+def test_bad_directory_name_is_an_error(tree):
+    bad = tree / "resourceclaims/Bad_Claim/nics/sriov.example.com-metadata.json"
+    bad.parent.mkdir(parents=True)
+    shutil.copy(tree / NICS, bad)
+    done = run("metadata", "validate", str(bad))
+    assert done.returncode == 2
+    assert "path: claim directory: 'Bad_Claim' is not a DNS subdomain" in done.stdout
+
+
+def test_missing_path_is_a_usage_error(tmp_path):
+    done = run("metadata", "validate", str(tmp_path / "nope"))
+    assert done.returncode == 2
+    assert "no such file or directory" in done.stderr
+
+
+def test_empty_tree_is_valid_and_says_so(tmp_path):
+    done = run("metadata", "validate", str(tmp_path))
+    assert done.returncode == 0
+    assert "no metadata, hints or config-drive files found" in done.stdout
+
+
+def test_help_teaches():
+    done = run("metadata", "validate", "--help")
+    assert done.returncode == 0
+    assert "examples:" in done.stdout
+    assert "exit status" in done.stdout
+
+
+def test_color_only_when_asked(tree, capsys):
+    assert cli.main(["metadata", "validate", "--color", "always", str(tree)]) == 0
+    assert "\x1b[32m" in capsys.readouterr().out
+    assert cli.main(["metadata", "validate", str(tree)]) == 0  # captured: not a TTY
+    assert "\x1b[" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", ["kvdev-agent", "kvdev-host"])
+def test_other_entry_points_answer_version(script):
+    exe = shutil.which(script) or str(Path(sys.executable).parent / script)
+    done = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.startswith(script + " ")
