@@ -30,3 +30,53 @@ class RawFile:
     role: Role
     data: bytes | None = None
     problem: Problem | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """A network interface as the kernel shows it.
+
+    Attributes:
+        ifname: the current kernel name.
+        ifindex: the kernel's index (stable while the link exists).
+        mac: the current link-layer address, normalized; None if the link has none.
+        permanent_mac: the burned-in address (ethtool permaddr), when the driver reports one.
+        altnames: alternative names.
+    """
+
+    ifname: str
+    ifindex: int
+    mac: str | None = None
+    permanent_mac: str | None = None
+    altnames: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GuestDevice:
+    """A device in the guest: a PCI function (with its NICs, if any) or a NIC with no PCI parent.
+
+    Attributes:
+        pci_address: ``dddd:bb:dd.f`` lower case; None for virtual links (veth, bridges ...).
+        vendor_id, device_id: four lower-case hex digits, e.g. ``15b3``, ``101e``.
+        class_id: six hex digits, e.g. ``020000`` for Ethernet.
+        driver: the bound kernel driver, if any.
+        numa_node: the guest NUMA node, None when the kernel reports none (-1).
+        dev_nodes: ``/dev`` nodes belonging to the device (e.g. ``/dev/vfio/12``).
+        nics: its network interfaces (usually zero or one).
+    """
+
+    pci_address: str | None
+    vendor_id: str | None = None
+    device_id: str | None = None
+    class_id: str | None = None
+    driver: str | None = None
+    numa_node: int | None = None
+    dev_nodes: tuple[str, ...] = ()
+    nics: tuple[Nic, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """A key unique within one observation: the PCI address, else ``ifindex:<n>``."""
+        if self.pci_address:
+            return self.pci_address
+        return f"ifindex:{self.nics[0].ifindex}" if self.nics else "unknown"

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from pydantic.alias_generators import to_camel
+
 from kvdev.errors import Problem
 from kvdev.guest.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
@@ -152,15 +154,7 @@ def _problem_json(p: Problem) -> dict[str, Any]:
 
 
 def _device_json(d: DescribedDevice) -> dict[str, Any]:
-    raw = asdict(d)
-    names = {
-        "pod_claim_name": "podClaimName",
-        "pci_address": "pciAddress",
-        "pcie_root": "pcieRoot",
-        "numa_nodes": "numaNodes",
-        "interface_name": "interfaceName",
-    }
-    out = {names.get(k, k): (list(v) if isinstance(v, tuple) else v) for k, v in raw.items()}
+    out = {to_camel(k): (list(v) if isinstance(v, tuple) else v) for k, v in asdict(d).items()}
     out["ref"] = d.ref
     return out
 

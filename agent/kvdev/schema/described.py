@@ -32,6 +32,9 @@ NUMA_NODE = f"{STANDARD}/numaNode"
 # Driver-local spellings, looked up in the driver's own domain when the standard one is absent.
 LOCAL_PCI_NAMES = ("pciBusID", "pciAddress", "pcieBusID")
 LOCAL_NUMA_NAMES = ("numaNode", "numa")
+LOCAL_VENDOR_NAMES = ("pciVendor", "vendorID", "vendor")
+LOCAL_DEVICE_ID_NAMES = ("pciDevice", "deviceID")
+_PCI_ID_DIGITS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,8 @@ class DescribedDevice:
     mac: str | None = None
     ips: tuple[str, ...] = ()
     interface_name: str | None = None
+    vendor_id: str | None = None
+    device_id: str | None = None
 
     @property
     def ref(self) -> str:
@@ -90,6 +95,8 @@ def describe(
                     interface_name=(
                         device.network_data.interface_name if device.network_data else None
                     ),
+                    vendor_id=_pci_id(device, LOCAL_VENDOR_NAMES),
+                    device_id=_pci_id(device, LOCAL_DEVICE_ID_NAMES),
                 )
             )
     return devices, warnings
@@ -137,6 +144,18 @@ def _numa_nodes(device: Device) -> tuple[int, ...]:
         if attr.ints is not None:
             return tuple(attr.ints)
     return ()
+
+
+def _pci_id(device: Device, names: tuple[str, ...]) -> str | None:
+    """A PCI vendor or device ID from the driver's attributes, as four lower-case hex digits."""
+    for name in names:
+        attr = device.attribute(f"{device.driver}/{name}")
+        if attr is None or attr.string is None:
+            continue
+        digits = attr.string.lower().removeprefix("0x")
+        if len(digits) == _PCI_ID_DIGITS and all(c in "0123456789abcdef" for c in digits):
+            return digits
+    return None
 
 
 def _mac(device: Device, loc: tuple[int | str, ...], warn: _Warn) -> str | None:
