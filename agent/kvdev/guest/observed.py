@@ -80,3 +80,75 @@ class GuestDevice:
         if self.pci_address:
             return self.pci_address
         return f"ifindex:{self.nics[0].ifindex}" if self.nics else "unknown"
+
+
+KVDEV_PROTO = 75  # route protocol and address protocol (IFA_PROTO) marking what kvdev added
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A network link as rtnetlink reports it.
+
+    Attributes:
+        ifindex, ifname: the kernel's index and current name.
+        mac: current link-layer address, normalized; None when the link has none.
+        permanent_mac: IFLA_PERM_ADDRESS when the kernel reports it.
+        mtu, min_mtu, max_mtu: current MTU and the driver's bounds (None when unknown).
+        up: administratively up (IFF_UP).
+        oper_state: IFLA_OPERSTATE as lower-case text (``up``, ``down``, ``unknown`` ...).
+        altnames: alternative names.
+        kind: IFLA_INFO_KIND (``veth``, ``bridge`` ...); None for physical devices.
+    """
+
+    ifindex: int
+    ifname: str
+    mac: str | None = None
+    permanent_mac: str | None = None
+    mtu: int = 1500
+    min_mtu: int | None = None
+    max_mtu: int | None = None
+    up: bool = False
+    oper_state: str = "unknown"
+    altnames: tuple[str, ...] = ()
+    kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """An IP address on a link, in canonical CIDR interface form (``10.1.0.5/24``).
+
+    ``proto`` is IFA_PROTO (None when the kernel does not report it); ``KVDEV_PROTO`` marks an
+    address kvdev added.
+    """
+
+    ifindex: int
+    address: str
+    proto: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A unicast route in the main table through one link.
+
+    ``destination`` is a canonical network (``10.3.0.0/16``, ``0.0.0.0/0``); ``protocol`` is
+    rtm_protocol, ``KVDEV_PROTO`` for routes kvdev added.
+    """
+
+    ifindex: int
+    destination: str
+    gateway: str | None = None
+    metric: int | None = None
+    protocol: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NetState:
+    """Everything rtnetlink told us in one observation."""
+
+    links: tuple[Link, ...] = ()
+    addresses: tuple[Address, ...] = ()
+    routes: tuple[Route, ...] = ()
+
+    def link(self, ifindex: int) -> Link | None:
+        """The link with this index, if any."""
+        return next((lk for lk in self.links if lk.ifindex == ifindex), None)

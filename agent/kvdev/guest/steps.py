@@ -1,0 +1,105 @@
+"""The typed steps a plan is made of: plain values, applied elsewhere (``netlink``, ``linkfiles``).
+
+Every step names the link by ifindex (stable while the link exists) and carries the ifname
+and described device it is for, so results and logs read well. ``reason`` says why the step
+is needed (shown by ``kvdev plan``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Base of all steps."""
+
+    ifindex: int
+    ifname: str
+    device: str  # the described device's ref, or "" for housekeeping
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddAltname(Step):
+    """Add an alternative name to the link."""
+
+    altname: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetDown(Step):
+    """Set the link administratively down (only before a rename)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rename(Step):
+    """Rename the link to ``new_name`` (the link is down)."""
+
+    new_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetMtu(Step):
+    """Set the link's MTU."""
+
+    mtu: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddAddress(Step):
+    """Add an address (``10.1.0.5/24``), marked with kvdev's protocol."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAddress(Step):
+    """Remove an address kvdev added earlier."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddRoute(Step):
+    """Add a route through the link, marked with kvdev's protocol."""
+
+    destination: str
+    gateway: str | None
+    metric: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveRoute(Step):
+    """Remove a route kvdev added earlier."""
+
+    destination: str
+    gateway: str | None
+    metric: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetUp(Step):
+    """Set the link administratively up."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLinkFile(Step):
+    """Write a systemd ``.link`` file so the name survives a reboot or re-plug."""
+
+    path: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """How applying one step went.
+
+    ``retryable`` is meaningful only when ``ok`` is False: True for errors that may pass
+    (EBUSY, EAGAIN, a link that is gone for now), False for ones that will not (EINVAL, ERANGE).
+    """
+
+    step: Step
+    ok: bool
+    error: str = ""
+    retryable: bool = False
