@@ -92,6 +92,13 @@ class WriteLinkFile(Step):
 
 
 @dataclass(frozen=True, slots=True)
+class RemoveLinkFile(Step):
+    """Remove a ``.link`` file kvdev wrote for a name no longer wanted."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
 class StepResult:
     """How applying one step went.
 
