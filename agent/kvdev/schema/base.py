@@ -33,7 +33,7 @@ class Model(BaseModel):
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        validate_by_name=True,
+        validate_by_name=False,  # JSON keys only: ``int_`` or ``network_data`` is unknown
         validate_by_alias=True,
         serialize_by_alias=True,
         strict=True,

@@ -63,7 +63,9 @@ def sniff_role(name: str, data: bytes) -> Role:
     if f'"{hints_module.GROUP}/' in head:
         try:  # a hints stream names its group in the first object's apiVersion
             first = json.JSONDecoder().raw_decode(head.lstrip())[0]
-        except ValueError:
+        except RecursionError:
+            return Role.DEVICE_METADATA
+        except ValueError:  # the head cut a large hints file short
             return Role.GUEST_HINTS
         api = first.get("apiVersion", "") if isinstance(first, dict) else ""
         if str(api).startswith(hints_module.GROUP + "/"):

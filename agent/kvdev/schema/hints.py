@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from kvdev.schema.base import Document, Model
 from kvdev.schema.fields import (
@@ -58,6 +58,13 @@ IPV6_MIN_MTU = 1280  # RFC 8200
 UINT32_MAX = 2**32 - 1
 
 
+def _tag_bytes(value: str) -> str:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > TAG_MAX_BYTES:
+        raise ValueError(f"must be at most {TAG_MAX_BYTES} bytes, got {size}")
+    return value
+
+
 class ClaimRef(Model):
     """Which claim: by ResourceClaim name, or by the pod's claim name for template claims.
 
@@ -79,7 +86,7 @@ class GuestLocation(Model):
     """Where the device appears in the guest."""
 
     pci_address: PciAddress | None = None
-    tag: Annotated[str, Field(min_length=1, max_length=TAG_MAX_BYTES)] | None = None
+    tag: Annotated[str, Field(min_length=1), AfterValidator(_tag_bytes)] | None = None
 
 
 class Route(Model):

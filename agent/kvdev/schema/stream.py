@@ -97,31 +97,55 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _text(data: bytes | str, source: str) -> str:
-    size = len(data)
+def _text(data: bytes | str, source: str) -> tuple[str, int | None]:
+    """The stream as text, and the byte offset where invalid UTF-8 starts (None if it is all valid).
+
+    Invalid UTF-8 does not reject the stream by itself: a torn write can cut a multi-byte
+    character in a later object. The text is cut there; objects before the cut still count.
+    """
+    size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
     if size > MAX_STREAM_BYTES:
         raise SchemaError(
             [Problem(f"file is {size} bytes; kvdev reads at most {MAX_STREAM_BYTES}", source)]
         )
     if isinstance(data, str):
-        return data
+        return data, None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
-        raise SchemaError([Problem(f"not valid UTF-8 at byte {e.start}", source)]) from e
+        return data[: e.start].decode("utf-8"), e.start
 
 
-def _depth_ok(value: object) -> bool:
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub(value: object) -> object:
+    r"""Replace lone UTF-16 surrogates (from ``\\ud800`` escapes) with U+FFFD, as Go does."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {str(_scrub(k)): _scrub(v) for k, v in value.items()}
+    return value
+
+
+def _inspect(value: object) -> tuple[bool, bool]:
+    """(nesting within MAX_DEPTH, some string holds a lone surrogate), without recursion."""
     stack: list[tuple[object, int]] = [(value, 1)]
+    surrogate = False
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
-            return False
+            return False, surrogate
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
+            surrogate = surrogate or any(_SURROGATE.search(k) for k in item)
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
-    return True
+        elif isinstance(item, str) and _SURROGATE.search(item):
+            surrogate = True
+    return True, surrogate
 
 
 def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int, object]]:
@@ -146,9 +170,10 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
             raise _JsonError(index, msg) from e
         except (ValueError, RecursionError) as e:
             raise _JsonError(index, f"not valid JSON: {e}") from e
-        if not _depth_ok(value):
+        shallow, surrogate = _inspect(value)
+        if not shallow:
             raise _JsonError(index, f"nested deeper than {MAX_DEPTH} levels")
-        yield index, value
+        yield index, _scrub(value) if surrogate else value
         index += 1
         pos = _skip_ws(text, end)
 
@@ -222,7 +247,7 @@ def _warn(problems: Sequence[Problem], prefix: str) -> list[Problem]:
 
 def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "") -> Decoded[D]:
     """Read a versioned stream as ``kind``; raise SchemaError if it holds no valid document."""
-    text = _text(data, source)
+    text, bad_utf8_at = _text(data, source)
     duplicates: list[tuple[int, str]] = []
     skipped: list[str] = []
     warnings: list[Problem] = []
@@ -233,39 +258,25 @@ def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "")
             item = next(objects, None)
         except _JsonError as e:
             if used is None:
-                raise SchemaError([Problem(e.message, source, e.index)]) from e
-            warnings.append(
-                Problem(
-                    f"ignored after the object used: {e.message} (a torn or partial write?)",
-                    source,
-                    e.index,
-                    severity=Severity.WARNING,
-                )
-            )
+                raise SchemaError([_first_error(e, bad_utf8_at, source)]) from e
+            warnings.append(_torn(e.message, source, e.index))
+            bad_utf8_at = None  # the torn tail explains it
             break
         if item is None:
             break
         index, value = item
-        if used is None:
-            api = _api_version(value, source, index)
-            if api not in kind.versions:
-                skipped.append(api)
-                continue
-            used = (index, api, _as_document(value, kind, api, source, index))
+        if used is not None:
+            warnings.extend(_check_later(value, kind, used, source, index))
             continue
-        warnings.extend(_check_later(value, kind, used, source, index))
+        api = _api_version(value, source, index)
+        if api not in kind.versions:
+            skipped.append(api)
+            continue
+        used = (index, api, _as_document(value, kind, api, source, index))
     if used is None:
-        if skipped:
-            raise SchemaError(
-                [
-                    Problem(
-                        f"no object of a supported version: found {', '.join(skipped)}; "
-                        f"kvdev reads {', '.join(kind.versions)}",
-                        source,
-                    )
-                ]
-            )
-        raise SchemaError([Problem("the stream holds no object (empty file?)", source)])
+        raise SchemaError([_nothing_used(kind, skipped, bad_utf8_at, source)])
+    if bad_utf8_at is not None:
+        warnings.append(_torn(f"not valid UTF-8 at byte {bad_utf8_at}", source, None))
     index, api, doc = used
     warnings.extend(
         Problem("unknown field, ignored", source, index, path, Severity.WARNING)
@@ -276,6 +287,35 @@ def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "")
         for i, key in duplicates
     )
     return Decoded(doc, api, index, tuple(skipped), tuple(warnings))
+
+
+def _torn(message: str, source: str, index: int | None) -> Problem:
+    return Problem(
+        f"ignored after the object used: {message} (a torn or partial write?)",
+        source,
+        index,
+        severity=Severity.WARNING,
+    )
+
+
+def _first_error(e: _JsonError, bad_utf8_at: int | None, source: str) -> Problem:
+    if bad_utf8_at is not None:
+        return Problem(f"not valid UTF-8 at byte {bad_utf8_at}", source)
+    return Problem(e.message, source, e.index)
+
+
+def _nothing_used(
+    kind: DocumentKind[D], skipped: list[str], bad_utf8_at: int | None, source: str
+) -> Problem:
+    if bad_utf8_at is not None:
+        return Problem(f"not valid UTF-8 at byte {bad_utf8_at}", source)
+    if skipped:
+        return Problem(
+            f"no object of a supported version: found {', '.join(skipped)}; "
+            f"kvdev reads {', '.join(kind.versions)}",
+            source,
+        )
+    return Problem("the stream holds no object (empty file?)", source)
 
 
 def _check_later(
@@ -320,7 +360,9 @@ def decode_document(
     data: bytes | str, model: type[M], *, source: str = ""
 ) -> tuple[M, tuple[Problem, ...]]:
     """Read one plain JSON document (not a stream), such as a config drive's meta_data.json."""
-    text = _text(data, source)
+    text, bad_utf8_at = _text(data, source)
+    if bad_utf8_at is not None:
+        raise SchemaError([Problem(f"not valid UTF-8 at byte {bad_utf8_at}", source)])
     duplicates: list[tuple[int, str]] = []
     try:
         values = list(_objects(text, duplicates))

@@ -1,0 +1,68 @@
+"""Regressions: schema bugs the test suite found, each fixed; the comment says what it was."""
+
+import pytest
+from builders import DEV0, V1BETA1, both, hint, hints_doc, stream, with_attrs, with_device
+
+from kvdev.errors import SchemaError
+from kvdev.schema import DEVICE_METADATA, Role, check_file, decode_stream, encode_stream, sniff_role
+from kvdev.schema.stream import MAX_STREAM_BYTES
+
+
+def _problems(data):
+    with pytest.raises(SchemaError) as info:
+        decode_stream(data, DEVICE_METADATA)
+    return info.value.problems
+
+
+# was: validate_by_name=True accepts snake_case JSON keys
+def test_snake_case_key_is_not_the_union_member():
+    # Upstream ignores the unknown key "int_", so the union has no member set: invalid.
+    [p] = _problems(stream(with_attrs({"x": {"int_": 5}})))
+    assert p.path == f"{DEV0}.attributes.x"
+
+
+# was: validate_by_name=True accepts snake_case JSON keys
+def test_snake_case_network_data_is_an_ignored_unknown_field():
+    got = decode_stream(stream(with_device(network_data={"ips": ["10.0.0.1/24"]})), DEVICE_METADATA)
+    assert got.document.requests[0].devices[0].network_data is None
+    assert [w.path for w in got.warnings] == [f"{DEV0}.network_data"]
+
+
+# was: encode_stream raises UnicodeEncodeError
+def test_lone_surrogate_that_was_read_can_be_written():
+    data = (
+        b'{"apiVersion":"metadata.resource.k8s.io/v1beta1","kind":"DeviceMetadata",'
+        b'"metadata":{"name":"c","uid":"\\ud800"}}'
+    )
+    doc = decode_stream(data, DEVICE_METADATA).document  # accepted
+    assert encode_stream(doc, DEVICE_METADATA)
+
+
+# was: invalid UTF-8 anywhere rejects the whole stream
+def test_tear_inside_a_multibyte_character_is_only_a_warning():
+    data = both(with_attrs({"model": {"string": "é"}}))
+    torn = data[: data.rindex("é".encode()) + 1]  # v1alpha1 cut after the first byte of é
+    got = decode_stream(torn, DEVICE_METADATA)
+    assert got.api_version == V1BETA1
+    assert len(got.warnings) == 1
+
+
+# was: the size limit counts characters when given a str
+def test_size_limit_counts_bytes_of_a_str():
+    [p] = _problems("é" * (MAX_STREAM_BYTES // 2 + 1))  # 4 MiB + 2 bytes as UTF-8
+    assert p.message.startswith(f"file is {MAX_STREAM_BYTES + 2} bytes")
+
+
+# was: sniff_role lets RecursionError escape
+def test_sniff_role_survives_deep_nesting():
+    data = b"[" * 3000 + b'"guest.kvdev.io/v1alpha1"'
+    assert sniff_role("x.json", data) is Role.DEVICE_METADATA
+
+
+# was: tag length is checked in characters, TAG_MAX_BYTES=256
+def test_hint_tag_limit_is_in_bytes():
+    result = check_file(
+        "h.json", Role.GUEST_HINTS, stream(hints_doc(hint(guest={"tag": "é" * 200})))
+    )
+    [p] = result.errors
+    assert p.path == "devices[0].guest.tag"

@@ -1,0 +1,399 @@
+import json
+
+import pytest
+from builders import (
+    DEV0,
+    V1ALPHA1,
+    V1BETA1,
+    V2,
+    alpha,
+    both,
+    device,
+    metadata_doc,
+    stream,
+    with_attrs,
+    with_device,
+)
+
+from kvdev.errors import SchemaError, Severity
+from kvdev.schema import (
+    DEVICE_METADATA,
+    Role,
+    check_file,
+    decode_stream,
+    encode_stream,
+)
+from kvdev.schema.stream import MAX_DEPTH, MAX_STREAM_BYTES
+
+SRC = "vm1-nics/nic/sriov.example.com-metadata.json"
+
+
+def read(data, kind=DEVICE_METADATA):
+    return decode_stream(data, kind, source=SRC)
+
+
+def one_problem(data, kind=DEVICE_METADATA):
+    with pytest.raises(SchemaError) as info:
+        decode_stream(data, kind, source=SRC)
+    [p] = info.value.problems
+    assert (p.source, p.severity) == (SRC, Severity.ERROR)
+    return p
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def test_reads_newest_version_of_a_valid_stream():
+    got = read(both(metadata_doc(2)))
+    assert (got.api_version, got.index, got.skipped, got.warnings) == (V1BETA1, 0, (), ())
+    assert got.document.to_json_dict() == metadata_doc(2)
+
+
+def test_skips_unknown_future_version():
+    future = {"apiVersion": V2, "kind": "DeviceMetadata", "spec": {"shape": ["new"]}}
+    got = read(stream(future, metadata_doc(), alpha(metadata_doc())))
+    assert got.api_version == V1BETA1
+    assert got.index == 1
+    assert got.skipped == (V2,)
+    assert got.warnings == ()
+
+
+def test_reads_v1alpha1_alone():
+    got = read(stream(alpha(metadata_doc())))
+    assert (got.api_version, got.index) == (V1ALPHA1, 0)
+
+
+def test_invalid_known_version_does_not_fall_back_to_an_older_one():
+    bad = with_device(name="Bad_Name")
+    p = one_problem(stream(bad, alpha(metadata_doc())))
+    assert (p.index, p.path) == (0, f"{DEV0}.name")
+    p = one_problem(stream({"apiVersion": V2}, bad, alpha(metadata_doc())))
+    assert (p.index, p.path) == (1, f"{DEV0}.name")
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_object_without_api_version_is_an_error(index):
+    doc = metadata_doc()
+    del doc["apiVersion"]
+    objects = [{"apiVersion": V2}, doc][-index - 1 :]
+    p = one_problem(stream(*objects))
+    assert (p.index, p.path, p.message) == (index, "apiVersion", "required field is missing")
+
+
+@pytest.mark.parametrize("data", [b"", b" \n\t\r\n"])
+def test_empty_stream_is_an_error(data):
+    p = one_problem(data)
+    assert (p.index, p.path) == (None, "")
+    assert p.message == "the stream holds no object (empty file?)"
+
+
+def test_stream_of_unknown_versions_names_them():
+    p = one_problem(stream({"apiVersion": V2}, {"apiVersion": "other.example.com/v1"}))
+    assert p.index is None
+    assert p.message == (
+        f"no object of a supported version: found {V2}, other.example.com/v1; "
+        f"kvdev reads {V1BETA1}, {V1ALPHA1}"
+    )
+
+
+def test_torn_later_version_is_a_warning():
+    data = both(metadata_doc())
+    torn = data[: data.index(b"\n") + 40]
+    got = read(torn)
+    assert (got.api_version, got.index) == (V1BETA1, 0)
+    [w] = got.warnings
+    assert (w.severity, w.index, w.source, w.path) == (Severity.WARNING, 1, SRC, "")
+    assert w.message.startswith("ignored after the object used: not valid JSON")
+    assert "torn or partial write" in w.message
+
+
+def test_later_version_with_different_content_is_a_warning():
+    other = alpha(metadata_doc())
+    other["metadata"]["generation"] = 2
+    got = read(stream(metadata_doc(), other))
+    assert got.document.metadata.generation == 1
+    assert [(w.severity, w.index, w.message) for w in got.warnings] == [
+        (
+            Severity.WARNING,
+            1,
+            f"{V1ALPHA1} says something different from {V1BETA1} (stream[0], which is used)",
+        )
+    ]
+
+
+def test_invalid_later_version_is_a_warning():
+    got = read(stream(metadata_doc(), alpha(with_device(pool="Bad/Pool"))))
+    [w] = got.warnings
+    assert (w.severity, w.index, w.path) == (Severity.WARNING, 1, f"{DEV0}.pool")
+    assert w.message.startswith("ignored later version: pool name segment 'Bad'")
+
+
+def test_unknown_fields_are_warned_about_and_dropped_on_write():
+    doc = with_device(futureField={"x": 1}, attributes={"a": {"int": 1, "unit": "GiB"}})
+    doc["extraTop"] = True
+    got = read(stream(doc))
+    assert [(w.severity, w.index, w.path, w.message) for w in got.warnings] == [
+        (Severity.WARNING, 0, "extraTop", "unknown field, ignored"),
+        (Severity.WARNING, 0, f"{DEV0}.futureField", "unknown field, ignored"),
+        (Severity.WARNING, 0, f"{DEV0}.attributes.a.unit", "unknown field, ignored"),
+    ]
+    written = encode_stream(got.document, DEVICE_METADATA, versions=[V1BETA1])
+    assert json.loads(written) == with_attrs({"a": {"int": 1}})
+
+
+def test_duplicate_keys_warn_and_the_last_wins():
+    text = json.dumps(metadata_doc()).replace('"generation": 1', '"generation": 1, "generation": 7')
+    got = read(text.encode())
+    assert got.document.metadata.generation == 7
+    assert [(w.severity, w.index, w.message) for w in got.warnings] == [
+        (Severity.WARNING, 0, "duplicate key 'generation': the last value wins")
+    ]
+
+
+def test_str_input_is_accepted():
+    assert read(both(metadata_doc()).decode()).api_version == V1BETA1
+
+
+# --------------------------------------------------------------------------- limits and paths
+
+
+def test_33_attributes_are_rejected_32_accepted():
+    attrs = {f"vendor.example.com/a{i}": {"int": i} for i in range(33)}
+    p = one_problem(stream(with_attrs(attrs)))
+    assert (p.source, p.index, p.path) == (SRC, 0, DEV0)
+    assert p.message == "attributes: at most 32 allowed, got 33"
+    del attrs["vendor.example.com/a32"]
+    assert len(read(stream(with_attrs(attrs))).document.requests[0].devices[0].attributes) == 32
+
+
+@pytest.mark.parametrize(("value", "size"), [("x" * 65, 65), ("é" * 33, 66)])
+def test_long_string_attribute_is_rejected(value, size):
+    p = one_problem(stream(with_attrs({"vendor.example.com/s": {"string": value}})))
+    assert (p.source, p.index) == (SRC, 0)
+    assert p.path == 'requests[0].devices[0].attributes["vendor.example.com/s"].string'
+    assert p.message == f"must be at most 64 bytes, got {size}"
+
+
+def test_64_byte_string_attribute_is_accepted():
+    got = read(stream(with_attrs({"vendor.example.com/s": {"string": "é" * 32}})))
+    assert got.document.requests[0].devices[0].attribute("vendor.example.com/s").value == "é" * 32
+
+
+def test_17_ips_are_rejected():
+    ips = [f"10.0.0.{i}/24" for i in range(1, 18)]
+    p = one_problem(stream(with_device(networkData={"ips": ips})))
+    assert (p.source, p.index, p.path) == (SRC, 0, f"{DEV0}.networkData.ips")
+    assert "at most 16 items" in p.message
+    assert read(stream(with_device(networkData={"ips": ips[:16]}))).warnings == ()
+
+
+def test_non_cidr_ip_on_second_device():
+    ips = ["10.0.0.1/24", "10.0.0.2/24", "10.0.0.3", "10.0.0.4/24"]
+    p = one_problem(stream(with_device(1, 2, networkData={"ips": ips})))
+    assert (p.source, p.index, p.path) == (SRC, 0, "requests[0].devices[1].networkData.ips[2]")
+    assert "not a CIDR address" in p.message
+
+
+def test_duplicate_ip_is_rejected():
+    p = one_problem(stream(with_device(networkData={"ips": ["10.0.0.1/24", "10.0.0.1/24"]})))
+    assert (p.path, p.message) == (f"{DEV0}.networkData", "ips: '10.0.0.1/24' is listed twice")
+
+
+def test_hardware_address_that_is_no_mac_is_kept_with_a_warning():
+    data = both(with_device(networkData={"hardwareAddress": "not-a-mac"}))
+    result = check_file(SRC, Role.DEVICE_METADATA, data)
+    assert result.ok
+    assert result.document.requests[0].devices[0].network_data.hardware_address == "not-a-mac"
+    [w] = result.warnings
+    assert (w.severity, w.source, w.index) == (Severity.WARNING, SRC, 0)
+    assert w.path == f"{DEV0}.networkData.hardwareAddress"
+    assert w.message == "'not-a-mac' is not a MAC address; the device cannot be matched by MAC"
+    assert result.described[0].mac is None
+    assert b'"hardwareAddress":"not-a-mac"' in encode_stream(result.document, DEVICE_METADATA)
+
+
+def test_33_devices_per_claim_are_rejected():
+    doc = metadata_doc(17)
+    doc["requests"].append({"name": "other", "devices": [device(i) for i in range(16)]})
+    p = one_problem(stream(doc))
+    assert (p.path, p.message) == ("", "requests: at most 32 devices per claim in all, got 33")
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _set(path, value):
+    def mutate(doc):
+        *parents, last = path
+        target = doc
+        for key in parents:
+            target = target[key]
+        target[last] = value
+        return doc
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [
+        (_set(["kind"], "ResourceClaim"), "kind", f"must be 'DeviceMetadata' for {V1BETA1}"),
+        (_set(["metadata", "generation"], "1"), "metadata.generation", "valid integer"),
+        (_set(["metadata", "generation"], 1.0), "metadata.generation", "valid integer"),
+        (_set(["metadata", "generation"], value=True), "metadata.generation", "valid integer"),
+        (_set(["metadata", "generation"], -1), "metadata.generation", "greater than or equal"),
+        (_set(["metadata", "generation"], 2**63), "metadata.generation", "64-bit"),
+        (_set(["metadata", "name"], 5), "metadata.name", "valid string"),
+        (_set(["requests", 0, "devices"], {}), "requests[0].devices", "valid list"),
+        (_set(["requests", 0, "name"], "a/b/c"), "requests[0].name", "more than one '/'"),
+        (_set(["metadata"], None), "metadata", "valid dictionary"),
+        (_set(["podClaimName"], "Pod"), "podClaimName", "is not a DNS label"),
+        (lambda d: d.pop("metadata") and d, "metadata", "required field is missing"),
+    ],
+)
+def test_wrong_values_are_errors_at_their_path(mutate, path, message):
+    p = one_problem(stream(mutate(metadata_doc())))
+    assert (p.source, p.index, p.path) == (SRC, 0, path)
+    assert message in p.message
+
+
+def _nested(depth):
+    value = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_nesting_at_max_depth_is_accepted():
+    doc = metadata_doc()
+    doc["deep"] = _nested(MAX_DEPTH - 1)  # the object itself is level 1
+    assert [w.path for w in read(stream(doc)).warnings] == ["deep"]
+
+
+@pytest.mark.parametrize(
+    ("data", "index", "message"),
+    [
+        (b'{"apiVersion": NaN}', 0, "not valid JSON: NaN is not valid JSON"),
+        (b'{"a": Infinity}', 0, "not valid JSON: Infinity is not valid JSON"),
+        (b'{"a": -Infinity}', 0, "not valid JSON: -Infinity is not valid JSON"),
+        (b'{"apiVersion": "x"', 0, "not valid JSON: Expecting ',' delimiter (line 1 column 19)"),
+        (b"\xff{}", None, "not valid UTF-8 at byte 0"),
+        (b'{"a": "\xc3"}', None, "not valid UTF-8 at byte 7"),
+        (b" " * (MAX_STREAM_BYTES + 1), None, f"file is {MAX_STREAM_BYTES + 1} bytes"),
+        (json.dumps({"a": _nested(MAX_DEPTH)}).encode(), 0, f"nested deeper than {MAX_DEPTH}"),
+        (b"[" * 100_000, 0, "not valid JSON"),
+        (stream([metadata_doc()]), 0, "expected a JSON object, found an array"),
+        (b'"metadata.resource.k8s.io/v1beta1"', 0, "expected a JSON object, found a string"),
+        (b"null", 0, "expected a JSON object, found null"),
+        (b"42", 0, "expected a JSON object, found a number"),
+        (stream({"apiVersion": V2}) + b"true", 1, "expected a JSON object, found a boolean"),
+        (stream({"apiVersion": 1}), 0, "required field is missing"),
+    ],
+)
+def test_bad_streams_are_schema_errors(data, index, message):
+    p = one_problem(data)
+    assert p.index == index
+    assert message in p.message
+
+
+def test_stream_of_exactly_max_bytes_is_read():
+    line = stream(metadata_doc())
+    assert read(line + b" " * (MAX_STREAM_BYTES - len(line))).api_version == V1BETA1
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [
+        ({"string": ""}, ""),
+        ({"int": -(2**63)}, -(2**63)),
+        ({"int": 2**63 - 1}, 2**63 - 1),
+        ({"bool": False}, False),
+        ({"version": "1.0.0-rc.1+build.5"}, "1.0.0-rc.1+build.5"),
+        ({"strings": ["a", "b"]}, ["a", "b"]),
+        ({"ints": [1, -2]}, [1, -2]),
+        ({"bools": [True, False]}, [True, False]),
+        ({"versions": ["1.2.3", "0.0.1"]}, ["1.2.3", "0.0.1"]),
+    ],
+)
+def test_attribute_forms_are_accepted(attribute, value):
+    got = read(stream(with_attrs({"dra.net/x": attribute})))
+    assert got.document.requests[0].devices[0].attributes["dra.net/x"].value == value
+    assert got.document.to_json_dict() == with_attrs({"dra.net/x": attribute})
+
+
+@pytest.mark.parametrize(
+    ("attribute", "path", "message"),
+    [
+        ({}, "", "exactly one of string, int, bool, version, strings, ints, bools, versions"),
+        ({}, "", "(found: none)"),
+        ({"int": 1, "bool": True}, "", "(found: int, bool)"),
+        ({"string": None}, "", "(found: none)"),
+        ({"strings": []}, ".strings", "a list-typed attribute must have at least one value"),
+        ({"versions": []}, ".versions", "at least one value"),
+        ({"int": 2**63}, ".int", "9223372036854775808 does not fit in a 64-bit signed integer"),
+        ({"int": -(2**63) - 1}, ".int", "does not fit in a 64-bit signed integer"),
+        ({"ints": [1, 2**64]}, ".ints[1]", "does not fit in a 64-bit signed integer"),
+        ({"version": "v1.2.3"}, ".version", "'v1.2.3' is not a semantic version"),
+        ({"strings": ["ok", "x" * 65]}, ".strings[1]", "must be at most 64 bytes, got 65"),
+        ({"int": 1.5}, ".int", "valid integer"),
+        ({"int": "3"}, ".int", "valid integer"),
+        ({"bool": "true"}, ".bool", "valid boolean"),
+        ({"bools": [1]}, ".bools[0]", "valid boolean"),
+    ],
+)
+def test_attribute_values_are_checked(attribute, path, message):
+    p = one_problem(stream(with_attrs({"x": attribute})))
+    assert p.path == f"{DEV0}.attributes.x{path}"
+    assert message in p.message
+
+
+def test_more_than_48_attribute_values_are_rejected():
+    attrs = {"a": {"strings": ["s"] * 24}, "b": {"ints": list(range(23))}, "c": {"bool": True}}
+    assert read(stream(with_attrs(attrs))).warnings == ()
+    attrs["d"] = {"version": "1.0.0"}
+    p = one_problem(stream(with_attrs(attrs)))
+    assert (p.path, p.message) == (
+        DEV0,
+        "attributes: at most 48 values in total (list items count one each), got 49",
+    )
+
+
+def test_bad_attribute_name_is_reported_on_the_key():
+    p = one_problem(stream(with_attrs({"dra.net/a-b": {"int": 1}})))
+    assert p.path == f'{DEV0}.attributes["dra.net/a-b"](key)'
+    assert "is not a C identifier" in p.message
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def test_encode_writes_one_line_per_version_newest_first():
+    doc = read(stream(metadata_doc(2))).document
+    lines = encode_stream(doc, DEVICE_METADATA).splitlines(keepends=True)
+    assert [json.loads(line)["apiVersion"] for line in lines] == [V1BETA1, V1ALPHA1]
+    assert all(line.endswith(b"}\n") and line.count(b"\n") == 1 for line in lines)
+    assert json.loads(lines[1]) == alpha(metadata_doc(2))
+
+
+@pytest.mark.parametrize(
+    ("versions", "written"),
+    [([V1ALPHA1], [V1ALPHA1]), ([V1BETA1], [V1BETA1]), ([V1ALPHA1, V1BETA1], [V1BETA1, V1ALPHA1])],
+)
+def test_encode_versions_restricts_and_orders(versions, written):
+    doc = read(stream(metadata_doc())).document
+    out = encode_stream(doc, DEVICE_METADATA, versions=versions)
+    assert [json.loads(line)["apiVersion"] for line in out.splitlines()] == written
+
+
+def test_encode_refuses_unknown_versions():
+    doc = read(stream(metadata_doc())).document
+    with pytest.raises(ValueError, match=r"cannot write DeviceMetadata as metadata\.resource"):
+        encode_stream(doc, DEVICE_METADATA, versions=[V2])
+
+
+def test_encode_keeps_non_ascii_text_readable():
+    doc = read(stream(with_attrs({"model": {"string": "Grafikkarte €"}}))).document
+    assert "Grafikkarte €".encode() in encode_stream(doc, DEVICE_METADATA)
