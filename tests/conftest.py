@@ -1,0 +1,26 @@
+"""Fixtures shared by every test directory."""
+
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+
+@pytest.fixture
+def netns():
+    """A throwaway network namespace, named ``kvdev-t-<8 hex>``, deleted afterwards.
+
+    Skips the test when ``ip netns add`` cannot work here (not root, no iproute2, no netns).
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespace tests need root and iproute2")
+    name = f"kvdev-t-{uuid.uuid4().hex[:8]}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"ip netns add failed: {made.stderr.strip()}")
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
