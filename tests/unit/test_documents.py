@@ -411,7 +411,7 @@ def test_config_drive_unknown_device_field_is_a_warning():
     [
         ({"type": "disk"}, "devices[0].type", "Input should be 'nic' or 'hostdev'"),
         ({"mac": "x"}, "devices[0].mac", "'x' is not a MAC address"),
-        ({"address": "0000:07:20.0"}, "devices[0]", "device number above 1f"),
+        ({"address": "0000:07:20.0"}, "devices[0].address", "device number above 1f"),
         ({"numaNode": -1}, "devices[0].numaNode", "greater than or equal to 0"),
         ({"alignedCPUs": [2**32]}, "devices[0].alignedCPUs[0]", "less than or equal to"),
         ({"bus": None}, "devices[0].bus", "valid string"),

@@ -66,3 +66,33 @@ def test_hint_tag_limit_is_in_bytes():
     )
     [p] = result.errors
     assert p.path == "devices[0].guest.tag"
+
+
+# was: a zoned IPv6 gateway (fe80::1%eth0) was accepted in a hint route
+def test_route_gateway_rejects_a_zone():
+    result = check_file(
+        "h.json",
+        Role.GUEST_HINTS,
+        stream(
+            hints_doc(
+                hint(network={"routes": [{"destination": "::/0", "gateway": "fe80::1%eth0"}]})
+            )
+        ),
+    )
+    [p] = result.errors
+    assert p.path == "devices[0].network.routes[0].gateway"
+    assert "zone" in p.message
+
+
+# was: role_of called "-metadata.json" (no driver) a metadata file, metadata_location did not
+def test_metadata_file_without_driver_is_unrelated():
+    from kvdev.schema import role_of  # noqa: PLC0415
+
+    assert role_of("resourceclaims/c/r/-metadata.json") is Role.UNRELATED
+
+
+# was: duplicate keys in a config drive's meta_data.json were dropped silently
+def test_config_drive_duplicate_keys_warn():
+    result = check_file("meta_data.json", Role.CONFIG_DRIVE, b'{"devices": [], "devices": null}')
+    assert result.ok
+    assert [w.message for w in result.warnings] == ["duplicate key 'devices': the last value wins"]

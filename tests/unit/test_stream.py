@@ -287,7 +287,8 @@ def test_nesting_at_max_depth_is_accepted():
         (b"null", 0, "expected a JSON object, found null"),
         (b"42", 0, "expected a JSON object, found a number"),
         (stream({"apiVersion": V2}) + b"true", 1, "expected a JSON object, found a boolean"),
-        (stream({"apiVersion": 1}), 0, "required field is missing"),
+        (stream({"apiVersion": 1}), 0, "must be a non-empty string"),
+        (stream({"kind": "DeviceMetadata"}), 0, "required field is missing"),
     ],
 )
 def test_bad_streams_are_schema_errors(data, index, message):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from kvdev.schema.base import Model
 from kvdev.schema.fields import MacAddress, normalize_pci_address
@@ -41,12 +41,10 @@ class TaggedDevice(Model):
     aligned_cp_us: list[Uint32] | None = Field(default=None, alias="alignedCPUs")
     tags: list[str] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _pci_address(self) -> TaggedDevice:
-        if self.bus == "pci":
-            # frozen model: normalize in place once, during validation
-            object.__setattr__(self, "address", normalize_pci_address(self.address))
-        return self
+    @field_validator("address")
+    @classmethod
+    def _pci_address(cls, value: str, info: ValidationInfo) -> str:
+        return normalize_pci_address(value) if info.data.get("bus") == "pci" else value
 
     @property
     def pci_address(self) -> str | None:

@@ -235,7 +235,9 @@ def normalize_network(value: str) -> str:
 
 
 def normalize_ip(value: str) -> str:
-    """A single IPv4 or IPv6 address, returned canonical."""
+    """A single IPv4 or IPv6 address, returned canonical (no ``%zone``)."""
+    if "%" in value:
+        raise ValueError(f"{value!r} is not an IP address: a zone (%...) is not allowed")
     try:
         return str(ipaddress.ip_address(value))
     except ValueError as e:

@@ -56,6 +56,7 @@ TAG_MAX_BYTES = 256
 MTU_MIN, MTU_MAX = 68, 65535  # RFC 791 minimum; the kernel's largest for most drivers
 IPV6_MIN_MTU = 1280  # RFC 8200
 UINT32_MAX = 2**32 - 1
+INT64_MAX = 2**63 - 1
 
 
 def _tag_bytes(value: str) -> str:
@@ -151,7 +152,7 @@ class HintsMeta(Model):
     """Object metadata of a hints document."""
 
     name: DnsSubdomain | None = None
-    generation: Annotated[int, Field(ge=0)] = 0
+    generation: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
 
 
 class GuestHints(Document):

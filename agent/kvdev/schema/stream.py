@@ -220,9 +220,11 @@ def _api_version(value: object, source: str, index: int) -> str:
         raise SchemaError(
             [Problem(f"expected a JSON object, found {_json_type(value)}", source, index)]
         )
-    api = value.get("apiVersion")
-    if not isinstance(api, str) or not api:
+    if "apiVersion" not in value:
         raise SchemaError([Problem("required field is missing", source, index, "apiVersion")])
+    api = value["apiVersion"]
+    if not isinstance(api, str) or not api:
+        raise SchemaError([Problem("must be a non-empty string", source, index, "apiVersion")])
     return api
 
 
@@ -372,8 +374,12 @@ def decode_document(
         found = "nothing" if not values else f"{len(values)} values"
         raise SchemaError([Problem(f"expected one JSON object, found {found}", source)])
     doc = validate_value(values[0][1], model, source=source, index=None)
-    warnings = tuple(
+    warnings = [
         Problem("unknown field, ignored", source, None, path, Severity.WARNING)
         for path in unknown_fields(doc)
+    ]
+    warnings.extend(
+        Problem(f"duplicate key {key!r}: the last value wins", source, None, "", Severity.WARNING)
+        for _, key in duplicates
     )
-    return doc, warnings
+    return doc, tuple(warnings)

@@ -103,6 +103,7 @@ def role_of(relpath: str) -> Role:
         len(parts) == 4
         and parts[0] in {RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES}
         and parts[3].endswith(METADATA_SUFFIX)
+        and parts[3] != METADATA_SUFFIX
     ):
         return Role.DEVICE_METADATA
     return Role.UNRELATED
