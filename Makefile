@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help example test check lint typecheck imports unit clean
+.PHONY: help demo example test check lint typecheck imports unit clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[host,dev]'
 	touch $@
+
+demo: $(STAMP)  ## (root) the agent configures real links for the bundled example, in a throwaway netns
+	packaging/demo/netns-demo.sh $(BIN)/kvdev-agent
 
 example: $(STAMP)  ## validate the bundled example metadata tree, hints and config drive
 	$(BIN)/kvdev metadata validate packaging/examples/dra-device-attributes packaging/examples/config-drive/openstack/latest/meta_data.json

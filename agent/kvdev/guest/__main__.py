@@ -1,33 +1,140 @@
-"""``kvdev-agent``: the guest daemon's entry point (composition root).
+"""``kvdev-agent``: the guest daemon's entry point and composition root.
 
-The reconcile loop (files, udev and netlink in; configured interfaces and a status socket
-out) is being built; until it lands this entry point only answers ``--help`` and
-``--version`` and refuses to run, rather than pretend to manage anything.
+Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < flags), the adapters
+(netlink, udev, file watcher) and the reconcile loop, then either runs one converging pass
+(``--once``, for image builds, scripts and tests) or serves until SIGTERM. Exit codes:
+0 converged (or stopped cleanly), 1 ``--once`` left devices not configured, 2 usage or
+configuration error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from kvdev import __version__
+from kvdev.errors import UsageError
+from kvdev.guest import config as config_module
+from kvdev.guest import daemon, files, systemd, udev, views
+from kvdev.guest.netlink import LinkEvents, Netlink
+
+EPILOG = """\
+examples:
+  kvdev-agent                              # serve (systemd starts it as kvdev-agent.service)
+  kvdev-agent --once                       # converge once, print the status table, exit
+  kvdev-agent --once --dry-run --json      # what would change, as JSON; changes nothing
+  kvdev-agent --metadata-root ./tree --once
+
+exit status: 0 converged / stopped cleanly, 1 --once left devices not configured,
+2 usage or configuration error.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kvdev-agent",
+        description="The kvdev guest agent: matches the devices DRA metadata describes to this "
+        "VM's devices and configures their network interfaces (names, altnames, MTU, addresses, "
+        "routes, link state). Event-driven; never touches an interface nobody describes.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"kvdev-agent {__version__}")
+    p.add_argument(
+        "--config", type=Path, help=f"config file (default {config_module.DEFAULT_CONFIG})"
+    )
+    p.add_argument("--metadata-root", type=Path, help="metadata tree (default %(default)s)")
+    p.add_argument(
+        "--hints", type=Path, help="guest hints file (default <root>/kvdev/guest-hints.json)"
+    )
+    p.add_argument(
+        "--config-drive", type=Path, help="a config drive's openstack/latest/meta_data.json"
+    )
+    p.add_argument("--socket", type=Path, help="local API socket (default /run/kvdev/agent.sock)")
+    p.add_argument("--state-dir", type=Path, help="state directory (default /var/lib/kvdev)")
+    p.add_argument(
+        "--link-dir", type=Path, help="where .link files go (default /run/systemd/network)"
+    )
+    p.add_argument(
+        "--no-altnames",
+        dest="altnames",
+        action="store_false",
+        default=None,
+        help="do not add altnames",
+    )
+    p.add_argument(
+        "--match-kind",
+        dest="match_kinds",
+        action="append",
+        metavar="KIND",
+        help="also match software links of this kind (e.g. veth: tests and demos in a network "
+        "namespace); repeatable",
+    )
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
+    p.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+    p.add_argument("--json", action="store_true", help="with --once: print the status as JSON")
+    return p
+
+
+def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
+    """Defaults, then the config file, then the flags that were given."""
+    path = args.config or config_module.DEFAULT_CONFIG
+    cfg = config_module.from_toml(path, required=args.config is not None)
+    flags: dict[str, Any] = {
+        key: getattr(args, key)
+        for key in (
+            "metadata_root",
+            "hints",
+            "config_drive",
+            "socket",
+            "state_dir",
+            "link_dir",
+            "altnames",
+            "match_kinds",
+            "log_level",
+        )
+        if getattr(args, key) is not None
+    }
+    if "match_kinds" in flags:
+        flags["match_kinds"] = tuple(flags["match_kinds"])
+    return replace(cfg, **flags, once=args.once, dry_run=args.dry_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvdev-agent`` console script."""
-    parser = argparse.ArgumentParser(
-        prog="kvdev-agent",
-        description="The kvdev guest agent: configures the network interfaces that DRA "
-        "metadata describes and reports their state on a local socket.",
-    )
-    parser.add_argument("--version", action="version", version=f"kvdev-agent {__version__}")
-    parser.parse_args(argv)
-    sys.stderr.write(
-        "kvdev-agent: the agent's reconcile loop is not in this build yet; "
-        "use 'kvdev metadata validate' to check metadata offline\n"
-    )
-    return 2
+    args = _parser().parse_args(argv)
+    try:
+        cfg = load_config(args)
+    except UsageError as e:
+        sys.stderr.write(f"kvdev-agent: {e}\n")
+        return 2
+    logging.basicConfig(level=logging.WARNING, handlers=[systemd.log_handler()])
+    logging.getLogger("kvdev").setLevel(cfg.log_level.upper())  # libraries stay at WARNING
+    with ExitStack() as stack:
+        net = stack.enter_context(Netlink())
+        reconciler = daemon.Reconciler(cfg, net, udev.scan)
+        if cfg.once:
+            outcome = daemon.converge(reconciler)
+            if args.json:
+                json.dump(views.status_json(outcome.status), sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                sys.stdout.write(views.status_table(outcome.status))
+            return 0 if outcome.status.converged or cfg.dry_run else 1
+        watcher = stack.enter_context(
+            files.Watcher(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
+        )
+        monitor = stack.enter_context(udev.UdevMonitor())
+        events = stack.enter_context(LinkEvents())
+        return daemon.serve(reconciler, [watcher, monitor, events])
 
 
 if __name__ == "__main__":

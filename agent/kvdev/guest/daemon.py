@@ -1,0 +1,265 @@
+"""The reconcile loop: the only module that sees both the pure core and the adapters.
+
+``Reconciler.reconcile`` is one level-triggered pass: read every input file (keeping the last
+good content of each), observe udev and netlink, match, plan, apply, summarize. ``serve`` runs
+passes when an event says something may have changed: a file event, a udev event, a netlink
+event, a signal, or a retry that is due. Events only mark the state dirty; they are never
+interpreted. There is no polling: with nothing happening, the only wake-up is the systemd
+watchdog ping, when systemd asks for one.
+
+After a pass that changed something, one more pass verifies the result (our own changes
+also raise netlink events, which that pass absorbs). Retryable failures back off
+exponentially; so does a pass that keeps finding work, which means something else is
+fighting over the same links.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import signal
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Protocol
+
+from kvdev.guest import files, inventory, linkfiles, sources, systemd
+from kvdev.guest.config import AgentConfig
+from kvdev.guest.matching import match
+from kvdev.guest.observed import GuestDevice, NetState
+from kvdev.guest.planning import Plan, Policy, plan
+from kvdev.guest.status import Status, summarize
+from kvdev.guest.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
+
+log = logging.getLogger("kvdev.agent")
+
+RETRY_FIRST, RETRY_MAX = 0.25, 30.0
+VERIFY_PASSES = 3  # passes in a row that still find work before backing off
+
+
+class NetlinkPort(Protocol):
+    """What the loop needs from netlink."""
+
+    def read_state(self) -> NetState:
+        """Observe links, addresses and routes."""
+        ...
+
+    def apply(self, steps: Sequence[Step]) -> list[StepResult]:
+        """Apply steps, one result each."""
+        ...
+
+
+class Waitable(Protocol):
+    """An event source: a file descriptor to select on and a way to empty it."""
+
+    def fileno(self) -> int:
+        """The descriptor that becomes readable on an event."""
+        ...
+
+    def drain(self) -> object:
+        """Consume every pending event without blocking."""
+        ...
+
+
+@dataclass
+class Outcome:
+    """What one pass did."""
+
+    status: Status
+    plan: Plan
+    results: list[StepResult]
+
+    @property
+    def changed(self) -> bool:
+        """True when steps were applied."""
+        return bool(self.results)
+
+    @property
+    def retry(self) -> bool:
+        """True when a step failed in a way that may pass."""
+        return any(not r.ok and r.retryable for r in self.results)
+
+
+@dataclass
+class Reconciler:
+    """One level-triggered reconcile pass at a time."""
+
+    config: AgentConfig
+    net: NetlinkPort
+    scan_devices: Callable[[], tuple[GuestDevice, ...]]
+    prepare: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
+    belief: sources.Sources = field(default_factory=sources.Sources)
+    passes: int = 0
+
+    def reconcile(self) -> Outcome:
+        """Observe everything, plan, apply (unless dry-run), and summarize."""
+        cfg = self.config
+        self.prepare()
+        raws, complete = files.read_sources(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
+        self.belief = sources.update(self.belief, raws, listing_complete=complete)
+        state = self.net.read_state()
+        guest = inventory.merge(self.scan_devices(), state.links, allow_kinds=cfg.match_kinds)
+        matching = match(self.belief.described(), guest, self.belief.hints(), self.belief.tagged())
+        policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
+        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy)
+        results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
+        self.passes += 1
+        errors = [p for problems in self.belief.errors().values() for p in problems]
+        status = summarize(
+            matching, the_plan, results, errors, reconcile=self.passes, dry_run=cfg.dry_run
+        )
+        for r in results:
+            if not r.ok:
+                log.warning(
+                    "%s failed (%s): %s",
+                    type(r.step).__name__,
+                    "will retry" if r.retryable else "permanent",
+                    r.error,
+                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                )
+        return Outcome(status, the_plan, results)
+
+    def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
+        kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
+        results = self.net.apply(kernel) if kernel else []
+        results.extend(linkfiles.apply(s) for s in steps if s not in kernel)
+        return results
+
+
+def converge(reconciler: Reconciler, passes: int = VERIFY_PASSES) -> Outcome:
+    """Reconcile until a pass changes nothing (at most ``passes`` times): ``--once``."""
+    outcome = reconciler.reconcile()
+    for _ in range(passes - 1):
+        if not outcome.changed or reconciler.config.dry_run:
+            break
+        outcome = reconciler.reconcile()
+    return outcome
+
+
+@dataclass
+class _Clock:
+    retry_at: float | None = None
+    retry_delay: float = RETRY_FIRST
+    busy_passes: int = 0
+    ping_at: float | None = None
+
+
+class _Signals:
+    """SIGTERM/SIGINT stop the loop, SIGHUP forces a pass; both wake the selector."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.kick = False
+        self.reader, self.writer = socket.socketpair()
+        self.reader.setblocking(False)  # noqa: FBT003 - stdlib signature
+        self.writer.setblocking(False)  # noqa: FBT003
+        signal.set_wakeup_fd(self.writer.fileno())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        self.stop = True
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        self.kick = True
+
+    def stopping(self) -> bool:
+        """True once SIGTERM or SIGINT arrived (a call, so checks are never narrowed away)."""
+        return self.stop
+
+    def fileno(self) -> int:
+        return self.reader.fileno()
+
+    def drain(self) -> int:
+        count = 0
+        while True:
+            try:
+                chunk = self.reader.recv(4096)
+            except BlockingIOError:
+                return count
+            if not chunk:
+                return count
+            count += len(chunk)
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(-1)
+        self.reader.close()
+        self.writer.close()
+
+
+def serve(reconciler: Reconciler, sources_: Sequence[Waitable]) -> int:
+    """Run passes on events until SIGTERM/SIGINT; returns the exit code (0)."""
+    signals = _Signals()
+    selector = selectors.DefaultSelector()
+    for src in [*sources_, signals]:
+        selector.register(src.fileno(), selectors.EVENT_READ, src)
+    clock = _Clock()
+    ping = systemd.watchdog_interval()
+    last_summary = ""
+    try:
+        outcome = reconciler.reconcile()
+        systemd.notify("READY=1", f"STATUS={outcome.status.summary()}")
+        while not signals.stopping():
+            last_summary = _publish(outcome, last_summary)
+            dirty = _schedule(outcome, clock)
+            now = time.monotonic()
+            if ping is not None and (clock.ping_at is None or clock.ping_at <= now):
+                systemd.notify("WATCHDOG=1")
+                clock.ping_at = now + ping
+            timeout = _timeout(dirty, clock, now)
+            ready = selector.select(timeout)
+            for key, _ in ready:
+                key.data.drain()
+            if signals.stopping():
+                break
+            due = clock.retry_at is not None and clock.retry_at <= time.monotonic()
+            if ready or dirty or due or signals.kick:
+                signals.kick = False
+                if due:
+                    clock.retry_at = None
+                outcome = reconciler.reconcile()
+    finally:
+        systemd.notify("STOPPING=1")
+        selector.close()
+        signals.close()
+    log.info("stopping; configured interfaces are left as they are")
+    return 0
+
+
+def _publish(outcome: Outcome, last: str) -> str:
+    summary = outcome.status.summary()
+    if summary != last:
+        systemd.notify(f"STATUS={summary}")
+        log.info("%s", summary)
+    return summary
+
+
+def _schedule(outcome: Outcome, clock: _Clock) -> bool:
+    """Decide whether another pass is due now; set the retry time when one is due later."""
+    if outcome.retry:
+        clock.retry_at = time.monotonic() + clock.retry_delay
+        clock.retry_delay = min(clock.retry_delay * 2, RETRY_MAX)
+        return False
+    if not outcome.changed:
+        clock.busy_passes = 0
+        clock.retry_delay = RETRY_FIRST
+        return False
+    clock.busy_passes += 1
+    if clock.busy_passes < VERIFY_PASSES:
+        return True  # verify what we just changed
+    log.warning("links keep changing back after %d passes; backing off", clock.busy_passes)
+    clock.retry_at = time.monotonic() + clock.retry_delay
+    clock.retry_delay = min(clock.retry_delay * 2, RETRY_MAX)
+    return False
+
+
+def _timeout(dirty: bool, clock: _Clock, now: float) -> float | None:
+    if dirty:
+        return 0.0
+    deadlines = [t for t in (clock.retry_at, clock.ping_at) if t is not None]
+    return max(0.0, min(deadlines) - now) if deadlines else None

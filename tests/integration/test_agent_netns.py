@@ -1,0 +1,233 @@
+"""kvdev-agent end to end on real links: a network namespace stands in for the guest.
+
+The agent runs as a real process inside the namespace (``ip netns exec``), against a copy of
+the bundled example tree; every assertion reads the kernel with ``ip -j``.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "packaging" / "examples"
+AGENT = shutil.which("kvdev-agent") or str(Path(sys.executable).parent / "kvdev-agent")
+NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+LINKS = (
+    ("eth1", "02:00:00:3b:02:01"),
+    ("eth2", "02:00:00:3b:02:02"),
+    ("eth3", "0c:42:a1:5e:00:01"),
+)
+
+
+def ip(ns, *args):
+    return subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True, text=True)
+
+
+def ip_json(ns, *args):
+    out = subprocess.run(["ip", "-j", "-n", ns, *args], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout) if out.stdout.strip() else []
+
+
+def addresses(ns, dev):
+    found = ip_json(ns, "addr", "show", "dev", dev)
+    return sorted(
+        f"{a['local']}/{a['prefixlen']}" for a in found[0]["addr_info"] if a["scope"] == "global"
+    )
+
+
+def link(ns, dev):
+    return ip_json(ns, "-d", "link", "show", "dev", dev)[0]
+
+
+def add_link(ns, name, mac, peer):
+    ip(ns, "link", "add", name, "address", mac, "type", "veth", "peer", "name", peer)
+    ip(ns, "link", "set", peer, "up")
+
+
+@pytest.fixture
+def guest(netns, tmp_path):
+    """The namespace with the example's three NICs, and a private copy of the example tree."""
+    for i, (name, mac) in enumerate(LINKS, start=1):
+        add_link(netns, name, mac, f"peer{i}")
+    tree = tmp_path / "tree"
+    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
+    return netns, tree, tmp_path
+
+
+def agent_args(tree, work, *extra):
+    return [
+        AGENT,
+        "--metadata-root",
+        str(tree),
+        "--config-drive",
+        str(EXAMPLES / "config-drive/openstack/latest/meta_data.json"),
+        "--link-dir",
+        str(work / "network"),
+        "--state-dir",
+        str(work / "state"),
+        "--config",
+        "/dev/null",
+        "--match-kind",
+        "veth",
+        *extra,
+    ]
+
+
+def run_once(ns, tree, work, *extra):
+    cmd = ["ip", "netns", "exec", ns, *agent_args(tree, work, "--once", *extra)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def eventually(check, timeout=10.0):
+    """Wait (bounded) until ``check()`` is truthy; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except subprocess.CalledProcessError:  # e.g. the link is not there (yet)
+            value = None
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def test_once_configures_the_example(guest):
+    ns, tree, work = guest
+    done = run_once(ns, tree, work)
+    assert "vm1-devices/nics/sriov.example.com/node-a/vf-1" in done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr  # the GPU is missing in a netns
+    data0, data1, fast0 = link(ns, "data0"), link(ns, "data1"), link(ns, "fast0")
+    assert data0["address"] == "02:00:00:3b:02:01"
+    assert data0["mtu"] == 9000
+    assert "UP" in data0["flags"]
+    assert "vm1-devices.nics.vf-1" in data0.get("altnames", [])
+    assert "fast-nic.nic.pci-0000-5e-00-1" in fast0.get("altnames", [])
+    assert data1["mtu"] == 9000
+    assert addresses(ns, "data0") == ["10.1.0.5/24"]
+    assert addresses(ns, "data1") == ["10.1.0.6/24"]
+    assert addresses(ns, "fast0") == ["192.0.2.10/24", "198.51.100.7/24", "2001:db8:5e::10/64"]
+    routes = ip_json(ns, "route", "show", "proto", "75")
+    assert [(r["dst"], r["gateway"], r["dev"], r["metric"]) for r in routes] == [
+        ("10.3.0.0/16", "10.1.0.1", "data0", 100)
+    ]
+    link_file = (work / "network" / "10-kvdev-data0.link").read_text()
+    assert "Name=data0" in link_file
+    again = run_once(ns, tree, work, "--dry-run", "--json")
+    status = json.loads(again.stdout)
+    assert [d["phase"] for d in status["devices"]] == [
+        "Missing",
+        "Configured",
+        "Configured",
+        "Configured",
+    ]
+
+
+def test_dry_run_changes_nothing(guest):
+    ns, tree, work = guest
+    before = ip_json(ns, "addr")
+    done = run_once(ns, tree, work, "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert {d["phase"] for d in status["devices"]} == {"Pending", "Missing"}
+    assert ip_json(ns, "addr") == before
+
+
+def test_invalid_metadata_changes_nothing(guest):
+    ns, tree, work = guest
+    (tree / NICS).write_text('{"apiVersion": "metadata.resource.k8s.io/v1beta1", "kind": "Dev')
+    done = run_once(ns, tree, work, "--json")
+    status = json.loads(done.stdout)
+    assert any(NICS in e for e in status["metadataErrors"])
+    assert link(ns, "eth1")["mtu"] == 1500
+    assert addresses(ns, "eth1") == []
+
+
+class Notify:
+    """A NOTIFY_SOCKET the agent reports READY=1 and STATUS= to."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.path = path
+        self.seen: list[str] = []
+
+    def collect(self):
+        try:
+            while True:
+                self.seen.extend(self.sock.recv(4096).decode().splitlines())
+        except TimeoutError:
+            return self.seen
+
+
+@pytest.fixture
+def served(guest):
+    ns, tree, work = guest
+    notify = Notify(work / "notify.sock")
+    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path)}
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, *agent_args(tree, work)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert eventually(lambda: "READY=1" in notify.collect())
+        yield ns, tree, work, proc, notify
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)  # reaps it and closes the pipes
+        notify.sock.close()
+
+
+def test_serve_converges_corrects_drift_and_survives_bad_input(served):
+    ns, tree, _, proc, notify = served
+    assert eventually(lambda: addresses(ns, "data0") == ["10.1.0.5/24"])
+
+    # a metadata rewrite: one more IP on vf-1
+    path = tree / NICS
+    lines = path.read_text().splitlines()
+    docs = [json.loads(line) for line in lines]
+    for doc in docs:
+        doc["requests"][0]["devices"][0]["networkData"]["ips"].append("10.1.0.50/24")
+        doc["metadata"]["generation"] = 3
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    tmp.replace(path)
+    assert eventually(lambda: addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"])
+
+    # drift: someone deletes a managed address; it comes back
+    ip(ns, "addr", "del", "10.1.0.50/24", "dev", "data0")
+    assert eventually(lambda: "10.1.0.50/24" in addresses(ns, "data0"))
+
+    # a half-written file, then invalid JSON: nothing changes, the error is reported
+    path.write_text(lines[0][: len(lines[0]) // 2])
+    time.sleep(0.5)
+    assert addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"]
+    assert eventually(lambda: any("metadata error" in s for s in notify.collect()))
+
+    # hotplug: the NIC goes away and comes back (same MAC): configured again
+    ip(ns, "link", "del", "data1")
+    add_link(ns, "eth2", "02:00:00:3b:02:02", "peer2")
+    assert eventually(lambda: addresses(ns, "data1") == ["10.1.0.6/24"])
+    assert link(ns, "data1")["mtu"] == 9000
+
+    # SIGTERM: clean exit, configuration stays
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"]
