@@ -123,6 +123,9 @@ def test_once_configures_the_example(guest):
     assert [(r["dst"], r["gateway"], r["dev"], r["metric"]) for r in routes] == [
         ("10.3.0.0/16", "10.1.0.1", "data0", 100)
     ]
+    saved = json.loads((work / "state" / "status.json").read_text())
+    assert saved["kind"] == "AgentStatus"
+    assert saved["counts"] == {"Configured": 3, "Missing": 1}
     link_file = (work / "network" / "10-kvdev-data0.link").read_text()
     assert "Name=data0" in link_file
     again = run_once(ns, tree, work, "--dry-run", "--json")

@@ -15,6 +15,7 @@ fighting over the same links.
 
 from __future__ import annotations
 
+import json
 import logging
 import selectors
 import signal
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Protocol
 
-from kvdev.guest import files, inventory, linkfiles, sources, systemd
+from kvdev._atomic import write_atomic
+from kvdev.guest import files, inventory, linkfiles, sources, systemd, views
 from kvdev.guest.config import AgentConfig
 from kvdev.guest.matching import match
 from kvdev.guest.observed import GuestDevice, NetState
@@ -92,6 +94,7 @@ class Reconciler:
     prepare: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
     belief: sources.Sources = field(default_factory=sources.Sources)
     passes: int = 0
+    _saved: str = ""
 
     def reconcile(self) -> Outcome:
         """Observe everything, plan, apply (unless dry-run), and summarize."""
@@ -119,7 +122,23 @@ class Reconciler:
                     r.error,
                     extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
                 )
+        self._save(status)
         return Outcome(status, the_plan, results)
+
+    def _save(self, status: Status) -> None:
+        """Keep the last status in ``<state-dir>/status.json`` (written only when it changes)."""
+        body = views.status_json(status)
+        body.pop("reconcile")
+        text = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        if text == self._saved:
+            return
+        try:
+            self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+            write_atomic(self.config.state_dir / "status.json", text.encode(), mode=0o644)
+        except OSError as e:
+            log.warning("cannot save the status in %s: %s", self.config.state_dir, e.strerror)
+            return
+        self._saved = text
 
     def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
         kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
