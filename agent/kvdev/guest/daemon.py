@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Protocol
 
 from kvdev._atomic import write_atomic
+from kvdev.errors import RetryableError
 from kvdev.guest import files, inventory, linkfiles, sources, systemd, views
 from kvdev.guest.config import AgentConfig
 from kvdev.guest.matching import match
@@ -39,6 +40,7 @@ log = logging.getLogger("kvdev.agent")
 
 RETRY_FIRST, RETRY_MAX = 0.25, 30.0
 VERIFY_PASSES = 3  # passes in a row that still find work before backing off
+FIRST_PASS_TRIES = 5  # 0.25 + 0.5 + 1 + 2 s of retries before giving up at start
 
 
 class NetlinkPort(Protocol):
@@ -72,6 +74,7 @@ class Outcome:
     status: Status
     plan: Plan
     results: list[StepResult]
+    failed: bool = False  # the pass itself failed for now (observation interrupted ...)
 
     @property
     def changed(self) -> bool:
@@ -80,8 +83,8 @@ class Outcome:
 
     @property
     def retry(self) -> bool:
-        """True when a step failed in a way that may pass."""
-        return any(not r.ok and r.retryable for r in self.results)
+        """True when the pass, or one of its steps, failed in a way that may pass."""
+        return self.failed or any(not r.ok and r.retryable for r in self.results)
 
 
 @dataclass
@@ -149,11 +152,11 @@ class Reconciler:
 
 def converge(reconciler: Reconciler, passes: int = VERIFY_PASSES) -> Outcome:
     """Reconcile until a pass changes nothing (at most ``passes`` times): ``--once``."""
-    outcome = reconciler.reconcile()
+    outcome = _attempt(reconciler, None)
     for _ in range(passes - 1):
-        if not outcome.changed or reconciler.config.dry_run:
+        if not (outcome.changed or outcome.failed) or reconciler.config.dry_run:
             break
-        outcome = reconciler.reconcile()
+        outcome = _attempt(reconciler, outcome)
     return outcome
 
 
@@ -221,7 +224,7 @@ def serve(reconciler: Reconciler, sources_: Sequence[Waitable]) -> int:
     ping = systemd.watchdog_interval()
     last_summary = ""
     try:
-        outcome = reconciler.reconcile()
+        outcome = _attempt(reconciler, None)
         systemd.notify("READY=1", f"STATUS={outcome.status.summary()}")
         while not signals.stopping():
             last_summary = _publish(outcome, last_summary)
@@ -233,7 +236,10 @@ def serve(reconciler: Reconciler, sources_: Sequence[Waitable]) -> int:
             timeout = _timeout(dirty, clock, now)
             ready = selector.select(timeout)
             for key, _ in ready:
-                key.data.drain()
+                try:
+                    key.data.drain()
+                except RetryableError as e:  # e.g. a udev buffer overrun: a pass covers it
+                    log.warning("event source: %s", e)
             if signals.stopping():
                 break
             due = clock.retry_at is not None and clock.retry_at <= time.monotonic()
@@ -241,13 +247,34 @@ def serve(reconciler: Reconciler, sources_: Sequence[Waitable]) -> int:
                 signals.kick = False
                 if due:
                     clock.retry_at = None
-                outcome = reconciler.reconcile()
+                outcome = _attempt(reconciler, outcome)
     finally:
         systemd.notify("STOPPING=1")
         selector.close()
         signals.close()
     log.info("stopping; configured interfaces are left as they are")
     return 0
+
+
+def _attempt(reconciler: Reconciler, previous: Outcome | None) -> Outcome:
+    """One pass; an observation that fails for now (a dump interrupted ...) is retried later.
+
+    With no previous outcome (the first pass) a failure is retried here a few times, then
+    raised: systemd restarts the unit.
+    """
+    delay = RETRY_FIRST
+    for attempt in range(FIRST_PASS_TRIES):
+        try:
+            return reconciler.reconcile()
+        except RetryableError as e:
+            log.warning("pass failed, will retry: %s", e)
+            if previous is not None:
+                return Outcome(previous.status, previous.plan, [], failed=True)
+            if attempt == FIRST_PASS_TRIES - 1:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _publish(outcome: Outcome, last: str) -> str:
