@@ -78,7 +78,7 @@ def merge(base: AgentConfig, values: dict[str, Any], *, source: str) -> AgentCon
                 raise UsageError(f'{source}: {key} must be a list of link kinds, e.g. ["veth"]')
             changes[name] = tuple(value)
         else:
-            if value not in {"debug", "info", "warning", "error"}:
+            if not isinstance(value, str) or value not in {"debug", "info", "warning", "error"}:
                 raise UsageError(f"{source}: {key} must be debug, info, warning or error")
             changes[name] = value
     return replace(base, **changes)

@@ -78,8 +78,8 @@ class Outcome:
 
     @property
     def changed(self) -> bool:
-        """True when steps were applied."""
-        return bool(self.results)
+        """True when a step took effect (permanent failures alone wait for new input)."""
+        return any(r.ok for r in self.results)
 
     @property
     def retry(self) -> bool:

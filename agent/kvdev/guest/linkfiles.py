@@ -40,8 +40,9 @@ def apply(step: Step) -> StepResult:
             write_atomic(path, step.content.encode(), mode=0o644)
         else:
             path = Path(step.path)
-            path.unlink(missing_ok=True)
-            fsync_directory(path.parent)
+            if path.parent.is_dir():  # a directory that is gone took the file with it
+                path.unlink(missing_ok=True)
+                fsync_directory(path.parent)
     except OSError as e:
         retryable = e.errno in {errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EINTR}
         return StepResult(step, ok=False, error=f"{step.path}: {e.strerror}", retryable=retryable)

@@ -86,7 +86,12 @@ def status_table(status: Status) -> str:
             d.guest_pci_address or "-",
             d.mac or "-",
             ",".join(e.kind for e in d.evidence) or "-",
-            d.reason or ("addresses " + ",".join(d.desired.addresses) if d.desired else ""),
+            d.reason
+            or (
+                "addresses " + ",".join(d.desired.addresses)
+                if d.desired and d.desired.addresses
+                else ""
+            ),
         )
         for d in status.devices
     )

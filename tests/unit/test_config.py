@@ -1,0 +1,199 @@
+"""guest.config: merging flat keys and loading real TOML files, with errors naming file and key."""
+
+from pathlib import Path
+
+import pytest
+
+from kvdev.errors import UsageError
+from kvdev.guest.config import AgentConfig, from_toml, merge
+
+KNOWN = (
+    "altnames, config-drive, hints, link-dir, log-level, match-kinds, metadata-root, "
+    "socket, state-dir"
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "attr", "expected"),
+    [
+        ("metadata-root", "/srv/meta", "metadata_root", Path("/srv/meta")),
+        ("hints", "/etc/kvdev/hints.json", "hints", Path("/etc/kvdev/hints.json")),
+        ("config-drive", "/mnt/cd/meta_data.json", "config_drive", Path("/mnt/cd/meta_data.json")),
+        ("socket", "/run/k.sock", "socket", Path("/run/k.sock")),
+        ("state-dir", "relative/state", "state_dir", Path("relative/state")),
+        ("link-dir", "/etc/systemd/network", "link_dir", Path("/etc/systemd/network")),
+        ("altnames", False, "altnames", False),
+        ("match-kinds", ["veth", "dummy"], "match_kinds", ("veth", "dummy")),
+        ("match-kinds", [], "match_kinds", ()),
+        ("log-level", "debug", "log_level", "debug"),
+        ("log-level", "warning", "log_level", "warning"),
+        ("log-level", "error", "log_level", "error"),
+    ],
+)
+def test_merge_sets_one_key(key, value, attr, expected):
+    merged = merge(AgentConfig(), {key: value}, source="t.toml")
+    assert getattr(merged, attr) == expected
+    assert type(getattr(merged, attr)) is type(expected)
+    others = [f for f in AgentConfig.__slots__ if f != attr]
+    assert [getattr(merged, f) for f in others] == [getattr(AgentConfig(), f) for f in others]
+
+
+def test_merge_keeps_what_the_base_had():
+    base = AgentConfig(once=True, dry_run=True, log_level="debug")
+    merged = merge(base, {"altnames": False}, source="t.toml")
+    assert merged == AgentConfig(once=True, dry_run=True, log_level="debug", altnames=False)
+
+
+def test_merge_of_nothing_is_the_base():
+    base = AgentConfig(metadata_root=Path("/m"))
+    assert merge(base, {}, source="t.toml") == base
+
+
+@pytest.mark.parametrize("key", ["bogus", "once", "dry-run", "metadataRoot"])
+def test_unknown_key_names_the_source_the_key_and_the_known_keys(key):
+    with pytest.raises(UsageError) as e:
+        merge(AgentConfig(), {key: True}, source="/etc/kvdev/agent.toml")
+    assert str(e.value) == f"/etc/kvdev/agent.toml: unknown key {key!r} (known: {KNOWN})"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("metadata-root", 5, "metadata-root must be a non-empty path string"),
+        ("link-dir", "", "link-dir must be a non-empty path string"),
+        ("hints", ["/a"], "hints must be a non-empty path string"),
+        ("altnames", "yes", "altnames must be true or false"),
+        ("altnames", 1, "altnames must be true or false"),
+        ("match-kinds", "veth", 'match-kinds must be a list of link kinds, e.g. ["veth"]'),
+        ("match-kinds", ["veth", 3], 'match-kinds must be a list of link kinds, e.g. ["veth"]'),
+        ("log-level", "verbose", "log-level must be debug, info, warning or error"),
+        ("log-level", "INFO", "log-level must be debug, info, warning or error"),
+        ("log-level", 10, "log-level must be debug, info, warning or error"),
+    ],
+)
+def test_wrong_type_names_the_source_and_the_key(key, value, message):
+    with pytest.raises(UsageError) as e:
+        merge(AgentConfig(), {key: value}, source="a.toml")
+    assert str(e.value) == f"a.toml: {message}"
+
+
+@pytest.mark.parametrize(
+    "text", ['log-level = ["debug"]\n', 'log-level = { level = "debug" }\n'], ids=["array", "table"]
+)
+def test_unhashable_log_level_is_a_usage_error(tmp_path, text):
+    # Regression: `value not in {...}` on an array or table raised TypeError, not UsageError.
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as e:
+        from_toml(path, required=True)
+    assert str(e.value) == f"{path}: log-level must be debug, info, warning or error"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_from_toml_reads_every_key(tmp_path):
+    path = write(
+        tmp_path / "agent.toml",
+        """\
+metadata-root = "/srv/meta"
+hints = "/srv/hints.json"
+config-drive = "/mnt/cd/openstack/latest/meta_data.json"
+socket = "/run/x.sock"
+state-dir = "/var/lib/x"
+link-dir = "/etc/systemd/network"
+altnames = false
+match-kinds = ["veth"]
+log-level = "warning"
+""",
+    )
+    assert from_toml(path, required=True) == AgentConfig(
+        metadata_root=Path("/srv/meta"),
+        hints=Path("/srv/hints.json"),
+        config_drive=Path("/mnt/cd/openstack/latest/meta_data.json"),
+        socket=Path("/run/x.sock"),
+        state_dir=Path("/var/lib/x"),
+        link_dir=Path("/etc/systemd/network"),
+        altnames=False,
+        match_kinds=("veth",),
+        log_level="warning",
+    )
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_empty_file_gives_defaults(tmp_path, required):
+    path = write(tmp_path / "agent.toml", "# nothing set\n")
+    assert from_toml(path, required=required) == AgentConfig()
+
+
+def test_missing_default_file_gives_defaults(tmp_path):
+    assert from_toml(tmp_path / "absent.toml", required=False) == AgentConfig()
+
+
+def test_missing_explicit_file_is_a_usage_error(tmp_path):
+    path = tmp_path / "absent.toml"
+    with pytest.raises(UsageError) as e:
+        from_toml(path, required=True)
+    assert str(e.value) == f"{path}: no such config file"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b'metadata-root = "/srv\n', b"altnames = \n", b"[x\n", b"\xff\xfe bad bytes\n"],
+)
+def test_unparseable_file_is_a_usage_error_naming_it(tmp_path, text):
+    path = tmp_path / "agent.toml"
+    path.write_bytes(text)
+    with pytest.raises(UsageError) as e:
+        from_toml(path, required=False)
+    assert str(e.value).startswith(f"{path}: ")
+    assert len(str(e.value)) > len(f"{path}: ")
+
+
+def test_a_directory_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError) as e:
+        from_toml(tmp_path, required=False)
+    assert str(e.value) == f"{tmp_path}: [Errno 21] Is a directory: '{tmp_path}'"
+
+
+def test_unknown_key_in_a_file_names_the_file(tmp_path):
+    path = write(tmp_path / "agent.toml", 'metadata-root = "/m"\nmetdata-root = "/n"\n')
+    with pytest.raises(UsageError) as e:
+        from_toml(path, required=True)
+    assert str(e.value) == f"{path}: unknown key 'metdata-root' (known: {KNOWN})"
+
+
+def test_a_table_is_an_unknown_key(tmp_path):
+    path = write(tmp_path / "agent.toml", '[agent]\nmetadata-root = "/m"\n')
+    with pytest.raises(UsageError) as e:
+        from_toml(path, required=True)
+    assert str(e.value) == f"{path}: unknown key 'agent' (known: {KNOWN})"
+
+
+def test_wrong_type_in_a_file_names_the_file(tmp_path):
+    path = write(tmp_path / "agent.toml", 'altnames = "no"\n')
+    with pytest.raises(UsageError) as e:
+        from_toml(path, required=True)
+    assert str(e.value) == f"{path}: altnames must be true or false"
+
+
+@pytest.mark.parametrize(
+    ("config", "hints_path"),
+    [
+        (
+            AgentConfig(),
+            Path("/var/run/kubernetes.io/dra-device-attributes/kvdev/guest-hints.json"),
+        ),
+        (AgentConfig(metadata_root=Path("/srv/m")), Path("/srv/m/kvdev/guest-hints.json")),
+        (AgentConfig(metadata_root=Path("/srv/m"), hints=Path("/h.json")), Path("/h.json")),
+    ],
+)
+def test_hints_path_defaults_under_the_metadata_root(config, hints_path):
+    assert config.hints_path == hints_path
+
+
+def test_hints_path_follows_a_metadata_root_from_a_file(tmp_path):
+    path = write(tmp_path / "agent.toml", 'metadata-root = "/srv/meta"\n')
+    assert from_toml(path, required=True).hints_path == Path("/srv/meta/kvdev/guest-hints.json")
