@@ -91,6 +91,12 @@ def run_once(ns, tree, work, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
 
 
+def write_atomically(path, text):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def eventually(check, timeout=10.0):
     """Wait (bounded) until ``check()`` is truthy; return its last value."""
     deadline = time.monotonic() + timeout
@@ -209,14 +215,31 @@ def test_serve_converges_corrects_drift_and_survives_bad_input(served):
     for doc in docs:
         doc["requests"][0]["devices"][0]["networkData"]["ips"].append("10.1.0.50/24")
         doc["metadata"]["generation"] = 3
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    tmp.replace(path)
+    write_atomically(path, "".join(json.dumps(d) + "\n" for d in docs))
     assert eventually(lambda: addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"])
 
     # drift: someone deletes a managed address; it comes back
     ip(ns, "addr", "del", "10.1.0.50/24", "dev", "data0")
     assert eventually(lambda: "10.1.0.50/24" in addresses(ns, "data0"))
+
+    # a hints rewrite: another MTU for data0
+    hints = tree / "kvdev/guest-hints.json"
+    doc = json.loads(hints.read_text().splitlines()[0])
+    doc["devices"][0]["network"]["mtu"] = 4000
+    write_atomically(hints, json.dumps(doc) + "\n")
+    assert eventually(lambda: link(ns, "data0")["mtu"] == 4000)
+
+    # the IP leaves the metadata: kvdev removes the address it added, and only that
+    ip(ns, "addr", "add", "10.1.0.99/24", "dev", "data0")  # someone else's
+    for d in docs:
+        d["requests"][0]["devices"][0]["networkData"]["ips"].remove("10.1.0.50/24")
+    write_atomically(path, "".join(json.dumps(d) + "\n" for d in docs))
+    assert eventually(lambda: addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.99/24"])
+    ip(ns, "addr", "del", "10.1.0.99/24", "dev", "data0")
+    for d in docs:
+        d["requests"][0]["devices"][0]["networkData"]["ips"].append("10.1.0.50/24")
+    write_atomically(path, "".join(json.dumps(d) + "\n" for d in docs))
+    assert eventually(lambda: addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"])
 
     # a half-written file, then invalid JSON: nothing changes, the error is reported
     path.write_text(lines[0][: len(lines[0]) // 2])
