@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo example test check lint typecheck imports unit clean
+.PHONY: help demo example test check lint typecheck imports unit bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ imports: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
+	$(BIN)/python tests/bench/bench_agent.py $(BENCH_ARGS)
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build agent/*.egg-info

@@ -207,6 +207,20 @@ def test_fires_on_create_modify_replace_delete(root, tmp_path):
         assert quiet(watcher)
 
 
+def test_a_writers_temporary_file_does_not_wake_but_its_rename_does(root):
+    path = root / META
+    put(path, COMPLETE)
+    with files.Watcher(root) as watcher:
+        assert quiet(watcher)
+        temporary = put(path.parent / f".{path.name}.tmp", COMPLETE)
+        assert not woken(watcher, 0.3)
+        temporary.replace(path)
+        assert woken(watcher)
+        assert quiet(watcher)
+        put(root / "resourceclaims" / "notes.txt")
+        assert not woken(watcher, 0.3)
+
+
 def test_own_reads_and_unrelated_neighbours_do_not_wake(root, tmp_path):
     put(root / META, COMPLETE)
     with files.Watcher(root, tmp_path / "etc/hints.json") as watcher:

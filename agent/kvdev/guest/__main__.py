@@ -134,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
-        return daemon.serve(reconciler, [watcher, monitor, events])
+        return daemon.serve(
+            reconciler, file_events=watcher, udev_events=monitor, link_events=events
+        )
 
 
 if __name__ == "__main__":

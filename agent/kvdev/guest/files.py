@@ -369,14 +369,22 @@ class Watcher:
             if recursive or not any(path.is_relative_to(top) for top in tops)
         }
 
+    def _matters(self, path: Path, *, is_dir: bool) -> bool:
+        """A target or its ancestor; under the root, a directory or a file kvdev reads.
+
+        A writer's temporary file (``.x-metadata.json.tmp``) wakes nobody; the rename that
+        puts it in place does.
+        """
+        if any(t.is_relative_to(path) for t in (Path(self._root), *map(Path, self._files))):
+            return True
+        if not path.is_relative_to(self._root):
+            return False
+        return is_dir or role_of(path.relative_to(self._root).as_posix()) is not Role.UNRELATED
+
     def _on_event(self, event: events.FileSystemEvent) -> None:
         """On watchdog's thread: count a relevant event; wake the loop once until drained."""
         paths = [Path(os.fsdecode(p)) for p in (event.src_path, event.dest_path) if p]
-        if not any(
-            p.is_relative_to(self._root) or t.is_relative_to(p)
-            for p in paths
-            for t in (self._root, *self._files)
-        ):
+        if not any(self._matters(p, is_dir=event.is_directory) for p in paths):
             return
         with self._lock:
             self._pending += 1

@@ -16,6 +16,7 @@ The network interfaces it sees are those of the network namespace that mounted `
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import socket
 from collections.abc import Container
@@ -158,6 +159,12 @@ def _function(device: pyudev.Device, found: _Found, sys_root: Path) -> GuestDevi
     )
 
 
+@functools.cache
+def _context() -> pyudev.Context:
+    """One libudev context for the process (creating one runs ``ldconfig -p``)."""
+    return pyudev.Context()
+
+
 def scan(
     context: pyudev.Context | None = None, sys_root: str | None = None
 ) -> tuple[GuestDevice, ...]:
@@ -176,7 +183,7 @@ def scan(
     Raises:
         RetryableError: sysfs is not there, or libudev could not enumerate it.
     """
-    ctx = context if context is not None else pyudev.Context()
+    ctx = context if context is not None else _context()
     root = Path(sys_root if sys_root is not None else ctx.sys_path)
     if not (root / "devices").is_dir():
         raise RetryableError(f"no sysfs at {root}: cannot list devices")
