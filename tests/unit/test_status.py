@@ -5,9 +5,16 @@ import pytest
 from kvdev.errors import Problem
 from kvdev.guest import steps as s
 from kvdev.guest.matching import Binding, Evidence, Matching, MatchState
-from kvdev.guest.observed import GuestDevice, Nic
+from kvdev.guest.observed import Address, GuestDevice, Link, NetState, Nic
 from kvdev.guest.planning import Blocked, Desired, Plan
-from kvdev.guest.status import DeviceStatus, Phase, Status, summarize
+from kvdev.guest.status import (
+    ClaimStatus,
+    DeviceStatus,
+    MetadataState,
+    Phase,
+    Status,
+    summarize,
+)
 from kvdev.schema.described import DescribedDevice
 
 EMPTY_PLAN = Plan((), (), ())
@@ -49,7 +56,12 @@ def add_address(name="vf-0", address="10.1.0.5/24"):
 
 def one(*bindings, plan=EMPTY_PLAN, results=(), dry_run=False):
     status = summarize(
-        Matching(tuple(bindings), ()), plan, list(results), [], reconcile=1, dry_run=dry_run
+        Matching(tuple(bindings), ()),
+        plan,
+        list(results),
+        MetadataState(),
+        reconcile=1,
+        dry_run=dry_run,
     )
     return status.devices
 
@@ -72,7 +84,23 @@ def test_bound_device_with_nothing_failed_is_configured_with_every_field():
         mac="02:aa:00:00:00:01",  # the permanent MAC wins over the current one
         evidence=(MAC_EVIDENCE,),
         desired=want,
+        guest=g,
     )
+
+
+def test_observed_link_and_addresses_come_from_the_state_of_the_bound_nic():
+    g = guest()
+    link = Link(11, "eth1", "02:00:00:00:00:01", mtu=9000, up=True)
+    state = NetState(
+        (link, Link(12, "eth2")),
+        (Address(11, "10.1.0.5/24"), Address(12, "10.9.0.1/24"), Address(11, "fe80::1/64")),
+    )
+    status = summarize(
+        Matching((bound(g=g),), ()), EMPTY_PLAN, [], MetadataState(), reconcile=1, state=state
+    )
+    (d,) = status.devices
+    assert d.observed == link
+    assert d.observed_addresses == ("10.1.0.5/24", "fe80::1/64")
 
 
 def test_successfully_applied_steps_leave_the_device_configured():
@@ -188,14 +216,15 @@ def test_unmanaged_lists_the_nics_of_unbound_guest_devices_in_order():
         GuestDevice("0000:04:00.0"),  # no NIC: nothing to name
         GuestDevice(None, nics=(Nic("veth0", 9),)),
     )
-    status = summarize(Matching((), unbound), EMPTY_PLAN, [], [], reconcile=7)
+    status = summarize(Matching((), unbound), EMPTY_PLAN, [], MetadataState(), reconcile=7)
     assert status.unmanaged == ("eth3", "eth4", "veth0")
 
 
 def test_status_carries_reconcile_file_errors_and_dry_run():
-    errors = [Problem("boom", "a.json")]
-    status = summarize(Matching((), ()), EMPTY_PLAN, [], errors, reconcile=7, dry_run=True)
-    assert status == Status(7, (), (), (Problem("boom", "a.json"),), dry_run=True)
+    claim = ClaimStatus("vm1-devices", "vms", None, 2, "tree/x-metadata.json")
+    metadata = MetadataState((Problem("boom", "a.json"),), (claim,))
+    status = summarize(Matching((), ()), EMPTY_PLAN, [], metadata, reconcile=7, dry_run=True)
+    assert status == Status(7, (), (), (Problem("boom", "a.json"),), dry_run=True, claims=(claim,))
 
 
 def device(phase):

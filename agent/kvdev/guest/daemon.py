@@ -34,8 +34,9 @@ from kvdev.guest.config import AgentConfig
 from kvdev.guest.matching import match
 from kvdev.guest.observed import GuestDevice, NetState
 from kvdev.guest.planning import Plan, Policy, plan
-from kvdev.guest.status import Status, summarize
+from kvdev.guest.status import ClaimStatus, MetadataState, Status, summarize
 from kvdev.guest.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
+from kvdev.schema.metadata import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
 
@@ -131,7 +132,13 @@ class Reconciler:
         self.passes += 1
         errors = [p for problems in self.belief.errors().values() for p in problems]
         status = summarize(
-            matching, the_plan, results, errors, reconcile=self.passes, dry_run=cfg.dry_run
+            matching,
+            the_plan,
+            results,
+            MetadataState(tuple(errors), tuple(self._claims())),
+            reconcile=self.passes,
+            dry_run=cfg.dry_run,
+            state=self._state if not results else None,
         )
         for r in results:
             if not r.ok:
@@ -144,6 +151,20 @@ class Reconciler:
                 )
         self._save(status)
         return Outcome(status, the_plan, results)
+
+    def _claims(self) -> list[ClaimStatus]:
+        """Per metadata file in force: the claim and the generation acted on."""
+        out = []
+        for entry in self.belief.entries:
+            doc = entry.used.document if entry.used is not None else None
+            if isinstance(doc, DeviceMetadata):
+                meta = doc.metadata
+                out.append(
+                    ClaimStatus(
+                        meta.name, meta.namespace, doc.pod_claim_name, meta.generation, entry.source
+                    )
+                )
+        return out
 
     def _save(self, status: Status) -> None:
         """Keep the last status in ``<state-dir>/status.json`` (written only when it changes)."""

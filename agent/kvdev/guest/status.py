@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from kvdev.errors import Problem
 from kvdev.guest.matching import Binding, Evidence, Matching, MatchState
+from kvdev.guest.observed import GuestDevice, Link, NetState
 from kvdev.guest.planning import Desired, Plan
 from kvdev.guest.steps import Step, StepResult
 
@@ -57,6 +58,28 @@ class DeviceStatus:
     reason: str = ""
     desired: Desired | None = None
     pending_steps: tuple[Step, ...] = ()
+    guest: GuestDevice | None = None  # the bound guest device: driver, NUMA node, /dev nodes
+    observed: Link | None = None  # the bound NIC's link as netlink last saw it
+    observed_addresses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatus:
+    """One metadata file in force: whose claim, which generation the agent acted on."""
+
+    claim: str
+    namespace: str | None
+    pod_claim_name: str | None
+    generation: int
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataState:
+    """What the agent knows of its input files: the claims in force, and the files in error."""
+
+    errors: tuple[Problem, ...] = ()
+    claims: tuple[ClaimStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +91,7 @@ class Status:
     unmanaged: tuple[str, ...]
     file_errors: tuple[Problem, ...]
     dry_run: bool = False
+    claims: tuple[ClaimStatus, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -98,7 +122,7 @@ class _ByDevice:
     blocked: dict[str, list[str]]
 
 
-def _device(b: Binding, by: _ByDevice, *, dry_run: bool) -> DeviceStatus:
+def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool) -> DeviceStatus:
     desired, steps, failures, blocked = by.desired, by.steps, by.failures, by.blocked
     d = b.device
     ref = d.ref
@@ -135,6 +159,13 @@ def _device(b: Binding, by: _ByDevice, *, dry_run: bool) -> DeviceStatus:
         reason=reason,
         desired=desired.get(ref),
         pending_steps=left,
+        guest=b.guest,
+        observed=state.link(nic.ifindex) if state is not None and nic is not None else None,
+        observed_addresses=tuple(
+            a.address
+            for a in (state.addresses if state else ())
+            if nic and a.ifindex == nic.ifindex
+        ),
     )
 
 
@@ -142,10 +173,11 @@ def summarize(
     matching: Matching,
     plan: Plan,
     results: Sequence[StepResult],
-    file_errors: Sequence[Problem],
+    metadata: MetadataState,
     *,
     reconcile: int,
     dry_run: bool = False,
+    state: NetState | None = None,
 ) -> Status:
     """Combine one reconcile's outputs into the published status."""
     desired = {d.device: d for d in plan.desired}
@@ -160,6 +192,6 @@ def summarize(
     for item in plan.blocked:
         blocked.setdefault(item.device, []).append(item.reason)
     by = _ByDevice(desired, steps, failures, blocked)
-    devices = tuple(_device(b, by, dry_run=dry_run) for b in matching.bindings)
+    devices = tuple(_device(b, by, state, dry_run=dry_run) for b in matching.bindings)
     unmanaged = tuple(nic.ifname for g in matching.unmanaged for nic in g.nics)
-    return Status(reconcile, devices, unmanaged, tuple(file_errors), dry_run)
+    return Status(reconcile, devices, unmanaged, metadata.errors, dry_run, metadata.claims)
