@@ -5,8 +5,9 @@ import time
 import pytest
 
 from kvdev.guest import steps as s
-from kvdev.guest.daemon import RETRY_FIRST, RETRY_MAX, VERIFY_PASSES, Outcome, _Clock, _schedule
-from kvdev.guest.daemon import _timeout as timeout
+from kvdev.guest.daemon import RETRY_FIRST, RETRY_MAX, VERIFY_PASSES, Outcome
+from kvdev.guest.loop import _Clock, _schedule
+from kvdev.guest.loop import _timeout as timeout
 from kvdev.guest.planning import Plan
 from kvdev.guest.status import Status
 

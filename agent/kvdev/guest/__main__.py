@@ -22,7 +22,7 @@ from typing import Any
 from kvdev import __version__
 from kvdev.errors import UsageError
 from kvdev.guest import config as config_module
-from kvdev.guest import daemon, files, systemd, udev, views
+from kvdev.guest import daemon, files, loop, systemd, udev, views
 from kvdev.guest.netlink import LinkEvents, Netlink
 
 EPILOG = """\
@@ -134,9 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
-        return daemon.serve(
-            reconciler, file_events=watcher, udev_events=monitor, link_events=events
-        )
+        return loop.serve(reconciler, file_events=watcher, udev_events=monitor, link_events=events)
 
 
 if __name__ == "__main__":

@@ -195,3 +195,40 @@ def summarize(
     devices = tuple(_device(b, by, state, dry_run=dry_run) for b in matching.bindings)
     unmanaged = tuple(nic.ifname for g in matching.unmanaged for nic in g.nics)
     return Status(reconcile, devices, unmanaged, metadata.errors, dry_run, metadata.claims)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One state change between two statuses, as ``GET /v1/events`` reports it."""
+
+    type: str  # DeviceAdded | DeviceChanged | DeviceRemoved | MetadataError | MetadataRecovered
+    subject: str  # a device ref or a file
+    phase: str
+    message: str
+
+
+def changes(before: Status | None, after: Status) -> list[Change]:
+    """What changed from ``before`` to ``after`` (everything is new when ``before`` is None)."""
+    old = {d.ref: d for d in (before.devices if before else ())}
+    new = {d.ref: d for d in after.devices}
+    out = [
+        Change("DeviceAdded", ref, d.phase.value, d.reason)
+        for ref, d in new.items()
+        if ref not in old
+    ]
+    out.extend(
+        Change(
+            "DeviceChanged",
+            ref,
+            d.phase.value,
+            f"{old[ref].phase.value} -> {d.phase.value}" + (f": {d.reason}" if d.reason else ""),
+        )
+        for ref, d in new.items()
+        if ref in old and (old[ref].phase, old[ref].reason) != (d.phase, d.reason)
+    )
+    out.extend(Change("DeviceRemoved", ref, "", "") for ref in old if ref not in new)
+    errors_before = {str(p) for p in (before.file_errors if before else ())}
+    errors_after = {str(p) for p in after.file_errors}
+    out.extend(Change("MetadataError", "", "", e) for e in sorted(errors_after - errors_before))
+    out.extend(Change("MetadataRecovered", "", "", e) for e in sorted(errors_before - errors_after))
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from kvdev.guest.planning import Plan
 from kvdev.guest.status import DeviceStatus, Status
 from kvdev.guest.steps import Step
 
@@ -55,7 +56,57 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         }
     if d.pending_steps:
         out["pendingSteps"] = [_step_json(s) for s in d.pending_steps]
+    if d.guest is not None:
+        g = d.guest
+        out["guest"] = {
+            "pciAddress": g.pci_address,
+            "vendorId": g.vendor_id,
+            "deviceId": g.device_id,
+            "class": g.class_id,
+            "driver": g.driver,
+            "numaNode": g.numa_node,
+            "devNodes": list(g.dev_nodes),
+        }
+    if d.observed is not None:
+        lk = d.observed
+        out["observed"] = {
+            "interface": lk.ifname,
+            "ifindex": lk.ifindex,
+            "mac": lk.mac,
+            "permanentMac": lk.permanent_mac,
+            "mtu": lk.mtu,
+            "up": lk.up,
+            "operState": lk.oper_state,
+            "altnames": list(lk.altnames),
+            "addresses": list(d.observed_addresses),
+        }
     return out
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """What a pass would do now (``GET /v1/plan``)."""
+    return {
+        "apiVersion": STATUS_API_VERSION,
+        "kind": "Plan",
+        "steps": [{"device": s.device, **_step_json(s)} for s in plan.steps],
+        "blocked": [
+            {"device": b.device, "interface": b.ifname, "reason": b.reason} for b in plan.blocked
+        ],
+    }
+
+
+def claims_json(status: Status) -> list[dict[str, Any]]:
+    """The metadata files in force, with the generation the agent acted on."""
+    return [
+        {
+            "claim": c.claim,
+            "namespace": c.namespace,
+            "podClaimName": c.pod_claim_name,
+            "observedGeneration": c.generation,
+            "source": c.source,
+        }
+        for c in status.claims
+    ]
 
 
 def status_json(status: Status) -> dict[str, Any]:
@@ -71,6 +122,7 @@ def status_json(status: Status) -> dict[str, Any]:
         "devices": [device_json(d) for d in status.devices],
         "unmanaged": list(status.unmanaged),
         "metadataErrors": [str(p) for p in status.file_errors],
+        "claims": claims_json(status),
     }
 
 
