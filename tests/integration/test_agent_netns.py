@@ -78,6 +78,8 @@ def agent_args(tree, work, *extra):
         str(work / "network"),
         "--state-dir",
         str(work / "state"),
+        "--socket",
+        str(work / "agent.sock"),
         "--config",
         "/dev/null",
         "--match-kind",
@@ -257,3 +259,43 @@ def test_serve_converges_corrects_drift_and_survives_bad_input(served):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     assert addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"]
+
+
+def curl(work, path, *extra):
+    done = subprocess.run(
+        ["curl", "-sS", "--unix-socket", str(work / "agent.sock"), *extra, f"http://kvdev{path}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_local_api_answers_curl(served):
+    _, _, work, _, _ = served
+    assert eventually(lambda: curl(work, "/v1/status")["converged"] is False)  # the GPU is missing
+    status = curl(work, "/v1/status")
+    assert status["ready"] is True
+    assert status["counts"] == {"Configured": 3, "Missing": 1}
+    assert {c["claim"] for c in status["claims"]} == {
+        "vm1-devices",
+        "virt-launcher-vm1-fast-nic-q7w2x",
+    }
+    assert status["agent"]["rssBytes"] > 0
+    devices = curl(work, "/v1/devices")["items"]
+    vf1 = next(d for d in devices if d["device"] == "vf-1")
+    assert vf1["observed"]["interface"] == "data0"
+    assert vf1["observed"]["mtu"] == 9000
+    assert "10.1.0.5/24" in vf1["observed"]["addresses"]
+    assert vf1["interfaceStats"]["rxBytes"] >= 0
+    one = curl(work, "/v1/devices/fast-nic/nic/rdma/pci-0000-5e-00-1")
+    assert one["phase"] == "Configured"
+    assert curl(work, "/v1/plan")["steps"] == []
+    assert curl(work, "/v1/reconcile", "-X", "POST")["converged"] is False
+    events = curl(work, "/v1/events?since=0")
+    assert {e["type"] for e in events["items"]} >= {"DeviceAdded"}
+    assert curl(work, "/healthz")["ok"] is True
+    missing = curl(work, "/v1/devices/nope/nic/vf-9")
+    assert (missing["kind"], missing["code"]) == ("Error", 404)

@@ -56,6 +56,7 @@ def test_pending_device_json_exactly():
         "ref": REF,
         "phase": "Pending",
         "claim": "vm1-nics",
+        "podClaimName": None,
         "request": "nic",
         "driver": "sriov.example.com",
         "pool": "node-a",

@@ -23,7 +23,10 @@ from kvdev import __version__
 from kvdev.errors import UsageError
 from kvdev.guest import config as config_module
 from kvdev.guest import daemon, files, loop, systemd, udev, views
+from kvdev.guest.api import Api
+from kvdev.guest.bridge import Bridge
 from kvdev.guest.netlink import LinkEvents, Netlink
+from kvdev.guest.server import Handler, Server
 
 EPILOG = """\
 examples:
@@ -134,7 +137,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
-        return loop.serve(reconciler, file_events=watcher, udev_events=monitor, link_events=events)
+        reconciler.prepare = watcher.rearm
+        bridge = Bridge()
+        stack.callback(bridge.close)
+        server = _server(cfg, Api(bridge).handle)
+        server.start()
+        stack.callback(server.stop)
+        return loop.serve(
+            reconciler,
+            file_events=watcher,
+            udev_events=monitor,
+            link_events=events,
+            bridge=bridge,
+        )
+
+
+def _server(cfg: config_module.AgentConfig, handler: Handler) -> Server:
+    """The local API on the socket systemd passed, or on ``--socket`` bound by us."""
+    fds = systemd.listen_fds()
+    if fds:
+        return Server(handler, listen_fd=fds[0])
+    return Server(handler, path=cfg.socket)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ class DeviceStatus:
     guest: GuestDevice | None = None  # the bound guest device: driver, NUMA node, /dev nodes
     observed: Link | None = None  # the bound NIC's link as netlink last saw it
     observed_addresses: tuple[str, ...] = ()
+    pod_claim_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         pending_steps=left,
         guest=b.guest,
         observed=state.link(nic.ifindex) if state is not None and nic is not None else None,
+        pod_claim_name=d.pod_claim_name,
         observed_addresses=tuple(
             a.address
             for a in (state.addresses if state else ())

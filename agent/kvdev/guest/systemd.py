@@ -1,9 +1,10 @@
-"""systemd integration: sd_notify and journal logging, with a stdlib fallback.
+"""systemd integration: sd_notify, socket activation and journal logging, stdlib fallback.
 
 ``notify`` sends READY=1 / STATUS= / WATCHDOG=1 / STOPPING=1 to ``$NOTIFY_SOCKET`` (abstract
 sockets, written ``@name``, included); it is a no-op outside systemd. ``watchdog_interval``
 reads ``$WATCHDOG_USEC`` (honouring ``$WATCHDOG_PID``) and returns half of it, the ping
-period systemd recommends. ``log_handler`` returns a journal handler with structured fields
+period systemd recommends. ``listen_fds`` returns the sockets systemd passed (``LISTEN_FDS``).
+``log_handler`` returns a journal handler with structured fields
 when systemd-python is installed, else a plain stderr handler.
 """
 
@@ -71,3 +72,25 @@ def log_handler() -> logging.Handler:
     stream = logging.StreamHandler(sys.stderr)
     stream.setFormatter(_Fields("%(levelname)s %(message)s"))
     return stream
+
+
+SD_LISTEN_FDS_START = 3
+
+
+def listen_fds(*, unset: bool = True) -> list[int]:
+    """File descriptors passed by systemd socket activation (``LISTEN_FDS``), if for us.
+
+    With ``unset`` the variables are removed so that child processes do not inherit them.
+    """
+    count = os.environ.get("LISTEN_FDS")
+    pid = os.environ.get("LISTEN_PID")
+    if unset:
+        for name in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+            os.environ.pop(name, None)
+    if not count or pid != str(os.getpid()):
+        return []
+    try:
+        n = int(count)
+    except ValueError:
+        return []
+    return list(range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + max(n, 0)))

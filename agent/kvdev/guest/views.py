@@ -31,6 +31,7 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         "ref": d.ref,
         "phase": d.phase.value,
         "claim": d.claim,
+        "podClaimName": d.pod_claim_name,
         "request": d.request,
         "driver": d.driver,
         "pool": d.pool,

@@ -1,0 +1,416 @@
+"""guest.server over real Unix sockets: HTTP, access policy, limits, lifecycle."""
+
+import asyncio
+import http.client
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kvdev.errors import UsageError
+from kvdev.guest.server import Limits, Request, Response, Server
+
+NOBODY = 65534
+SHORT = Limits(max_connections=8, request_timeout=1.0, keepalive_timeout=2.0)
+
+
+class App:
+    """The test handler: echoes the request, and has a few special routes."""
+
+    def __init__(self):
+        self.entered = threading.Event()
+        self.cancelled = threading.Event()
+        self._release: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def release(self):
+        assert self._loop is not None
+        assert self._release is not None
+        self._loop.call_soon_threadsafe(self._release.set)
+
+    async def __call__(self, request: Request) -> Response:
+        if request.path == "/boom":
+            raise RuntimeError("handler bug")
+        if request.path == "/slow":
+            await asyncio.sleep(0.2)
+        if request.path == "/wait":  # a long poll
+            self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
+            self.entered.set()
+            try:
+                await self._release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        body = {"method": request.method, "path": request.path, "query": request.query}
+        body |= {"uid": request.peer.uid, "body": request.body.decode()}
+        return Response(200, body, (("X-Test", "yes"),))
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=5.0):
+        super().__init__("kvdev", timeout=timeout)
+        self.unix_path = str(path)
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def call(path, method="GET", target="/x", body=None, headers=None):
+    conn = UnixHTTPConnection(path)
+    try:
+        conn.request(method, target, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read()), resp
+    finally:
+        conn.close()
+
+
+def raw(path, data, *, half_close=False):
+    """Send bytes, read the whole answer; the status code (0 when nothing came back)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(str(path))
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return (int(answer.split()[1]) if answer else 0), answer
+
+
+CLOSE = b"GET /x HTTP/1.1\r\nHost: k\r\nConnection: close\r\n\r\n"
+
+
+def run(*argv):
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def app():
+    return App()
+
+
+@pytest.fixture
+def serve(tmp_path, app):
+    started = []
+
+    def start(path=None, **kwargs):
+        kwargs.setdefault("limits", SHORT)
+        if "listen_fd" not in kwargs:
+            kwargs["path"] = path or tmp_path / "run" / "agent.sock"
+        server = Server(app, **kwargs)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_get_via_http_client_echoes_method_path_query_and_peer(serve):
+    server = serve()
+    status, body, resp = call(server.address, target="/a/b%2Fc?x=1&x=2&y=&z=%20")
+    assert (status, body["method"], body["path"], body["body"]) == (200, "GET", "/a/b%2Fc", "")
+    assert body["uid"] == os.geteuid()
+    assert body["query"] == {"x": "2", "y": "", "z": " "}
+    assert resp.getheader("Content-Type") == "application/json"
+    assert resp.getheader("X-Test") == "yes"
+
+
+def test_get_via_curl(serve):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    server = serve()
+    out = run("curl", "-sS", "--unix-socket", server.address, "http://kvdev/x")
+    assert out.endswith("}\n")
+    assert json.loads(out)["path"] == "/x"
+
+
+def test_keep_alive_serves_two_requests_on_one_connection_and_honours_close(serve):
+    server = serve()
+    conn = UnixHTTPConnection(server.address)
+    try:
+        conn.request("GET", "/one")
+        first = conn.getresponse()
+        assert json.loads(first.read())["path"] == "/one"
+        assert not first.will_close
+        sock = conn.sock
+        conn.request("HEAD", "/two")
+        second = conn.getresponse()
+        assert second.status == 200
+        assert second.read() == b""
+        assert int(second.getheader("Content-Length")) > 0
+        assert conn.sock is sock
+    finally:
+        conn.close()
+    status, answer = raw(server.address, CLOSE)
+    assert status == 200  # and raw() returned: the server closed after answering
+    assert b"Connection: close" in answer
+
+
+def test_post_as_root_reaches_the_handler(serve):
+    server = serve()
+    status, body, _ = call(server.address, "POST", "/do", body=b'{"a": 1}')
+    assert (status, body["method"], body["body"]) == (200, "POST", '{"a": 1}')
+
+
+NOBODY_CLIENT = """
+import json, socket, sys
+out = []
+for method in ("GET", "POST"):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(sys.argv[1])
+        s.sendall(f"{method} /x HTTP/1.1\\r\\nHost: k\\r\\nContent-Length: 0\\r\\n"
+                  "Connection: close\\r\\n\\r\\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    out.append([int(data.split()[1]), json.loads(data.split(b"\\r\\n\\r\\n", 1)[1])])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize(
+    ("socket_gid", "groups", "get_status"),
+    [
+        (None, ["--regid=nogroup", "--clear-groups"], 403),
+        (NOBODY, ["--regid=nogroup", "--clear-groups"], 200),  # primary group
+        (NOBODY, ["--regid=1", f"--groups={NOBODY}"], 200),  # supplementary group
+    ],
+)
+def test_access_policy_for_nobody(serve, caplog, socket_gid, groups, get_status):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
+    try:
+        directory.chmod(0o755)
+        server = serve(directory / "agent.sock", group="kvdev-no-such-group", mode=0o666)
+        if socket_gid is not None:
+            os.chown(server.address, -1, socket_gid)
+        cmd = ["setpriv", "--reuid=nobody", *groups, python]
+        out = run(*cmd, "-c", NOBODY_CLIENT, server.address)
+    finally:
+        shutil.rmtree(directory)
+    (got_get, get_body), (got_post, post_body) = json.loads(out)
+    assert (got_get, got_post) == (get_status, 403)
+    assert (post_body["kind"], post_body["code"]) == ("Error", 403)
+    assert get_body["uid" if got_get == 200 else "code"] == (NOBODY if got_get == 200 else 403)
+    denied = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("POST /x" in m and f"uid {NOBODY}" in m and "pid" in m for m in denied)
+
+
+def test_oversized_headers_get_431(serve):
+    server = serve()
+    status, body, _ = call(server.address, headers={"X-Big": "a" * 9000})
+    assert (status, body["code"], body["apiVersion"]) == (431, 431, "kvdev.io/v1alpha1")
+    # many headers that fit in one read are counted too
+    many = {f"X-H{i}": "b" * 100 for i in range(100)}
+    assert call(server.address, headers=many)[0] == 431
+
+
+def test_oversized_body_gets_413(serve):
+    server = serve()
+    assert call(server.address, "POST", body=b"x" * 5000)[0] == 413
+    chunked = (
+        b"POST /x HTTP/1.1\r\nHost: k\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"1000\r\n" + b"y" * 4096 + b"\r\n" + b"10\r\n" + b"z" * 16 + b"\r\n0\r\n\r\n"
+    )
+    assert raw(server.address, chunked)[0] == 413
+
+
+def test_garbage_gets_400_and_the_server_serves_the_next_client(serve):
+    server = serve()
+    status, answer = raw(server.address, b"\x16\x03\x01\x02\x00garbage\r\n\r\n")
+    assert status == 400
+    assert b'"kind": "Error"' in answer
+    assert call(server.address)[0] == 200
+
+
+def test_slowloris_gets_408_and_does_not_block_others(serve):
+    server = serve()  # request_timeout = 1.0
+    result = {}
+
+    def slowloris():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(server.address)
+            sock.settimeout(0.5)
+            began = time.monotonic()
+            for byte in b"GET /x HTTP/1.1\r\nHost: kvdev\r\nX-Slow: " + b"s" * 100:
+                sock.send(bytes([byte]))
+                try:
+                    result["answer"] = sock.recv(65536)
+                except TimeoutError:
+                    continue
+                result["after"] = time.monotonic() - began
+                return
+
+    thread = threading.Thread(target=slowloris)
+    thread.start()
+    time.sleep(0.2)
+    began = time.monotonic()
+    assert call(server.address)[0] == 200
+    assert time.monotonic() - began < 0.5
+    thread.join(timeout=5)
+    assert result["answer"].startswith(b"HTTP/1.1 408")
+    assert 0.9 < result["after"] < 2.0
+
+
+STORM = """
+import collections, json, socket, sys, threading
+counts, lock = collections.Counter(), threading.Lock()
+def one():
+    status = "no answer"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(sys.argv[1])  # blocking: waits while the listen backlog is full
+        s.settimeout(10)
+        try:
+            s.sendall(b"GET /slow HTTP/1.1\\r\\nHost: k\\r\\nConnection: close\\r\\n\\r\\n")
+        except BrokenPipeError:  # refused before we wrote: the 503 is still there to read
+            pass
+        data = b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        if data:
+            status = int(data.split()[1])
+    with lock:
+        counts[status] += 1
+threads = [threading.Thread(target=one) for _ in range(500)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(counts))
+"""
+
+
+def test_connection_storm_gets_200_or_503_and_leaks_nothing(serve):
+    server = serve()  # max_connections = 8, /slow holds each served one 0.2 s
+    assert raw(server.address, CLOSE)[0] == 200  # returns once the server closed its end
+    baseline = open_fds()
+    counts = json.loads(run(sys.executable, "-c", STORM, server.address))
+    assert set(counts) <= {"200", "503"}
+    assert sum(counts.values()) == 500
+    assert counts.get("200", 0) >= 8
+    assert counts.get("503", 0) > 0
+    assert raw(server.address, CLOSE)[0] == 200
+    deadline = time.monotonic() + 3
+    while open_fds() != baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_fds() == baseline
+
+
+def test_half_closed_client_still_gets_its_answer(serve):
+    server = serve()
+    request = b"GET /half HTTP/1.1\r\nHost: k\r\n\r\n"
+    status, answer = raw(server.address, request, half_close=True)
+    assert status == 200
+    assert b'"path": "/half"' in answer
+
+
+def test_long_poll_waits_and_a_client_that_leaves_cancels_it(serve, app):
+    server = serve()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(server.address)
+        sock.sendall(b"GET /wait HTTP/1.1\r\nHost: k\r\n\r\n")
+        assert app.entered.wait(5)
+    assert app.cancelled.wait(5)
+
+    app.entered.clear()
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.update(status=call(server.address, "GET", "/wait")[0])
+    )
+    thread.start()
+    assert app.entered.wait(5)
+    time.sleep(SHORT.request_timeout + 0.2)  # no server timeout on the handler
+    app.release()
+    thread.join(timeout=5)
+    assert result == {"status": 200}
+
+    app.entered.clear()
+    app.cancelled.clear()
+    waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with waiting:
+        waiting.connect(server.address)
+        waiting.sendall(b"GET /wait HTTP/1.1\r\nHost: k\r\n\r\n")
+        assert app.entered.wait(5)
+        server.stop()  # does not wait for the long poll: it cancels it and closes
+        assert app.cancelled.is_set()
+        assert waiting.recv(100) == b""
+
+
+def test_handler_exception_gives_500_and_the_server_keeps_working(serve, caplog):
+    server = serve()
+    status, body, _ = call(server.address, target="/boom")
+    assert (status, body["kind"], body["code"]) == (500, "Error", 500)
+    assert "handler bug" not in body["message"]
+    assert any(r.exc_info and "GET /boom" in r.getMessage() for r in caplog.records)
+    assert call(server.address)[0] == 200
+
+
+def test_bind_creates_the_directory_and_stop_removes_the_socket_idempotently(serve, tmp_path):
+    path = tmp_path / "new" / "dir" / "agent.sock"
+    server = serve(path, mode=0o660)
+    assert (path.parent.stat().st_mode & 0o777) == 0o755
+    assert (path.stat().st_mode & 0o777) == 0o660
+    server.stop()
+    assert not path.exists()
+    server.stop()
+    with pytest.raises(OSError, match=r"No such file|Connection refused"):
+        call(path)
+
+
+def test_a_stale_socket_file_is_replaced(serve, tmp_path):
+    path = tmp_path / "agent.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(path))  # bound, never listening: what a crashed agent leaves
+    server = serve(path)
+    assert call(server.address)[0] == 200
+
+
+def test_a_live_server_on_the_same_path_is_a_usage_error(serve, app, tmp_path):
+    path = tmp_path / "agent.sock"
+    serve(path)
+    with pytest.raises(UsageError, match=re.escape(str(path))):
+        Server(app, path=path).start()
+    assert call(path)[0] == 200
+
+
+def test_socket_activation_serves_a_listening_fd(serve, tmp_path):
+    path = tmp_path / "activated.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(16)
+        server = serve(listen_fd=listener.fileno())
+        assert server.address == str(path)
+        assert call(path)[0] == 200
+        server.stop()
+        assert path.exists()  # the socket file belongs to whoever bound it
+        assert listener.fileno() >= 0
+
+
+def test_a_non_listening_fd_is_refused(app):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, pytest.raises(UsageError):
+        Server(app, listen_fd=sock.fileno()).start()
