@@ -14,7 +14,9 @@ renamed):
 * ``GET /v1/plan``: what a pass would do now, from a fresh observation; changes nothing.
 * ``POST /v1/reconcile`` (root only): a full pass now, with fresh observations; its status.
 * ``GET /v1/events?since=N&wait=S``: state changes numbered above N, waiting up to S seconds
-  (at most 60) for one; ``next`` is the N to ask from next time.
+  (at most 60) for one; ``next`` is the N to ask from next time; numbers restart with the
+  agent (``startedAt``). Types: Ready, ConvergenceChanged, DeviceAdded, DeviceChanged,
+  DeviceRemoved, MetadataError, MetadataRecovered.
 
 Everything the loop must do (plan, reconcile) goes through the bridge; reads use the latest
 snapshot. Access control is the server's (reads: root and the socket's group; the rest: root).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -170,6 +173,7 @@ class Api:
                 "kind": "EventList",
                 "items": [_event_json(e) for e in items],
                 "next": last,
+                "startedAt": _iso(self.bridge.started_at),  # numbers restart with the agent
             },
         )
 
@@ -178,8 +182,15 @@ class Api:
     async def _plan(self, _request: Request, _parts: list[str]) -> Response:
         return await self._ask("plan")
 
-    async def _reconcile(self, _request: Request, _parts: list[str]) -> Response:
-        return await self._ask("reconcile")
+    async def _reconcile(self, request: Request, parts: list[str]) -> Response:
+        """A full pass; answered with the same body as ``GET /v1/status`` after it."""
+        asked = await self._ask("reconcile")
+        if asked.status != HTTPStatus.OK or not isinstance(asked.body, dict):
+            return asked
+        status = await self._status(request, parts)
+        if isinstance(status.body, dict):
+            status.body["tookSeconds"] = asked.body["tookSeconds"]
+        return status
 
     async def _ask(self, kind: str) -> Response:
         started = time.monotonic()

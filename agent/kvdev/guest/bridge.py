@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvdev.guest.status import Status, changes
+from kvdev.guest.status import Change, Status, changes
 
 EVENTS_KEPT = 512
 
@@ -78,10 +78,14 @@ class Bridge:
         with self._lock:
             before = self._snapshot
             found = changes(before.status if before else None, status)
+            flipped = before is None or before.status.converged != status.converged
+            if flipped:  # so that long-polls see "ready" and convergence, even with no devices
+                what = "Converged" if status.converged else "NotConverged"
+                kind = "Ready" if before is None else "ConvergenceChanged"
+                found.append(Change(kind, "", what, status.summary()))
             for c in found:
                 self._seq += 1
                 self._events.append(Event(self._seq, now, c.type, c.subject, c.phase, c.message))
-            flipped = before is None or before.status.converged != status.converged
             errors = [d.reason for d in status.devices if d.phase.value == "Error"]
             errors += [str(p) for p in status.file_errors]
             last_error = errors[-1] if errors else (before.last_error if before else None)
@@ -128,6 +132,11 @@ class Bridge:
         """The latest published state (None before the first pass)."""
         with self._lock:
             return self._snapshot
+
+    @property
+    def started_at(self) -> float:
+        """When this agent process started (wall clock): event numbers restart with it."""
+        return self._started
 
     def events_since(self, seq: int) -> tuple[list[Event], int]:
         """Events numbered above ``seq``, and the number to ask from next time."""

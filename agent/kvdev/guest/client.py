@@ -1,0 +1,192 @@
+"""The ``kvdev`` CLI's side of the agent's local API: HTTP/1.1 + JSON over a Unix socket.
+
+An adapter. It owns connecting to the socket (stdlib ``http.client`` over ``AF_UNIX``, Host
+``kvdev``), one request per connection, decoding the JSON answer, and turning every way that
+can fail into an ``AgentError`` whose text is the one line ``kvdev`` prints: no socket, a
+socket nobody listens on, permission denied, no answer in time, a broken answer, or the
+agent's own JSON error (``ApiError``, with its HTTP status). It knows nothing of what the
+endpoints mean; the CLI does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import grp
+import http.client
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+DEFAULT_SOCKET: Final = "/run/kvdev/agent.sock"
+SOCKET_ENV: Final = "KVDEV_SOCKET"
+HOST: Final = "kvdev"
+DEFAULT_GROUP: Final = "kvdev"
+MAX_BODY: Final = 64 * 1024 * 1024  # an answer larger than this is not the agent's
+
+
+class AgentError(Exception):
+    """The agent could not be asked, or refused; ``str()`` is the line to print."""
+
+
+class NotRunningError(AgentError):
+    """The socket file does not exist (yet): the agent is not running."""
+
+
+class UnreachableError(AgentError):
+    """The socket exists but did not give a usable answer (permission, refused, time, garbage)."""
+
+
+class ApiError(AgentError):
+    """The agent answered with an error (HTTP status >= 400); ``body`` is its JSON."""
+
+    def __init__(self, status: int, message: str, body: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One HTTP answer: status code and decoded JSON object."""
+
+    status: int
+    body: dict[str, Any]
+
+
+def default_socket() -> str:
+    """``$KVDEV_SOCKET`` when set and not empty, else ``/run/kvdev/agent.sock``."""
+    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def path_of(*segments: str) -> str:
+    """An API path with each segment percent-encoded (``/`` inside a segment too)."""
+    return "/" + "/".join(quote(s, safe="") for s in segments)
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """An ``HTTPConnection`` whose transport is a Unix stream socket at ``socket_path``."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__(HOST, timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        """Connect to the Unix socket, with the connection's timeout."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _group_of(path: str) -> str:
+    """The socket file's group name (who may read), ``kvdev`` when it cannot be told."""
+    with contextlib.suppress(OSError, KeyError):
+        return grp.getgrgid(Path(path).stat().st_gid).gr_name
+    return DEFAULT_GROUP
+
+
+class Client:
+    """Asks the agent at ``socket_path``; every call opens and closes its own connection."""
+
+    def __init__(self, socket_path: str, timeout: float = 5.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Answer:
+        """One request; any HTTP status is returned, only transport failures raise."""
+        wait = self.timeout if timeout is None else timeout
+        target = path + ("?" + urlencode(query) if query else "")
+        conn = UnixHTTPConnection(self.socket_path, wait)
+        try:
+            conn.connect()
+        except OSError as e:
+            raise self._connect_error(e, wait) from e
+        try:
+            conn.request(method, target, headers={"Accept": "application/json"})
+            response = conn.getresponse()
+            data = response.read(MAX_BODY + 1)
+        except TimeoutError as e:
+            raise UnreachableError(self._late(wait)) from e
+        except (OSError, http.client.HTTPException) as e:
+            message = f"the agent at {self.socket_path} broke off the answer: {_why(e)}"
+            raise UnreachableError(message) from e
+        finally:
+            conn.close()
+        return Answer(response.status, self._decode(data))
+
+    def get(
+        self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """GET ``path``: the JSON body of a 2xx answer; ``ApiError`` for an error status."""
+        return self.check(self.request("GET", path, query, timeout=timeout))
+
+    def post(self, path: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """POST ``path`` with no body: the JSON of a 2xx answer; ``ApiError`` otherwise."""
+        return self.check(self.request("POST", path, timeout=timeout))
+
+    @staticmethod
+    def check(answer: Answer) -> dict[str, Any]:
+        """The body of a successful answer, or ``ApiError`` with the agent's message."""
+        if answer.status < 400:
+            return answer.body
+        message = answer.body.get("message")
+        if not isinstance(message, str) or not message:
+            message = f"the agent answered HTTP {answer.status}"
+        raise ApiError(answer.status, message, answer.body)
+
+    def _late(self, wait: float) -> str:
+        return f"agent at {self.socket_path} did not answer within {wait:g} s"
+
+    def _connect_error(self, e: OSError, wait: float) -> AgentError:
+        path = self.socket_path
+        if isinstance(e, TimeoutError):
+            return UnreachableError(self._late(wait))
+        if e.errno == errno.ENOENT:
+            return NotRunningError(f"agent not running: no socket at {path}")
+        if e.errno in {errno.EACCES, errno.EPERM}:
+            group = _group_of(path)
+            readers = "only root" if group == "root" else f"members of group {group} and root"
+            return UnreachableError(f"permission denied on {path} ({readers} may read)")
+        if e.errno == errno.ECONNREFUSED:
+            return UnreachableError(
+                f"agent not running: nothing listens on {path} (a stale socket?)"
+            )
+        return UnreachableError(f"cannot connect to the agent at {path}: {_why(e)}")
+
+    def _decode(self, data: bytes) -> dict[str, Any]:
+        if len(data) > MAX_BODY:
+            raise UnreachableError(f"the agent at {self.socket_path} answered more than 64 MiB")
+        try:
+            body = json.loads(data)
+        except ValueError as e:
+            raise UnreachableError(
+                f"the agent at {self.socket_path} answered with bad JSON: {e}"
+            ) from e
+        if not isinstance(body, dict):
+            raise UnreachableError(
+                f"the agent at {self.socket_path} answered JSON that is no object"
+            )
+        return body
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__

@@ -1,0 +1,346 @@
+"""What ``kvdev`` prints for the agent's API answers, and how it finds a device among them.
+
+Pure: JSON-ready dicts in (exactly as ``GET /v1/status``, ``/v1/devices`` and ``/v1/plan``
+answer them, see ``api``), text out. It owns the human renderings of ``kvdev status``,
+``devices``, ``explain`` and ``plan``, and ``find_devices``, the lookup behind ``explain`` by
+ref, interface name, altname, MAC or guest PCI address. Missing or null fields print as ``-``:
+the API may add fields and an older agent may lack some.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+PHASE_ORDER: Final = ("Configured", "Pending", "Missing", "Ambiguous", "Error", "Unmanaged")
+_PHASE_COLOR: Final = {"Configured": "32", "Pending": "33", "Missing": "31", "Ambiguous": "31"}
+_HEADER = "DEVICE PHASE INTERFACE GUEST_PCI DRIVER NUMA MAC ADDRESSES RX/TX SPEED"
+DEVICES_HEADER: Final = tuple(h.replace("_", " ") for h in _HEADER.split())
+_SHORT_PCI = re.compile(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+Json = Mapping[str, Any]
+
+
+def paint(code: str, text: str, color: bool) -> str:
+    """``text`` in an SGR colour when ``color`` is on."""
+    return f"\x1b[{code}m{text}\x1b[0m" if color and code else text
+
+
+def _phase_code(phase: str) -> str:
+    return _PHASE_COLOR.get(phase, "1;31" if phase == "Error" else "")
+
+
+def _phase(phase: str, color: bool) -> str:
+    return paint(_phase_code(phase), phase, color)
+
+
+def _s(value: object) -> str:
+    """A cell: ``-`` for null or empty, lists comma-joined, booleans as yes/no."""
+    if value is None or value in ("", [], ()):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ",".join(_s(v) for v in value)
+    return str(value)
+
+
+def _get(obj: Json | None, *keys: str) -> Any:  # noqa: ANN401 - a JSON value of any type
+    """``obj[k1][k2]...``, or None as soon as a level is missing."""
+    value: Any = obj
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def table(rows: Sequence[Sequence[str]], colors: Mapping[int, Sequence[str]] | None = None) -> str:
+    """Aligned columns (two spaces apart, the last one unpadded); ``colors[row]`` per cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        codes = (colors or {}).get(n, ())
+        cells = []
+        for i, cell in enumerate(row):
+            pad = " " * (widths[i] - len(cell)) if i < len(row) - 1 else ""
+            code = codes[i] if i < len(codes) else ""
+            cells.append(paint(code, cell, bool(code)) + pad)
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def human_bytes(n: object) -> str:
+    """``1536`` -> ``1.5KiB``; ``-`` when unknown."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        return "-"
+    value, units = float(n), ["B", "KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value, units = value / 1024, units[1:]
+    return f"{n}B" if units[0] == "B" else f"{value:.1f}{units[0]}"
+
+
+def human_speed(mbps: object) -> str:
+    """``25000`` -> ``25Gb/s``; ``-`` when unknown."""
+    if not isinstance(mbps, int) or isinstance(mbps, bool) or mbps <= 0:
+        return "-"
+    return f"{mbps // 1000}Gb/s" if mbps % 1000 == 0 else f"{mbps}Mb/s"
+
+
+def human_duration(seconds: object) -> str:
+    """``3725`` -> ``1h2m5s``."""
+    if not isinstance(seconds, int | float):
+        return "-"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (s, "s")]
+    return "".join(f"{v}{u}" for v, u in parts if v) or "0s"
+
+
+def counts_text(counts: Mapping[str, int], color: bool = False) -> str:
+    """``2 Configured, 1 Missing`` in phase order; ``no devices described`` when empty."""
+    order = sorted(counts, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+    return ", ".join(f"{counts[p]} {_phase(p, color)}" for p in order) or "no devices described"
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _labelled(pairs: Sequence[tuple[str, str]], indent: str = "") -> list[str]:
+    """``label:  text`` lines, the texts aligned; an empty label continues the one above."""
+    width = max(len(label) for label, _ in pairs) + 2
+    return [f"{indent}{(label + ':') if label else '':<{width}}{text}" for label, text in pairs]
+
+
+def status_text(body: Json, color: bool = False) -> str:
+    """``kvdev status``: the agent's state in labelled lines, then the claims in force."""
+    converged = paint("32", "yes", color) if body.get("converged") else paint("1;31", "no", color)
+    agent = body.get("agent") or {}
+    errors = body.get("metadataErrors") or []
+    pairs = [
+        ("converged", f"{converged}, since {_s(body.get('since'))}"),
+        ("ready", _s(body.get("ready"))),
+        ("devices", counts_text(body.get("counts") or {}, color)),
+        (
+            "dry run",
+            "yes: the agent plans and reports, changing nothing" if body.get("dryRun") else "no",
+        ),
+        ("unmanaged", _s(body.get("unmanaged"))),
+        ("metadata errors", str(len(errors)) if errors else "none"),
+        *(("", paint("31", str(e), color)) for e in errors),
+        ("last error", _s(body.get("lastError"))),
+        ("reconcile", f"pass #{_s(body.get('reconcile'))}"),
+        (
+            "agent",
+            (
+                f"pid {_s(agent.get('pid'))}, RSS {human_bytes(agent.get('rssBytes'))}, "
+                f"CPU {_s(agent.get('cpuSeconds'))} s, "
+                f"up {human_duration(agent.get('uptimeSeconds'))}, kvdev {_s(agent.get('version'))}"
+            ),
+        ),
+    ]
+    lines = _labelled(pairs)
+    claims = body.get("claims") or []
+    if claims:
+        keys = ("claim", "namespace", "podClaimName", "observedGeneration", "source")
+        rows: list[tuple[str, ...]] = [("CLAIM", "NAMESPACE", "POD CLAIM", "OBSERVED GEN")]
+        rows[0] += ("SOURCE",)
+        rows.extend(tuple(_s(c.get(k)) for k in keys) for c in claims)
+        lines.append("claims:")
+        lines.extend("  " + line for line in table(rows).splitlines())
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def devices_table(items: Sequence[Json], color: bool = False) -> str:
+    """``kvdev devices``: one aligned row per described device."""
+    if not items:
+        return "no devices described\n"
+    rows: list[tuple[str, ...]] = [DEVICES_HEADER]
+    colors: dict[int, list[str]] = {}
+    for n, d in enumerate(items, start=1):
+        stats = d.get("interfaceStats") or {}
+        traffic = f"{human_bytes(stats.get('rxBytes'))}/{human_bytes(stats.get('txBytes'))}"
+        rows.append(
+            (
+                _s(d.get("ref")),
+                _s(d.get("phase")),
+                _s(_get(d, "observed", "interface") or d.get("interface")),
+                _s(d.get("guestPciAddress")),
+                _s(_get(d, "guest", "driver")),
+                _s(_get(d, "guest", "numaNode")),
+                _s(d.get("mac")),
+                _s(_get(d, "observed", "addresses")),
+                "-" if not stats else traffic,
+                human_speed(stats.get("speedMbps")),
+            )
+        )
+        if color:
+            colors[n] = ["", _phase_code(str(d.get("phase")))]
+    return table(rows, colors)
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def _norm_mac(text: str) -> str:
+    return text.strip().lower().replace("-", ":")
+
+
+def _norm_pci(text: str) -> str:
+    text = text.strip().lower()
+    return "0000:" + text if _SHORT_PCI.fullmatch(text) else text
+
+
+def _lookup_keys(d: Json) -> tuple[tuple[str, set[object]], ...]:
+    """What a device may be named by, per kind of name, in the order they are tried."""
+    names = {d.get("interface"), _get(d, "observed", "interface"), _get(d, "desired", "interface")}
+    names |= {_get(d, "desired", "altname"), *(_get(d, "observed", "altnames") or ())}
+    macs = {d.get("mac"), _get(d, "observed", "mac"), _get(d, "observed", "permanentMac")}
+    pcis = {d.get("guestPciAddress"), _get(d, "guest", "pciAddress")}
+    return (("ref", {d.get("ref")}), ("interface name", names), ("MAC", macs), ("PCI", pcis))
+
+
+def find_devices(items: Iterable[Json], key: str) -> tuple[list[Json], str]:
+    """The devices ``key`` names, and how: by ref, interface name or altname, MAC or PCI."""
+    wanted = {"ref": key, "interface name": key, "MAC": _norm_mac(key), "PCI": _norm_pci(key)}
+    items = list(items)
+    for how, value in wanted.items():
+        found = [d for d in items if value in dict(_lookup_keys(d))[how] - {None}]
+        if found:
+            return found, how
+    return [], ""
+
+
+_VERDICT: Final = {
+    "Configured": "matched, and nothing is left to do",
+    "Pending": "matched; steps are still to apply",
+    "Missing": "no guest device matches it",
+    "Ambiguous": "more than one guest device could be it; kvdev never guesses",
+    "Error": "matched, but configuring it failed or is blocked",
+}
+
+
+def _step_text(step: Json) -> tuple[str, str, str, str]:
+    """(type, interface, what, why) of one planned step."""
+    if step.get("newName"):
+        what = f"-> {step['newName']}"
+    elif step.get("altname"):
+        what = f"altname {step['altname']}"
+    elif step.get("mtu") is not None:
+        what = f"mtu {step['mtu']}"
+    elif step.get("address"):
+        what = str(step["address"])
+    elif step.get("destination"):
+        what = f"route {step['destination']}"
+        what += f" via {step['gateway']}" if step.get("gateway") else ""
+        what += f" metric {step['metric']}" if step.get("metric") is not None else ""
+    else:
+        what = "-"
+    return (_s(step.get("type")), _s(step.get("ifname")), what, _s(step.get("reason")))
+
+
+def _state_rows(d: Json) -> list[tuple[str, str, str, str]]:
+    """(field, desired, observed, mark) for what planning wants against what netlink saw."""
+    want, seen = d.get("desired") or {}, d.get("observed") or {}
+    if not want and not seen:
+        return []
+    routes = [
+        r["destination"] + (f" via {r['gateway']}" if r.get("gateway") else "")
+        for r in want.get("routes") or []
+    ]
+
+    def differs(a: object, b: object) -> bool:
+        return a is not None and b is not None and a != b
+
+    altname, altnames = want.get("altname"), seen.get("altnames") or []
+    missing = set(want.get("addresses") or []) - set(seen.get("addresses") or [])
+    rows = [
+        ("interface", want.get("interface"), seen.get("interface"), differs),
+        ("altname", altname, altnames, lambda a, b: bool(a) and a not in b),
+        ("mtu", want.get("mtu"), seen.get("mtu"), differs),
+        ("addresses", want.get("addresses"), seen.get("addresses"), lambda *_: bool(missing)),
+        ("routes", routes, None, lambda *_: False),
+        ("up", True if want else None, seen.get("up"), differs),
+    ]
+    return [(f, _s(a), _s(b), "differs" if test(a, b) else "") for f, a, b, test in rows]
+
+
+def _guest_text(g: Json) -> str:
+    """``0000:07:00.0 15b3:101e class 020000, driver mlx5_core, NUMA 0``: the facts known."""
+    ids = f"{g['vendorId']}:{g['deviceId']}" if g.get("vendorId") else None
+    head = [g.get("pciAddress") or "no PCI address", ids, g.get("class") and f"class {g['class']}"]
+    facts = [" ".join(str(h) for h in head if h)]
+    facts += [f"driver {g['driver']}"] if g.get("driver") else []
+    facts += [f"NUMA {g['numaNode']}"] if g.get("numaNode") is not None else []
+    facts += [f"nodes {_s(g['devNodes'])}"] if g.get("devNodes") else []
+    return ", ".join(facts)
+
+
+def explain_text(d: Json, color: bool = False) -> str:
+    """``kvdev explain``: why a device matched or did not, and what is left to do."""
+    phase = str(d.get("phase"))
+    claim = f"{_s(d.get('claim'))} (pod claim {_s(d.get('podClaimName'))})"
+    pairs = [
+        ("phase", f"{_phase(phase, color)}: {_VERDICT.get(phase, '')}".rstrip(": ")),
+        ("claim", f"{claim}, request {_s(d.get('request'))}, generation {_s(d.get('generation'))}"),
+        ("device", f"{_s(d.get('driver'))} / {_s(d.get('pool'))} / {_s(d.get('device'))}"),
+    ]
+    evidence = d.get("evidence") or [{"kind": "none", "detail": "nothing matched it"}]
+    pairs.extend(
+        ("evidence" if i == 0 else "", f"{e.get('kind')}: {e.get('detail')}")
+        for i, e in enumerate(evidence)
+    )
+    pairs += [("candidates", _s(d.get("candidates"))), ("reason", _s(d.get("reason")))]
+    guest = d.get("guest")
+    if guest:
+        pairs.append(("guest device", _guest_text(guest)))
+    stats = d.get("interfaceStats")
+    if stats:
+        rx, tx = human_bytes(stats.get("rxBytes")), human_bytes(stats.get("txBytes"))
+        pairs.append(("traffic", f"rx {rx}, tx {tx}, speed {human_speed(stats.get('speedMbps'))}"))
+    lines = [paint("1", _s(d.get("ref")), color), *_labelled(pairs, "  ")]
+    state = _state_rows(d)
+    if state:
+        rows = [("", "DESIRED", "OBSERVED", ""), *state]
+        marks = {n: ["", "", "", "33"] for n, r in enumerate(rows) if r[3] and color}
+        lines.extend("  " + line for line in table(rows, marks).splitlines())
+    steps = d.get("pendingSteps") or []
+    lines.append(f"  pending steps: {len(steps) or 'none'}")
+    if steps:
+        lines.extend("    " + line for line in table([_step_text(s) for s in steps]).splitlines())
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def plan_text(body: Json, color: bool = False) -> str:
+    """``kvdev plan``: the steps a pass would apply now, grouped by device, then what is blocked."""
+    steps = body.get("steps") or []
+    blocked = body.get("blocked") or []
+    if not steps and not blocked:
+        return "nothing to do: every bound interface is as desired\n"
+    groups: dict[str, list[Json]] = {}
+    for step in steps:
+        groups.setdefault(step.get("device") or "(housekeeping)", []).append(step)
+    ordered = [s for members in groups.values() for s in members]
+    rendered = iter(table([_step_text(s) for s in ordered]).splitlines() if ordered else [])
+    lines: list[str] = []
+    for device, members in groups.items():
+        lines.append(paint("1", device, color))
+        lines.extend("  " + next(rendered) for _ in members)
+    if blocked:
+        lines.append(paint("1;31", "blocked:", color))
+        rows = [(_s(b.get("device")), _s(b.get("interface")), _s(b.get("reason"))) for b in blocked]
+        lines.extend("  " + line for line in table(rows).splitlines())
+    lines.append(
+        f"{len(steps)} step(s) for {len([g for g in groups if g != '(housekeeping)'])} "
+        f"device(s), {len(blocked)} blocked"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,394 @@
+"""`kvdev` status/devices/explain/plan/wait/reconcile against the real local API.
+
+A real `Server` serves a real `Api` over a `Bridge`; the tests `publish()` real `Status` values
+built from the pure core's value types, and answer the bridge's asks from a thread as the
+agent's loop would. The CLI runs as the installed console script (exit codes) or `cli.main`.
+"""
+
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvdev.guest import cli, views
+from kvdev.guest import steps as s
+from kvdev.guest.api import Api
+from kvdev.guest.bridge import Bridge
+from kvdev.guest.matching import Binding, Evidence, Matching, MatchState
+from kvdev.guest.observed import Address, GuestDevice, Link, NetState, Nic
+from kvdev.guest.planning import Blocked, Desired, Plan
+from kvdev.guest.server import Server
+from kvdev.guest.status import ClaimStatus, MetadataState, summarize
+from kvdev.guest.tables import DEVICES_HEADER
+from kvdev.schema.described import DescribedDevice
+
+KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
+REF = "vm1-devices/nics/sriov.example.com/node-a/vf-1"
+RDMA_REF = "vm1-devices/nics/rdma/rdma.example.com/node-a/mlx-0"
+MAC = "02:00:00:3b:02:01"
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+STATS = {"eth1": {"rxBytes": 1536, "txBytes": 200, "speedMbps": 25000}}
+STEPS = (
+    s.Rename(11, "eth1", REF, "the hints ask for this name", "data0"),
+    s.SetMtu(11, "eth1", REF, "the hints ask for it", 9000),
+)
+PLAN = Plan(STEPS, (), (Blocked(RDMA_REF, "eth2", "name 'data0' is held by eth2"),))
+
+
+def described(request, driver, name):
+    return DescribedDevice("vm1-devices", "vms", None, request, driver, "node-a", name, 3)
+
+
+def status(*, converged=True, pending=False):
+    nic = GuestDevice("0000:07:00.0", "15b3", "101e", "020000", "mlx5_core", 0)
+    nic = replace(nic, nics=(Nic("eth1", 11, MAC),))
+    vf = described("nics", "sriov.example.com", "vf-1")
+    vf = Binding(vf, MatchState.BOUND, nic, (Evidence("mac", f"{MAC} on eth1"),))
+    rdma = described("nics/rdma", "rdma.example.com", "mlx-0")
+    why = "no guest NIC has MAC 0c:42:a1:5e:00:01"
+    rdma = Binding(rdma, MatchState.MISSING, candidates=("0000:08:00.0",), reason=why)
+    mtu, steps = (9000, STEPS) if pending else (None, ())
+    want = Desired(REF, 11, "eth1", "vm1-devices.nics.vf-1", mtu, ("10.1.0.5/24",), ())
+    link = Link(11, "eth1", MAC, mtu=1500, up=True, altnames=("vm1-devices.nics.vf-1",))
+    claims = (ClaimStatus("vm1-devices", "vms", None, 3, "/run/dra/nics.json"),)
+    return summarize(
+        Matching((vf,) if converged else (vf, rdma), ()),
+        Plan(steps, (want,), ()),
+        [],
+        MetadataState(claims=claims),
+        reconcile=7,
+        dry_run=pending,
+        state=NetState((link,), (Address(11, "10.1.0.5/24"),)),
+    )
+
+
+class Agent:
+    """A real server and API over a bridge; ``answering()`` plays the loop's part."""
+
+    def __init__(self, path):
+        self.path, self.bridge, self.asked = path, Bridge(), []
+        self.server = Server(Api(self.bridge, interface_stats=lambda: STATS).handle, path=path)
+
+    @contextmanager
+    def answering(self):
+        done = threading.Event()
+
+        def loop():
+            while not done.is_set():
+                if select.select([self.bridge.fileno()], [], [], 0.05)[0]:
+                    for ask in self.bridge.drain():
+                        self.asked.append(ask.kind)
+                        snap = views.status_json(self.bridge.snapshot().status)
+                        ask.answer.set_result(views.plan_json(PLAN) if ask.kind == "plan" else snap)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        yield
+        done.set()
+        thread.join()
+
+
+@pytest.fixture
+def sockdir():
+    path = Path(tempfile.mkdtemp(prefix="kvdev-cli-"))
+    path.chmod(0o755)  # `nobody` must reach the socket for the permission test
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def agent(sockdir):
+    a = Agent(sockdir / "agent.sock")
+    a.server.start()
+    yield a
+    a.server.stop()
+    a.bridge.close()
+
+
+def run(sock, *args, env=None, nobody=False):
+    cmd = [*(NOBODY if nobody else []), KVDEV, *(["--socket", str(sock)] if sock else []), *args]
+    environ = {k: v for k, v in os.environ.items() if k != "KVDEV_SOCKET"} | (env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=environ, check=False)
+
+
+def main(capsys, *args):
+    code = cli.main(list(args))
+    return (code, *capsys.readouterr())
+
+
+def later(seconds, func, *args):
+    t = threading.Timer(seconds, func, args)
+    t.start()
+    return t
+
+
+def test_status_converged_exits_0_and_summarizes(agent):
+    agent.bridge.publish(status())
+    done = run(agent.path, "status")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("converged:       yes, since 20")
+    assert "devices:         1 Configured" in lines
+    assert "metadata errors: none" in lines
+    assert "reconcile:       pass #7" in lines
+    assert any(line.startswith(f"agent:           pid {os.getpid()}, RSS ") for line in lines)
+    header = lines.index("claims:") + 1
+    assert lines[header] == "  CLAIM        NAMESPACE  POD CLAIM  OBSERVED GEN  SOURCE"
+    assert (
+        lines[header + 1] == "  vm1-devices  vms        -          3             /run/dra/nics.json"
+    )
+
+
+def test_status_not_converged_exits_1_and_json_is_the_agents(agent, capsys):
+    agent.bridge.publish(status(converged=False))
+    assert run(agent.path, "status").returncode == 1
+    code, out, _ = main(capsys, "status", "--json", "--socket", str(agent.path))
+    body = json.loads(out)
+    assert code == 1
+    assert out.startswith('{\n  "apiVersion": "kvdev.io/v1alpha1",\n  "kind": "AgentStatus"')
+    assert (body["converged"], body["counts"]) == (False, {"Configured": 1, "Missing": 1})
+    assert body["claims"][0]["observedGeneration"] == 3
+
+
+def test_status_before_the_first_pass_is_not_converged(agent, capsys):
+    code, out, _ = main(capsys, "--socket", str(agent.path), "status")
+    assert (code, out) == (1, "ready: no (the agent has not finished its first pass yet)\n")
+
+
+def test_devices_table_has_the_header_and_aligned_columns(agent):
+    agent.bridge.publish(status(converged=False))
+    done = run(None, "devices", env={"KVDEV_SOCKET": str(agent.path)})
+    assert done.returncode == 0, done.stderr
+    header, vf, rdma = done.stdout.splitlines()
+    assert header == (
+        "DEVICE                                               PHASE       INTERFACE  GUEST PCI     "
+        "DRIVER     NUMA  MAC                ADDRESSES    RX/TX        SPEED"
+    )
+    starts = [header.index(h) for h in DEVICES_HEADER]
+    cells = [REF, "Configured", "eth1", "0000:07:00.0", "mlx5_core", "0", MAC, "10.1.0.5/24"]
+    cells += ["1.5KiB/200B", "25Gb/s"]
+    assert [vf[at : at + len(c)] for at, c in zip(starts, cells, strict=True)] == cells
+    assert rdma.split() == [RDMA_REF, "Missing", *["-"] * 8]
+
+
+def test_devices_and_explain_json_are_the_agents(agent, capsys):
+    agent.bridge.publish(status())
+    code, out, _ = main(capsys, "devices", "--json", "--socket", str(agent.path))
+    body = json.loads(out)
+    assert (code, body["kind"], len(body["items"])) == (0, "DeviceList", 1)
+    assert body["items"][0]["interfaceStats"] == STATS["eth1"]
+    code, out, _ = main(capsys, "explain", "--json", "eth1", "--socket", str(agent.path))
+    assert (code, json.loads(out)) == (0, body["items"][0])
+
+
+def test_color_only_when_asked(agent, capsys):
+    agent.bridge.publish(status())
+    assert main(capsys, "devices", "--socket", str(agent.path))[1].count("\x1b[") == 0
+    _, out, _ = main(capsys, "--color", "always", "devices", "--socket", str(agent.path))
+    assert "\x1b[32mConfigured\x1b[0m" in out
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["vm1-devices/nics/vf-1", REF, "eth1", "vm1-devices.nics.vf-1", MAC.upper(), "07:00.0"],
+)
+def test_explain_finds_by_short_ref_full_ref_interface_altname_mac_or_pci(agent, capsys, key):
+    agent.bridge.publish(status())
+    code, out, _ = main(capsys, "--socket", str(agent.path), "explain", key)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == REF
+    assert "  phase:        Configured: matched, and nothing is left to do" in lines
+    assert f"  evidence:     mac: {MAC} on eth1" in lines
+    assert "             DESIRED                OBSERVED" in lines
+    assert "  addresses  10.1.0.5/24            10.1.0.5/24" in lines
+    assert lines[-1] == "  pending steps: none"
+
+
+def test_explain_missing_device_says_why_with_a_subrequest(agent):
+    agent.bridge.publish(status(converged=False))
+    done = run(agent.path, "explain", "vm1-devices/nics/rdma/mlx-0")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:7] == [
+        RDMA_REF,
+        "  phase:      Missing: no guest device matches it",
+        "  claim:      vm1-devices (pod claim -), request nics/rdma, generation 3",
+        "  device:     rdma.example.com / node-a / mlx-0",
+        "  evidence:   none: nothing matched it",
+        "  candidates: 0000:08:00.0",
+        "  reason:     no guest NIC has MAC 0c:42:a1:5e:00:01",
+    ]
+
+
+@pytest.mark.parametrize("key", ["vm1-devices/nics/vf-9", "eth9", "vm1/a/b/c/d"])
+def test_explain_unknown_device_exits_1_and_lists_the_known(agent, key):
+    agent.bridge.publish(status())
+    done = run(agent.path, "explain", key)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"kvdev: no described device matches '{key}'")
+    assert f"  {REF}\n" in done.stderr
+
+
+def test_explain_shows_desired_against_observed_and_the_pending_steps(agent, capsys):
+    agent.bridge.publish(status(pending=True))
+    code, out, _ = main(capsys, "explain", "eth1", "--socket", str(agent.path))
+    assert code == 0
+    assert out.splitlines()[9:] == [
+        "             DESIRED                OBSERVED",
+        "  interface  eth1                   eth1",
+        "  altname    vm1-devices.nics.vf-1  vm1-devices.nics.vf-1",
+        "  mtu        9000                   1500                   differs",
+        "  addresses  10.1.0.5/24            10.1.0.5/24",
+        "  routes     -                      -",
+        "  up         yes                    yes",
+        "  pending steps: 2",
+        "    Rename  eth1  -> data0  the hints ask for this name",
+        "    SetMtu  eth1  mtu 9000  the hints ask for it",
+    ]
+
+
+def test_plan_groups_steps_by_device_and_lists_what_is_blocked(agent, capsys):
+    agent.bridge.publish(status())
+    with agent.answering():
+        code, out, _ = main(capsys, "plan", "--socket", str(agent.path))
+        _, js, _ = main(capsys, "plan", "--json", "--socket", str(agent.path))
+    assert code == 0
+    assert out.splitlines() == [
+        REF,
+        "  Rename  eth1  -> data0  the hints ask for this name",
+        "  SetMtu  eth1  mtu 9000  the hints ask for it",
+        "blocked:",
+        f"  {RDMA_REF}  eth2  name 'data0' is held by eth2",
+        "2 step(s) for 1 device(s), 1 blocked",
+    ]
+    assert json.loads(js)["kind"] == "Plan"
+    assert agent.asked == ["plan", "plan"]
+
+
+def test_plan_that_nobody_answers_times_out_with_exit_2(agent):
+    done = run(agent.path, "--timeout", "0.5", "plan")
+    late = f"kvdev: agent at {agent.path} did not answer within 0.5 s\n"
+    assert (done.returncode, done.stderr) == (2, late)
+
+
+def test_reconcile_as_root_reaches_the_loop(agent):
+    if os.geteuid() != 0:
+        pytest.skip("reconcile needs root")
+    agent.bridge.publish(status())
+    with agent.answering():
+        done = run(agent.path, "reconcile")
+    assert (done.returncode, agent.asked) == (0, ["reconcile"]), done.stderr
+    assert done.stdout.startswith("reconciled: pass #7 in ")
+
+
+def test_wait_returns_when_a_converged_status_is_published_later(agent):
+    agent.bridge.publish(status(converged=False))
+    timer = later(0.5, agent.bridge.publish, status())
+    started = time.monotonic()
+    done = run(agent.path, "wait", "--timeout", "20")
+    timer.join()
+    assert done.returncode == 0, done.stderr
+    assert 0.4 < time.monotonic() - started < 10
+    assert done.stdout.startswith("converged after ")
+
+
+def test_wait_for_ready_returns_on_the_first_pass(agent):
+    timer = later(0.5, agent.bridge.publish, status(converged=False))
+    done = run(agent.path, "wait", "--for", "ready", "--timeout", "20")
+    timer.join()
+    assert done.returncode == 0, done.stderr
+
+
+def test_wait_times_out_with_exit_1(agent):
+    agent.bridge.publish(status(converged=False))
+    started = time.monotonic()
+    done = run(agent.path, "wait", "--timeout", "1")
+    assert 1 <= time.monotonic() - started < 5
+    assert done.returncode == 1
+    assert done.stderr == "kvdev: not converged after 1 s: 1 configured, 1 missing\n"
+
+
+def test_wait_waits_for_the_socket_to_appear(sockdir):
+    a = Agent(sockdir / "agent.sock")
+    a.bridge.publish(status())
+    timer = later(0.5, a.server.start)
+    try:
+        done = run(a.path, "wait", "--timeout", "20")
+    finally:
+        timer.join()
+        a.server.stop()
+    assert done.returncode == 0, done.stderr
+
+
+def test_wait_without_a_socket_waits_then_exits_1(sockdir):
+    started = time.monotonic()
+    done = run(sockdir / "agent.sock", "wait", "--timeout", "1")
+    assert time.monotonic() - started >= 1
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"kvdev: not converged after 1 s: agent not running: no socket at {sockdir}/agent.sock\n"
+    )
+
+
+@pytest.mark.parametrize("args", ["status", "devices", "plan", "explain eth1", "reconcile"])
+def test_other_commands_without_a_socket_exit_2(sockdir, args):
+    done = run(sockdir / "agent.sock", *args.split())
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"kvdev: agent not running: no socket at {sockdir}/agent.sock\n"
+
+
+def test_wait_on_a_socket_nobody_listens_on_exits_2_at_once(sockdir):
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(str(sockdir / "agent.sock"))
+        done = run(sockdir / "agent.sock", "wait", "--timeout", "20")
+    refused = f"agent not running: nothing listens on {sockdir}/agent.sock (a stale socket?)"
+    assert (done.returncode, done.stderr) == (2, f"kvdev: {refused}\n")
+
+
+@pytest.fixture
+def as_nobody():
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the CLI as nobody")
+
+
+def test_permission_denied_on_the_socket_exits_2(agent, as_nobody):
+    agent.path.chmod(0o600)
+    done = run(agent.path, "status", nobody=True)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"kvdev: permission denied on {agent.path} (only root may read)\n",
+    )
+
+
+def test_reconcile_by_another_user_is_refused_with_exit_2(agent, as_nobody):
+    agent.path.chmod(0o666)
+    agent.bridge.publish(status())
+    done = run(agent.path, "reconcile", nobody=True)
+    refused = "kvdev: only root may ask the agent to reconcile (try: sudo kvdev reconcile)\n"
+    assert (done.returncode, done.stderr) == (2, refused)
+    assert agent.bridge.drain() == []  # never reached the loop
+
+
+@pytest.mark.parametrize(
+    "command", ["", "status", "devices", "explain", "plan", "wait", "reconcile"]
+)
+def test_help_shows_examples_and_exit_codes(capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command.split(), "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert re.search(r"examples:\n  (sudo )?kvdev ", out)
+    assert "exit status:" in out
+    assert "--socket PATH" in out
