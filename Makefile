@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo example test check lint typecheck imports unit bench clean
+.PHONY: help demo example test check lint typecheck imports unit bench bench-api clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ unit: $(STAMP)
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_agent.py $(BENCH_ARGS)
+
+bench-api: $(STAMP)  ## (root) GET /v1/status latency and req/s vs two floors; BENCH_ARGS=--quick
+	$(BIN)/python tests/bench/bench_api.py $(BENCH_ARGS)
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build agent/*.egg-info

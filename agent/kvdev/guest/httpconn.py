@@ -114,10 +114,13 @@ def _groups_of(pid: int, uid: int, gid: int) -> frozenset[int]:
     return frozenset({gid, *(int(g) for g in fields.get("Groups", "").split() if g.isdigit())})
 
 
-def _permitted(method: str, peer: Peer, group_gid: int | None) -> bool:
+def _permitted(method: str, peer: Peer, group_gid: Callable[[], int | None]) -> bool:
     if peer.uid == 0:
-        return True
-    return method in _READ_METHODS and group_gid is not None and group_gid in peer.groups
+        return True  # root needs no look-up of the socket's group (a stat per request)
+    if method not in _READ_METHODS:
+        return False
+    gid = group_gid()
+    return gid is not None and gid in peer.groups
 
 
 class Connections:
@@ -271,7 +274,7 @@ class Connections:
     async def _respond(self, sock: socket.socket, request: Request) -> Response | None:
         """The handler's response, a 403 or a 500; None if the client went away meanwhile."""
         peer = request.peer
-        if not _permitted(request.method, peer, self._group_gid()):
+        if not _permitted(request.method, peer, self._group_gid):
             logger.warning(
                 "denied %s %s to uid %d pid %d", request.method, request.path, peer.uid, peer.pid
             )

@@ -6,6 +6,7 @@ namespace. Nothing here raises for a vanished interface or process: missing fact
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -37,15 +38,28 @@ def interfaces() -> dict[str, dict[str, Any]]:
     return out
 
 
+AGENT_STATS_TTL = 1.0  # seconds: /v1/status may be asked thousands of times a second
+_agent_cache: tuple[float, dict[str, Any]] | None = None
+
+
 def agent(started_at: float) -> dict[str, Any]:
-    """The agent process: pid, resident memory, CPU seconds, threads, uptime."""
-    proc = psutil.Process(os.getpid())
-    with proc.oneshot():
-        cpu = proc.cpu_times()
-        return {
-            "pid": proc.pid,
-            "rssBytes": proc.memory_info().rss,
-            "cpuSeconds": round(cpu.user + cpu.system, 3),
-            "threads": proc.num_threads(),
-            "uptimeSeconds": round(max(0.0, time.time() - started_at), 3),
-        }
+    """The agent process: pid, resident memory, CPU seconds, threads (at most 1 s old), uptime."""
+    global _agent_cache  # noqa: PLW0603 - a one-value cache of this process's own figures
+    now = time.monotonic()
+    if _agent_cache is None or now - _agent_cache[0] > AGENT_STATS_TTL:
+        proc = _process()
+        with proc.oneshot():
+            cpu = proc.cpu_times()
+            figures = {
+                "pid": proc.pid,
+                "rssBytes": proc.memory_info().rss,
+                "cpuSeconds": round(cpu.user + cpu.system, 3),
+                "threads": proc.num_threads(),
+            }
+        _agent_cache = (now, figures)
+    return {**_agent_cache[1], "uptimeSeconds": round(max(0.0, time.time() - started_at), 3)}
+
+
+@functools.cache
+def _process() -> psutil.Process:
+    return psutil.Process(os.getpid())
