@@ -18,7 +18,6 @@ import json
 import os
 import select
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -31,7 +30,9 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
+import benchlib  # sibling module: run as python tests/bench/<name>.py
 import psutil
+from benchlib import run, stats
 
 AGENT = str(Path(sys.executable).parent / "kvdev-agent")
 NICS, WARMUP, GAP = 8, 3, 0.2  # links; unmeasured rounds first; pause after each round (s)
@@ -53,24 +54,11 @@ def addrs(k: int) -> list[str]:
     return [f"10.{i + 1}.{k}.1/24" for i in range(NICS)]
 
 
-def run(*cmd: str, stdin: str | None = None) -> str:
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=True).stdout
-
-
 @contextlib.contextmanager
 def namespace() -> Iterator[str]:
-    """A fresh namespace with b0..b7 (down, MACs of the metadata), peers p0..p7 up."""
-    ns = f"kvdev-b-{uuid.uuid4().hex[:8]}"
-    run("ip", "netns", "add", ns)
-    try:
-        links = "".join(
-            f"link add b{i} address {mac(i)} type veth peer name p{i}\nlink set p{i} up\n"
-            for i in range(NICS)
-        )
-        run("ip", "-n", ns, "-batch", "-", stdin=links)
+    """A fresh namespace with the NICs the metadata describes (down), veth peers up."""
+    with benchlib.namespace("kvdev-b", [(f"b{i}", mac(i), f"p{i}") for i in range(NICS)]) as ns:
         yield ns
-    finally:
-        subprocess.run(["ip", "netns", "delete", ns], capture_output=True, check=False)
 
 
 def write_metadata(tree: Path, k: int) -> float:
@@ -193,12 +181,6 @@ def served(work: Path, name: str) -> Iterator[tuple[str, Path, AddrEvents, Popen
         with agent(ns, tree, work) as (proc, ready):
             events.wait(time.perf_counter(), set(addrs(0)))
             yield ns, tree, events, proc, ready
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    ms = sorted(v * 1000 for v in values)
-    q = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else ms * 99
-    return {"n": len(ms), "p50": q[49], "p90": q[89], "p99": q[98], "max": ms[-1]}
 
 
 def rounds(events: AddrEvents, change: Change, count: int) -> dict[str, Any]:

@@ -31,18 +31,19 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
+
+import benchlib  # sibling module: run as python tests/bench/<name>.py
+from benchlib import run, stats
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging" / "examples"
@@ -55,10 +56,6 @@ PATH = "/v1/status"
 FLOOR_BODY = {"apiVersion": "kvdev.io/v1alpha1", "kind": "Floor", "ok": True}
 GOAL_P99_MS, GOAL_RPS = 5.0, 2000.0
 CTX = mp.get_context("fork")  # clients and floors fork from this process, which has no threads
-
-
-def run(*cmd: str) -> str:
-    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
 
 # ---------------------------------------------------------------------- the HTTP client
@@ -161,12 +158,6 @@ def measure(path: str, clients: int, total: int, warmup: int) -> dict[str, Any]:
     return {**stats(times), "clients": clients, "rps": len(times) / span, "span_s": span}
 
 
-def stats(values: list[float]) -> dict[str, float]:
-    ms = sorted(v * 1000 for v in values)
-    q = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else ms * 99
-    return {"n": len(ms), "p50": q[49], "p90": q[89], "p99": q[98], "max": ms[-1]}
-
-
 # ---------------------------------------------------------------------- the floors
 
 
@@ -246,17 +237,11 @@ def wait_for_socket(path: Path, alive: Callable[[], bool]) -> None:
 
 @contextlib.contextmanager
 def namespace() -> Iterator[str]:
-    """A fresh namespace with the example's NICs (down, their MACs), veth peers up."""
-    ns = f"kvdev-a-{uuid.uuid4().hex[:8]}"
-    run("ip", "netns", "add", ns)
-    try:
-        for i, (name, mac) in enumerate(LINKS):
-            peer = f"peer{i}"
-            run("ip", "-n", ns, "link", "add", name, "address", mac, "type", "veth", "peer", peer)
-            run("ip", "-n", ns, "link", "set", peer, "up")
+    """A fresh namespace with the NICs the metadata describes (down), veth peers up."""
+    with benchlib.namespace(
+        "kvdev-a", [(name, mac, f"peer{i}") for i, (name, mac) in enumerate(LINKS)]
+    ) as ns:
         yield ns
-    finally:
-        subprocess.run(["ip", "netns", "delete", ns], capture_output=True, check=False)
 
 
 @contextlib.contextmanager
