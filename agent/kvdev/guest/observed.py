@@ -1,6 +1,6 @@
 """Frozen values describing what the guest observed, passed from adapters to the pure core.
 
-Adapters (``files``, later ``udev`` and ``netlink``) produce these; the pure core consumes
+Adapters (``files``, ``udev``, ``netlink``) produce these; the pure core consumes
 them. Nothing here does I/O or holds a live handle.
 """
 
