@@ -6,6 +6,13 @@ import subprocess
 import uuid
 
 import pytest
+from hypothesis import settings
+
+# CI replays the same examples every run (a red CI then means a change broke something);
+# developers' runs explore new examples each time.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture
