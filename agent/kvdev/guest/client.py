@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
+from kvdev.errors import KvdevError
+
 DEFAULT_SOCKET: Final = "/run/kvdev/agent.sock"
 SOCKET_ENV: Final = "KVDEV_SOCKET"
 HOST: Final = "kvdev"
@@ -30,7 +32,7 @@ DEFAULT_GROUP: Final = "kvdev"
 MAX_BODY: Final = 64 * 1024 * 1024  # an answer larger than this is not the agent's
 
 
-class AgentError(Exception):
+class AgentError(KvdevError):
     """The agent could not be asked, or refused; ``str()`` is the line to print."""
 
 
