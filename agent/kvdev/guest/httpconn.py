@@ -193,11 +193,13 @@ class Connections:
                     return
                 if request is None:
                     return
-                response = await self._respond(sock, request)
-                if response is None:  # the client hung up while the handler ran
+                answer = await self._respond(sock, request)
+                if answer is None:  # the client hung up while the handler ran
                     return
+                response, payload = answer
                 head = request.method == "HEAD"
-                await self._send(sock, _render(conn, response, close=False, head=head))
+                data = _render(conn, response, payload=payload, close=False, head=head)
+                await self._send(sock, data)
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return  # Connection: close (either side), HTTP/1.0, ...
                 conn.start_next_cycle()
@@ -271,18 +273,24 @@ class Connections:
             await self._loop.sock_sendall(sock, conn.send(go_on) or b"")
         return head
 
-    async def _respond(self, sock: socket.socket, request: Request) -> Response | None:
-        """The handler's response, a 403 or a 500; None if the client went away meanwhile."""
+    async def _respond(
+        self, sock: socket.socket, request: Request
+    ) -> tuple[Response, bytes] | None:
+        """The handler's response (or a 403 or 500) with its encoded body.
+
+        None when the client went away meanwhile.
+        """
         peer = request.peer
         if not _permitted(request.method, peer, self._group_gid):
             logger.warning(
                 "denied %s %s to uid %d pid %d", request.method, request.path, peer.uid, peer.pid
             )
-            return error_response(
+            denied = error_response(
                 403,
                 f"{request.method} is not permitted to uid {peer.uid}: reading needs root or"
                 " the socket's group, anything else needs root",
             )
+            return denied, _encode(denied)
         handling = asyncio.ensure_future(self._handle(request))
         hangup = self._watch(sock.fileno())
         try:
@@ -296,14 +304,20 @@ class Connections:
                     await handling
         return None if handling.cancelled() else handling.result()
 
-    async def _handle(self, request: Request) -> Response:
+    async def _handle(self, request: Request) -> tuple[Response, bytes]:
+        """The handler's response and its body, encoded once.
+
+        Checked here, so that a bad response becomes a 500 now, not a broken connection mid-send.
+        """
         try:
             response = await self._handler(request)
-            _render(h11.Connection(h11.SERVER), response)  # fail here, as a 500, not mid-send
+            payload = _encode(response)
+            _render(h11.Connection(h11.SERVER), response, payload=payload)
         except Exception:
             logger.exception("handler failed on %s %s", request.method, request.path)
-            return error_response(500, "internal error; the agent's log has the details")
-        return response
+            failed = error_response(500, "internal error; the agent's log has the details")
+            return failed, _encode(failed)
+        return response, payload
 
     async def _send(self, sock: socket.socket, data: bytes) -> None:
         await asyncio.wait_for(self._loop.sock_sendall(sock, data), self._limits.request_timeout)
@@ -337,11 +351,21 @@ def _request(head: h11.Request, body: bytes, peer: Peer) -> Request:
     return Request(head.method.decode("ascii"), path, values, peer, body)
 
 
+def _encode(response: Response) -> bytes:
+    return (json.dumps(response.body) + "\n").encode()
+
+
 def _render(
-    conn: h11.Connection, response: Response, *, close: bool = True, head: bool = False
+    conn: h11.Connection,
+    response: Response,
+    *,
+    payload: bytes | None = None,
+    close: bool = True,
+    head: bool = False,
 ) -> bytes:
     """The response's bytes through ``conn``, which checks status, headers and framing."""
-    payload = (json.dumps(response.body) + "\n").encode()
+    if payload is None:
+        payload = _encode(response)
     headers = [
         ("Content-Type", "application/json"),
         ("Content-Length", str(len(payload))),
