@@ -1,0 +1,42 @@
+"""Models of the Kubernetes objects the DRA allocator reads, and their loader.
+
+``resource`` owns the resource.k8s.io/v1 cluster kinds, ``claim`` ResourceClaim, ``core`` the
+Node/Pod subsets, ``common`` the shared shapes, ``quantity`` quantities, ``load`` text parsing.
+No I/O in this package.
+"""
+
+from kvdev.host.k8s.claim import ResourceClaim
+from kvdev.host.k8s.common import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from kvdev.host.k8s.core import Node, Pod
+from kvdev.host.k8s.load import (
+    KINDS,
+    K8sObject,
+    SkippedObjectWarning,
+    load,
+    load_with_warnings,
+)
+from kvdev.host.k8s.quantity import Quantity, parse_quantity
+from kvdev.host.k8s.resource import (
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceSlice,
+)
+
+__all__ = [
+    "KINDS",
+    "DeviceClass",
+    "DeviceTaintRule",
+    "K8sObject",
+    "Node",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "Pod",
+    "Quantity",
+    "ResourceClaim",
+    "ResourceSlice",
+    "SkippedObjectWarning",
+    "load",
+    "load_with_warnings",
+    "parse_quantity",
+]

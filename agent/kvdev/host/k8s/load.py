@@ -1,0 +1,151 @@
+"""Parse Kubernetes objects from YAML or JSON text.
+
+Owns multi-document streams and ``kind: List``, dispatching on apiVersion/kind, and turning
+errors into Problems that name the source, the object and the field path.
+
+Takes text, does no I/O (see ``kvdev.host.inputs`` for files).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.host.k8s.claim import ResourceClaim
+from kvdev.host.k8s.core import Node, Pod
+from kvdev.host.k8s.resource import (
+    API_VERSION,
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceSlice,
+)
+from kvdev.schema.stream import problems_from
+
+K8sObject = DeviceClass | ResourceSlice | ResourceClaim | DeviceTaintRule | Node | Pod
+
+KINDS: dict[tuple[str, str], type[K8sObject]] = {
+    (API_VERSION, "DeviceClass"): DeviceClass,
+    (API_VERSION, "ResourceSlice"): ResourceSlice,
+    (API_VERSION, "ResourceClaim"): ResourceClaim,
+    (API_VERSION, "DeviceTaintRule"): DeviceTaintRule,
+    ("v1", "Node"): Node,
+    ("v1", "Pod"): Pod,
+}
+
+
+class SkippedObjectWarning(UserWarning):
+    """An object of a kind kvdev does not read was skipped."""
+
+
+def describe(value: dict[str, Any]) -> str:
+    """``Kind/name`` or ``Kind/namespace/name`` for messages."""
+    kind = value.get("kind") or "?"
+    meta = value.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name") or "?"
+    namespace = meta.get("namespace")
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+def load_with_warnings(text: str, source: str) -> tuple[list[K8sObject], list[Problem]]:
+    """Parse every supported object in ``text``; return them and the warnings.
+
+    Raises:
+        SchemaError: the text is not YAML/JSON, or a supported object is invalid; every
+            invalid object of the stream is reported.
+    """
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        raise SchemaError([_yaml_problem(e, source)]) from e
+    objects: list[K8sObject] = []
+    found: list[Problem] = []
+    errors: list[Problem] = []
+    for index, document in enumerate(documents):
+        if document is None:
+            continue
+        _collect(document, source, index, "", objects, found, errors)
+    if errors:
+        raise SchemaError(errors)
+    return objects, found
+
+
+def load(text: str, source: str) -> list[K8sObject]:
+    """Parse every supported object in ``text``; skipped kinds are reported as warnings.
+
+    Raises:
+        SchemaError: as ``load_with_warnings``.
+    """
+    objects, found = load_with_warnings(text, source)
+    for problem in found:
+        warnings.warn(str(problem), SkippedObjectWarning, stacklevel=2)
+    return objects
+
+
+def _collect(
+    value: object,
+    source: str,
+    index: int,
+    prefix: str,
+    objects: list[K8sObject],
+    found: list[Problem],
+    errors: list[Problem],
+) -> None:
+    if not isinstance(value, dict):
+        errors.append(Problem("expected an object", source, index, prefix))
+        return
+    api, kind = value.get("apiVersion"), value.get("kind")
+    if not isinstance(api, str) or not isinstance(kind, str):
+        errors.append(Problem("apiVersion and kind must be strings", source, index, prefix))
+        return
+    if kind == "List" or (kind.endswith("List") and isinstance(value.get("items"), list)):
+        items = value.get("items")
+        if not isinstance(items, list):
+            errors.append(Problem("items must be a list", source, index, _join(prefix, "items")))
+            return
+        for i, item in enumerate(items):
+            _collect(item, source, index, f"{_join(prefix, 'items')}[{i}]", objects, found, errors)
+        return
+    model = KINDS.get((api, kind))
+    if model is None:
+        found.append(
+            Problem(
+                f"{describe(value)}: skipped, kvdev does not read {api} {kind}",
+                source,
+                index,
+                prefix,
+                Severity.WARNING,
+            )
+        )
+        return
+    try:
+        objects.append(model.model_validate(value, strict=True))
+    except ValidationError as e:
+        errors.extend(
+            Problem(
+                f"{describe(value)}: {p.message}", source, index, _join(prefix, p.path), p.severity
+            )
+            for p in problems_from(e, source=source, index=index)
+        )
+
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    if not path:
+        return prefix
+    return prefix + ("" if path.startswith("[") else ".") + path
+
+
+def _yaml_problem(error: yaml.YAMLError, source: str) -> Problem:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    what = getattr(error, "problem", None) or str(error)
+    if mark is not None:
+        return Problem(
+            f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {what}", source
+        )
+    return Problem(f"invalid YAML: {what}", source)

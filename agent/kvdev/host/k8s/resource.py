@@ -1,0 +1,283 @@
+"""resource.k8s.io/v1 cluster objects the allocator reads, with the limits cheap to check.
+
+Owns DeviceClass, ResourceSlice and DeviceTaintRule (``claim`` owns ResourceClaim). An empty
+selector ``{}`` is accepted: the allocator reports it (fixture E13). No I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, model_validator
+
+from kvdev.host.k8s.common import (
+    TAINTS_MAX,
+    DeviceSelector,
+    DeviceTaint,
+    NodeSelector,
+    ObjectMeta,
+    OpaqueDeviceConfiguration,
+    QualifiedName,
+    at_most,
+)
+from kvdev.host.k8s.quantity import Quantity, parse_quantity
+from kvdev.schema.base import Document, Model
+from kvdev.schema.fields import (
+    DnsLabel,
+    DnsSubdomain,
+    DriverName,
+    PoolName,
+)
+from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX, DeviceAttribute, Int64
+
+API_VERSION: Final = "resource.k8s.io/v1"
+SELECTORS_MAX = 32  # DeviceSelectorsMaxSize
+CONFIG_MAX = 32  # DeviceConfigMaxSize
+DEVICES_MAX = 128  # ResourceSliceMaxDevices
+DEVICES_WITH_EXTRAS_MAX = 64  # with taints, counters or list attributes
+ATTRIBUTES_AND_CAPACITIES_MAX = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+COUNTER_SETS_MAX = 8  # ResourceSliceMaxCounterSets
+COUNTERS_MAX = 32  # ResourceSliceMaxCountersPerCounterSet
+CONSUMES_COUNTERS_MAX = 2  # ResourceSliceMaxDeviceCounterConsumptionsPerDevice
+BINDING_CONDITIONS_MAX = 4  # BindingConditionsMaxSize
+VALID_VALUES_MAX = 10  # CapacityRequestPolicyDiscreteMaxOptions
+
+# --------------------------------------------------------------------------- DeviceClass
+
+
+class DeviceClassConfiguration(Model):
+    """Configuration the class adds to every device allocated through it."""
+
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
+class DeviceClassSpec(Model):
+    """``DeviceClass.spec``."""
+
+    selectors: Annotated[list[DeviceSelector], at_most(SELECTORS_MAX)] | None = None
+    config: Annotated[list[DeviceClassConfiguration], at_most(CONFIG_MAX)] | None = None
+    extended_resource_name: str | None = None
+
+
+class DeviceClass(Document):
+    """A cluster-scoped device class."""
+
+    api_version: Literal["resource.k8s.io/v1"]
+    kind: Literal["DeviceClass"]
+    metadata: ObjectMeta
+    spec: DeviceClassSpec
+
+
+# --------------------------------------------------------------------------- ResourceSlice
+
+
+class ResourcePool(Model):
+    """``spec.pool``: the slice's pool and its generation."""
+
+    name: PoolName
+    generation: Annotated[Int64, Field(ge=0)]
+    resource_slice_count: Annotated[Int64, Field(ge=1)]
+
+
+class CapacityRequestPolicyRange(Model):
+    """``validRange``: ``min`` then ``min + k*step`` up to ``max``."""
+
+    min: Quantity
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CapacityRequestPolicyRange:
+        if self.max is not None and parse_quantity(self.max) < parse_quantity(self.min):
+            raise ValueError("max must not be below min")
+        if self.step is not None and parse_quantity(self.step) <= 0:
+            raise ValueError("step must be positive")
+        return self
+
+
+class CapacityRequestPolicy(Model):
+    """How requests for a shared capacity are rounded."""
+
+    default: Quantity | None = None
+    valid_values: Annotated[list[Quantity], at_most(VALID_VALUES_MAX)] | None = None
+    valid_range: CapacityRequestPolicyRange | None = None
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> CapacityRequestPolicy:
+        if self.valid_values is not None and self.valid_range is not None:
+            raise ValueError("validValues and validRange are mutually exclusive")
+        if self.valid_values:
+            numbers = [parse_quantity(v) for v in self.valid_values]
+            if numbers != sorted(set(numbers)):
+                raise ValueError("validValues must be strictly ascending")
+            if self.default is not None and parse_quantity(self.default) not in numbers:
+                raise ValueError("validValues must contain the default")
+        return self
+
+
+class DeviceCapacity(Model):
+    """One capacity of a device."""
+
+    value: Quantity
+    request_policy: CapacityRequestPolicy | None = None
+
+
+class Counter(Model):
+    """One counter value."""
+
+    value: Quantity
+
+
+Counters = Annotated[dict[Annotated[str, Field(min_length=1)], Counter], at_most(COUNTERS_MAX)]
+
+
+class CounterSet(Model):
+    """``spec.sharedCounters[]``: counters that partitions of a device draw from."""
+
+    name: DnsLabel
+    counters: Counters
+
+
+class DeviceCounterConsumption(Model):
+    """``devices[].consumesCounters[]``: what a partition takes from a counter set."""
+
+    counter_set: DnsLabel
+    counters: Counters
+
+
+class Device(Model):
+    """One device of a slice."""
+
+    name: DnsLabel
+    attributes: dict[QualifiedName, DeviceAttribute] | None = None
+    capacity: dict[QualifiedName, DeviceCapacity] | None = None
+    consumes_counters: (
+        Annotated[list[DeviceCounterConsumption], at_most(CONSUMES_COUNTERS_MAX)] | None
+    ) = None
+    node_name: DnsSubdomain | None = None
+    node_selector: NodeSelector | None = None
+    all_nodes: bool | None = None
+    taints: Annotated[list[DeviceTaint], at_most(TAINTS_MAX)] | None = None
+    binds_to_node: bool | None = None
+    binding_conditions: Annotated[list[str], at_most(BINDING_CONDITIONS_MAX)] | None = None
+    binding_failure_conditions: Annotated[list[str], at_most(BINDING_CONDITIONS_MAX)] | None = None
+    allow_multiple_allocations: bool | None = None
+
+    @model_validator(mode="after")
+    def _limits(self) -> Device:
+        attrs = self.attributes or {}
+        caps = self.capacity or {}
+        if len(attrs) + len(caps) > ATTRIBUTES_AND_CAPACITIES_MAX:
+            raise ValueError(
+                f"attributes and capacity: at most {ATTRIBUTES_AND_CAPACITIES_MAX} in all, "
+                f"got {len(attrs) + len(caps)}"
+            )
+        values = sum(a.size() for a in attrs.values())
+        if values > ATTRIBUTE_VALUES_MAX:
+            raise ValueError(f"attributes: at most {ATTRIBUTE_VALUES_MAX} values, got {values}")
+        if sum(x is not None for x in self.node_selection()) > 1:
+            raise ValueError("at most one of nodeName, nodeSelector, allNodes may be set")
+        if self.node_selector is not None and len(self.node_selector.node_selector_terms) != 1:
+            raise ValueError("nodeSelector must have exactly one term")
+        if not self.allow_multiple_allocations and any(
+            c.request_policy is not None for c in caps.values()
+        ):
+            raise ValueError("capacity requestPolicy needs allowMultipleAllocations: true")
+        return self
+
+    def node_selection(self) -> tuple[str | None, NodeSelector | None, bool | None]:
+        """The per-device node fields, ``allNodes: false`` counting as unset."""
+        return (self.node_name, self.node_selector, self.all_nodes or None)
+
+    def has_extras(self) -> bool:
+        """Uses taints, counters or list attributes (the lower device-count limit applies)."""
+        lists = any(isinstance(a.value, list) for a in (self.attributes or {}).values())
+        return bool(self.taints or self.consumes_counters or lists)
+
+
+class ResourceSliceSpec(Model):
+    """``ResourceSlice.spec``."""
+
+    driver: DriverName
+    pool: ResourcePool
+    node_name: DnsSubdomain | None = None
+    node_selector: NodeSelector | None = None
+    all_nodes: bool | None = None
+    per_device_node_selection: bool | None = None
+    devices: list[Device] | None = None
+    shared_counters: Annotated[list[CounterSet], at_most(COUNTER_SETS_MAX)] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> ResourceSliceSpec:
+        chosen = [
+            key
+            for key, value in (
+                ("nodeName", self.node_name),
+                ("nodeSelector", self.node_selector),
+                ("allNodes", self.all_nodes or None),
+                ("perDeviceNodeSelection", self.per_device_node_selection or None),
+            )
+            if value is not None
+        ]
+        if len(chosen) > 1:
+            raise ValueError(
+                "nodeName, nodeSelector, allNodes and perDeviceNodeSelection are mutually "
+                f"exclusive (found: {', '.join(chosen)})"
+            )
+        if self.node_selector is not None and len(self.node_selector.node_selector_terms) != 1:
+            raise ValueError("nodeSelector must have exactly one term")
+        devices = self.devices or []
+        if devices and self.shared_counters:
+            raise ValueError("devices and sharedCounters are mutually exclusive")
+        limit = DEVICES_WITH_EXTRAS_MAX if any(d.has_extras() for d in devices) else DEVICES_MAX
+        if len(devices) > limit:
+            raise ValueError(f"devices: at most {limit} allowed, got {len(devices)}")
+        for i, device in enumerate(devices):
+            per_device = sum(x is not None for x in device.node_selection())
+            if self.per_device_node_selection and per_device != 1:
+                raise ValueError(
+                    f"devices[{i}]: with perDeviceNodeSelection, exactly one of nodeName, "
+                    "nodeSelector, allNodes must be set"
+                )
+            if not self.per_device_node_selection and per_device:
+                raise ValueError(
+                    f"devices[{i}]: nodeName, nodeSelector and allNodes need "
+                    "perDeviceNodeSelection on the slice"
+                )
+        return self
+
+
+class ResourceSlice(Document):
+    """A cluster-scoped slice of a driver's resource pool."""
+
+    api_version: Literal["resource.k8s.io/v1"]
+    kind: Literal["ResourceSlice"]
+    metadata: ObjectMeta
+    spec: ResourceSliceSpec
+
+
+# --------------------------------------------------------------------------- DeviceTaintRule
+
+
+class DeviceTaintSelector(Model):
+    """Which devices a taint rule applies to; every set field must match."""
+
+    driver: DriverName | None = None
+    pool: PoolName | None = None
+    device: DnsLabel | None = None
+
+
+class DeviceTaintRuleSpec(Model):
+    """``DeviceTaintRule.spec``."""
+
+    device_selector: DeviceTaintSelector | None = None
+    taint: DeviceTaint
+
+
+class DeviceTaintRule(Document):
+    """A cluster-scoped rule tainting devices."""
+
+    api_version: Literal["resource.k8s.io/v1"]
+    kind: Literal["DeviceTaintRule"]
+    metadata: ObjectMeta
+    spec: DeviceTaintRuleSpec
