@@ -1,0 +1,1 @@
+"""The DRA structured-parameters allocator: pure functions from cluster state to allocations."""

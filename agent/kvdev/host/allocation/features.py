@@ -1,0 +1,31 @@
+"""Allocator feature gates (upstream names); owns only the ``Features`` switch set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """Which optional allocator behaviours are enabled; every gate defaults to on."""
+
+    DRAAdminAccess: bool = True
+    DRAConsumableCapacity: bool = True
+    DRADeviceBindingConditions: bool = True
+    DRADeviceTaints: bool = True
+    DRAListTypeAttributes: bool = True
+    DRAPartitionableDevices: bool = True
+    DRAPrioritizedList: bool = True
+
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, bool]) -> Features:
+        """All gates on, except those switched in ``overrides``.
+
+        Raises:
+            ValueError: an override names an unknown gate.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown allocator features: {', '.join(unknown)}")
+        return cls(**overrides)
