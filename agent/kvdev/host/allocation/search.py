@@ -125,6 +125,20 @@ class Search:
                 return False
         return True
 
+    def try_pick(
+        self, plan: ClaimPlan, alt: Request, candidate: Candidate, state: State
+    ) -> State | str:
+        """The search's own check of one candidate (selectors included), outside the search.
+
+        Returns the state after the pick, or the first reason the device is rejected:
+        ``in-use``, ``gated``, ``selector``, ``capacity``, ``counters``, ``taint``,
+        ``constraint``. Used by ``explain``; the search itself does not call it.
+
+        Raises:
+            AllocationFailedError: a selector does not compile or fails at run time.
+        """
+        return self._try(plan, alt, candidate, state, check_selectors=True)
+
     # ------------------------------------------------------------------ recursion
 
     def _claim(self, index: int, state: State) -> State | None:

@@ -1,0 +1,196 @@
+"""Why each device was or was not usable for each request: ``kvdev-host allocate --explain``.
+
+A separate pass next to the search, never part of it: for every claim, request and
+firstAvailable alternative it walks the devices of every slice and reports the first check that
+rejects each one, using the search's own checks (``Search.try_pick``) and the same pool and
+node-visibility rules. Each device is judged on its own against the devices already in use by
+existing claims, not against the other picks of the same run; a device reported as fitting may
+still lose to another claim's or request's pick, and constraints are judged against an empty
+memory (a missing attribute shows, a mismatch between two picks does not).
+
+Pure: data in, data out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from kvdev.host.allocation.constraints import EMPTY
+from kvdev.host.allocation.features import Features
+from kvdev.host.allocation.pools import (
+    Candidate,
+    DeviceID,
+    NodeLike,
+    Pool,
+    device_visible,
+    gather_pools,
+    slice_visible,
+)
+from kvdev.host.allocation.prepare import (
+    AllocationFailedError,
+    ClaimPlan,
+    Request,
+    Selection,
+    plan_claim,
+)
+from kvdev.host.allocation.search import Search, State
+from kvdev.host.k8s.claim import ResourceClaim
+from kvdev.host.k8s.quantity import parse_quantity
+from kvdev.host.k8s.resource import DeviceClass, ResourceSlice
+
+__all__ = ["REASONS", "DeviceVerdict", "RequestReport", "explain"]
+
+#: Every reason a device can be rejected for, with its wording for people.
+REASONS: Mapping[str, str] = {
+    "other-node": "not available on this node",
+    "pool-incomplete": "its pool is being updated (not all slices seen)",
+    "pool-invalid": "its pool is invalid",
+    "pool-obsolete": "its pool has a newer generation",
+    "in-use": "in use (allocated to another claim)",
+    "gated": "needs a feature that is disabled",
+    "selector": "a selector expression is false",
+    "selector-error": "a selector expression failed",
+    "capacity": "not enough capacity",
+    "counters": "not enough shared counters",
+    "taint": "a taint is not tolerated",
+    "constraint": "a claim constraint is not satisfied",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceVerdict:
+    """One device for one request alternative: ``reason`` None means it fits on its own."""
+
+    device: str  # driver/pool/device
+    reason: str | None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReport:
+    """The devices considered for one request alternative of one claim."""
+
+    claim: str
+    request: str  # ``req`` or ``req/sub``
+    wanted: int | None  # devices wanted; None for allocationMode All
+    devices: tuple[DeviceVerdict, ...]
+
+    @property
+    def fitting(self) -> int:
+        """How many devices fit on their own."""
+        return sum(1 for d in self.devices if d.reason is None)
+
+    @property
+    def satisfiable(self) -> bool:
+        """Enough devices fit on their own (All: at least one)."""
+        return self.fitting >= (self.wanted or 1)
+
+
+def explain(
+    node: NodeLike,
+    claims: Sequence[ResourceClaim],
+    *,
+    classes: Iterable[DeviceClass],
+    slices: Sequence[ResourceSlice],
+    allocated_devices: Iterable[DeviceID] = (),
+    allocated_capacity: Mapping[DeviceID, Mapping[str, str | Fraction]] | None = None,
+    features: Features | None = None,
+) -> list[RequestReport]:
+    """One report per claim and request alternative, in claim and request order.
+
+    Claims that cannot be planned (unknown class, invalid constraint...) are skipped: the
+    allocator reports those as errors.
+    """
+    feats = features or Features()
+    by_name = {c.metadata.name: c for c in classes}
+    pools = gather_pools(node, slices)
+    search = Search(
+        plans=(),
+        pools=pools,
+        allocated=frozenset(allocated_devices),
+        allocated_capacity={
+            dev: {k: v if isinstance(v, Fraction) else parse_quantity(v) for k, v in m.items()}
+            for dev, m in (allocated_capacity or {}).items()
+        },
+        features=feats,
+        selection=Selection(feats),
+    )
+    rejected = _not_searched(node, slices, pools)
+    reports: list[RequestReport] = []
+    for claim in claims:
+        try:
+            plan = plan_claim(claim, by_name, feats)
+        except AllocationFailedError:
+            continue
+        state = _fresh(search, plan)
+        for alts in plan.requests:
+            for alt in alts:
+                verdicts = [
+                    *(_verdict(search, plan, alt, c, state) for c in search.candidates),
+                    *rejected,
+                ]
+                reports.append(
+                    RequestReport(
+                        claim=claim.metadata.name,
+                        request=alt.name,
+                        wanted=None if alt.all_mode else alt.count,
+                        devices=tuple(verdicts),
+                    )
+                )
+    return reports
+
+
+def _fresh(search: Search, plan: ClaimPlan) -> State:
+    return replace(search.initial_state(), memory=tuple(EMPTY for _ in plan.constraints))
+
+
+def _verdict(
+    search: Search, plan: ClaimPlan, alt: Request, candidate: Candidate, state: State
+) -> DeviceVerdict:
+    name = "/".join(candidate.id)
+    try:
+        after = search.try_pick(plan, alt, candidate, state)
+    except AllocationFailedError as e:
+        return DeviceVerdict(name, "selector-error", e.message)
+    if isinstance(after, State):
+        return DeviceVerdict(name, None)
+    if after == "gated" and candidate.device.binding_conditions:
+        return DeviceVerdict(name, after, "binding conditions (DRADeviceBindingConditions)")
+    if after == "gated":
+        return DeviceVerdict(name, after, "shared counters (DRAPartitionableDevices)")
+    return DeviceVerdict(name, after)
+
+
+def _not_searched(
+    node: NodeLike, slices: Sequence[ResourceSlice], pools: Sequence[Pool]
+) -> list[DeviceVerdict]:
+    """Devices the search never looks at, each with why (same reason for every request)."""
+    by_pool = {p.id: p for p in pools}
+    searched = {c.id for p in pools if p.complete and not p.invalid for c in p.candidates}
+    out: list[DeviceVerdict] = []
+    seen: set[str] = set()
+    for s in sorted(slices, key=lambda x: (x.spec.driver, x.spec.pool.name, x.metadata.name)):
+        pool_id = (s.spec.driver, s.spec.pool.name)
+        pool = by_pool.get(pool_id)
+        for d in s.spec.devices or []:
+            ident = (*pool_id, d.name)
+            name = "/".join(ident)
+            if name in seen or ident in searched:
+                continue
+            reason: str | None = None
+            if not slice_visible(s, node) or (
+                s.spec.per_device_node_selection and not device_visible(d, node)
+            ):
+                reason = "other-node"
+            elif pool is None or s.spec.pool.generation != pool.generation:
+                reason = "pool-obsolete"
+            elif pool.invalid:
+                reason = "pool-invalid"
+            elif not pool.complete:
+                reason = "pool-incomplete"
+            if reason is not None:
+                seen.add(name)
+                out.append(DeviceVerdict(name, reason))
+    return out

@@ -1,0 +1,427 @@
+"""``kvdev-host``: the host tools' command line.
+
+It owns the parser (every command's help, examples and exit codes) and ``allocate``: read
+Kubernetes objects from files, split them into the cluster state (classes, slices, taint rules,
+claims already allocated, the node) and the claims to allocate, run the pure allocator
+(``kvdev.host.allocation``) and print the allocated claims. Exit codes are a contract:
+0 allocated, 1 does not fit, 2 usage error, invalid input or an allocator error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from fractions import Fraction
+from typing import Any, NoReturn, TextIO
+
+import yaml
+
+from kvdev import __version__
+from kvdev.errors import KvdevError, SchemaError, UsageError
+from kvdev.host.allocation.allocator import (
+    Allocated,
+    AllocationError,
+    Features,
+    NodeInfo,
+    allocate,
+)
+from kvdev.host.allocation.explain import REASONS, RequestReport, explain
+from kvdev.host.inputs import load_files
+from kvdev.host.k8s import (
+    DeviceClass,
+    DeviceTaintRule,
+    K8sObject,
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+    parse_quantity,
+)
+from kvdev.host.k8s.claim import AllocationResult
+
+EXIT_OK = 0
+EXIT_UNSCHEDULABLE = 1
+EXIT_INVALID = 2
+
+_GATES = ", ".join(sorted(f.name for f in fields(Features)))
+
+_ALLOCATE_EPILOG = f"""\
+input:
+  YAML or JSON documents (multi-document streams, or 'kind: List' as 'kubectl get -o yaml'
+  prints them) of resource.k8s.io/v1 DeviceClass, ResourceSlice, ResourceClaim and
+  DeviceTaintRule, and v1 Node. Pods are read and ignored (allocate works on claims);
+  other kinds are skipped with a warning.
+  Claims that carry status.allocation are in use: their devices are taken (or, for results
+  with a shareID, their consumedCapacity is). All other claims are allocated together on
+  NODE, all or nothing, the way the scheduler allocates one pod's claims. NODE must match a
+  Node object if any are given (its labels decide nodeSelector slices); with no Node object
+  the node has no labels. DeviceTaintRules add their taint to the devices they select.
+
+output:
+  The newly allocated claims, as full ResourceClaim objects with status.allocation filled
+  as upstream writes it (results, config, nodeSelector). -o yaml (default): one YAML
+  document per claim ('---' between them). -o json: a v1 List whose items are the claims.
+
+  With -o json a failure prints {{"reason": KEYWORD, "message": ...}} on stdout as well;
+  KEYWORD is 'unschedulable', 'invalid-input', 'usage', or the allocator's error keyword
+  (class-not-found, cel-compile-error, cel-runtime-error, too-many-devices, invalid-pool,
+  pool-incomplete, constraint-unsatisfiable, feature-disabled, ...).
+
+  --explain writes to stderr, per claim and request, each device and the first reason it
+  is rejected (other-node, pool-incomplete/-invalid/-obsolete, in-use, gated, selector,
+  capacity, counters, taint, constraint), judging each device on its own against the
+  claims already in use (not against the other picks of this run).
+
+feature gates (all on by default): {_GATES}
+
+examples:
+  kvdev-host allocate -f cluster.yaml -f claim.yaml --node node-a
+  kubectl get deviceclasses,resourceslices,resourceclaims,nodes -A -o yaml > state.yaml
+  kvdev-host allocate -f state.yaml --node node-a -o json | jq '.items[].status.allocation'
+  kvdev-host allocate -f state.yaml --node node-a --explain
+  kvdev-host allocate -f state.yaml --node node-a --feature-gates DRADeviceTaints=false
+
+exit status: 0 every claim allocated, 1 the claims do not fit on NODE,
+  2 usage error, invalid input (names the object and field) or an allocator error.
+"""
+
+_MAIN_EPILOG = """\
+examples:
+  kvdev-host allocate -f state.yaml --node node-a
+  kvdev-host allocate --help
+
+exit status:
+  0  success
+  1  the claims do not fit (allocate)
+  2  usage error, invalid input or an allocator error
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors raise instead of exiting (exit 2 all the same)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``kvdev-host`` parser with its commands."""
+    parser = _Parser(
+        prog="kvdev-host",
+        description="kvdev host tools: allocate DRA devices like the scheduler does.\n"
+        "(The metadata writer and the kubelet plugin are not in this build yet.)",
+        epilog=_MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kvdev-host {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    alloc = commands.add_parser(
+        "allocate",
+        help="allocate ResourceClaims on one node like the scheduler's DRA allocator",
+        description="Allocate every ResourceClaim without status.allocation together on one\n"
+        "node, all or nothing, with the upstream structured-parameters allocator's\n"
+        "first-fit search, and print the claims with status.allocation filled.",
+        epilog=_ALLOCATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    alloc.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a YAML/JSON file of objects; repeat for several files",
+    )
+    alloc.add_argument("--node", required=True, metavar="NAME", help="the node to allocate on")
+    alloc.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="output format (default: yaml)",
+    )
+    alloc.add_argument(
+        "--explain",
+        action="store_true",
+        help="print to stderr, per claim and request, why each device fits or not",
+    )
+    alloc.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="GATE=BOOL,...",
+        help="switch allocator features, e.g. DRADeviceTaints=false (all are on by default)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kvdev-host`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        sys.stderr.write(f"{e}\n")
+        return EXIT_INVALID
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INVALID
+    return run_allocate(
+        files=args.files,
+        node=args.node,
+        output=args.output,
+        explain_=args.explain,
+        feature_gates=args.feature_gates,
+        out=sys.stdout,
+        err=sys.stderr,
+    )
+
+
+# --------------------------------------------------------------------------- allocate
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """The objects of the input files, sorted for the allocator."""
+
+    node: NodeInfo
+    classes: list[DeviceClass] = field(default_factory=list)
+    slices: list[ResourceSlice] = field(default_factory=list)
+    pending: list[ResourceClaim] = field(default_factory=list)
+    allocated_devices: set[tuple[str, str, str]] = field(default_factory=set)
+    allocated_capacity: dict[tuple[str, str, str], dict[str, Fraction]] = field(
+        default_factory=dict
+    )
+
+
+def parse_feature_gates(text: str) -> Features:
+    """``A=false,B=true`` -> ``Features``.
+
+    Raises:
+        UsageError: malformed, or a gate kvdev does not know.
+    """
+    overrides: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or value.strip().lower() not in ("true", "false"):
+            raise UsageError(f"--feature-gates: {item!r} is not GATE=true or GATE=false")
+        overrides[name.strip()] = value.strip().lower() == "true"
+    try:
+        return Features.from_overrides(overrides)
+    except ValueError as e:
+        raise UsageError(f"--feature-gates: {e} (known: {_GATES})") from e
+
+
+def _taint_rules(
+    slices: Sequence[ResourceSlice], rules: Sequence[DeviceTaintRule]
+) -> list[ResourceSlice]:
+    """The slices with every DeviceTaintRule's taint added to the devices it selects."""
+    if not rules:
+        return list(slices)
+    out = []
+    for s in slices:
+        data = s.to_json_dict()
+        for device in data["spec"].get("devices") or []:
+            for rule in rules:
+                sel = rule.spec.device_selector
+                if sel is not None and (
+                    (sel.driver is not None and sel.driver != s.spec.driver)
+                    or (sel.pool is not None and sel.pool != s.spec.pool.name)
+                    or (sel.device is not None and sel.device != device["name"])
+                ):
+                    continue
+                device.setdefault("taints", []).append(rule.spec.taint.to_json_dict())
+        out.append(ResourceSlice.model_validate(data))
+    return out
+
+
+def _node(name: str, nodes: Sequence[Node]) -> NodeInfo:
+    if not nodes:
+        return NodeInfo(name, {})
+    for n in nodes:
+        if n.metadata.name == name:
+            return NodeInfo(name, dict(n.metadata.labels or {}))
+    known = ", ".join(sorted(n.metadata.name for n in nodes))
+    raise UsageError(f"--node {name}: no Node object of that name among the input (have {known})")
+
+
+def _add_in_use(state: ClusterState, allocation: AllocationResult) -> None:
+    for r in (allocation.devices.results if allocation.devices else None) or []:
+        ident = (r.driver, r.pool, r.device)
+        if r.share_id:
+            used = state.allocated_capacity.setdefault(ident, {})
+            for k, v in (r.consumed_capacity or {}).items():
+                used[k] = used.get(k, Fraction(0)) + parse_quantity(str(v))
+        elif not r.admin_access:
+            state.allocated_devices.add(ident)
+
+
+def cluster_state(objects: Iterable[K8sObject], node_name: str) -> ClusterState:
+    """Split the input objects into the allocator's inputs.
+
+    Raises:
+        UsageError: no Node object named ``node_name`` (when Node objects are given), or two
+            claims to allocate share a name.
+    """
+    objs = list(objects)
+    state = ClusterState(_node(node_name, [o for o in objs if isinstance(o, Node)]))
+    rules: list[DeviceTaintRule] = []
+    slices: list[ResourceSlice] = []
+    for obj in objs:
+        if isinstance(obj, DeviceClass):
+            state.classes.append(obj)
+        elif isinstance(obj, ResourceSlice):
+            slices.append(obj)
+        elif isinstance(obj, DeviceTaintRule):
+            rules.append(obj)
+        elif isinstance(obj, ResourceClaim):
+            allocation = obj.status.allocation if obj.status else None
+            if allocation is None:
+                state.pending.append(obj)
+            else:
+                _add_in_use(state, allocation)
+    state.slices = _taint_rules(slices, rules)
+    names = [c.metadata.name for c in state.pending]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(
+            f"claims to allocate must have distinct names: {', '.join(duplicates)} "
+            "appear more than once"
+        )
+    return state
+
+
+def _claim_output(claim: ResourceClaim, result: AllocationResult) -> dict[str, Any]:
+    data = claim.to_json_dict()
+    status = data.setdefault("status", {})
+    status["allocation"] = result.to_json_dict()
+    return data
+
+
+def _print_claims(claims: Sequence[dict[str, Any]], output: str, out: TextIO) -> None:
+    if output == "json":
+        items = {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": list(claims)}
+        out.write(json.dumps(items, indent=2) + "\n")
+    elif claims:
+        out.write(yaml.safe_dump_all(claims, sort_keys=False))
+
+
+def _fail(reason: str, message: str, output: str, out: TextIO, err: TextIO, code: int) -> int:
+    err.write(f"kvdev-host: allocate: {message}\n")
+    if output == "json":
+        out.write(json.dumps({"reason": reason, "message": message}) + "\n")
+    return code
+
+
+def _why(reports: Sequence[RequestReport], claims: Sequence[ResourceClaim], node: str) -> str:
+    lines = []
+    for claim in claims:
+        name = claim.metadata.name
+        mine = [r for r in reports if r.claim == name]
+        parents: dict[str, list[RequestReport]] = {}
+        for r in mine:
+            parents.setdefault(r.request.split("/", 1)[0], []).append(r)
+        for parent, alts in parents.items():
+            if any(a.satisfiable for a in alts):
+                continue
+            best = max(alts, key=lambda a: a.fitting)
+            if best.wanted is None or best.fitting == 0:
+                lines.append(f"claim {name}: no device fits request {parent}")
+            else:
+                lines.append(
+                    f"claim {name}: only {best.fitting} device(s) fit request {parent}, "
+                    f"{best.wanted} wanted"
+                )
+    if not lines:
+        names = ", ".join(c.metadata.name for c in claims)
+        lines.append(
+            f"claims {names} do not fit together on node {node}: every request has devices "
+            "that fit on their own, but not all at once (the same devices wanted twice, "
+            "constraints or shared counters); try --explain"
+        )
+    return "\n".join(lines)
+
+
+def _explanation(reports: Sequence[RequestReport]) -> str:
+    lines = []
+    for r in reports:
+        wanted = "all" if r.wanted is None else str(r.wanted)
+        lines.append(
+            f"claim {r.claim}, request {r.request} (wants {wanted}): "
+            f"{r.fitting} of {len(r.devices)} device(s) fit on their own"
+        )
+        for d in r.devices:
+            why = "fits" if d.reason is None else f"{d.reason}: {REASONS.get(d.reason, '')}"
+            detail = f" ({d.detail})" if d.detail else ""
+            lines.append(f"  {d.device}: {why}{detail}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _read(
+    files: Sequence[str], node: str, feature_gates: str, output: str, out: TextIO, err: TextIO
+) -> tuple[ClusterState, Features] | int:
+    """The cluster state and features, or the exit status after reporting why not."""
+    try:
+        features = parse_feature_gates(feature_gates)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            objects = load_files(files)
+        err.writelines(f"kvdev-host: warning: {w.message}\n" for w in caught)
+        return cluster_state(objects, node), features
+    except SchemaError as e:
+        err.writelines(f"kvdev-host: allocate: {p}\n" for p in e.problems)
+        if output == "json":
+            message = "; ".join(str(p) for p in e.problems)
+            out.write(json.dumps({"reason": "invalid-input", "message": message}) + "\n")
+        return EXIT_INVALID
+    except KvdevError as e:
+        return _fail("usage", str(e), output, out, err, EXIT_INVALID)
+
+
+def run_allocate(
+    *,
+    files: Sequence[str],
+    node: str,
+    output: str,
+    explain_: bool,
+    feature_gates: str,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """``kvdev-host allocate``; returns the exit status."""
+    read = _read(files, node, feature_gates, output, out, err)
+    if isinstance(read, int):
+        return read
+    state, features = read
+    if not state.pending:
+        err.write("kvdev-host: allocate: no claim without status.allocation: nothing to do\n")
+        _print_claims([], output, out)
+        return EXIT_OK
+    inputs: dict[str, Any] = {
+        "classes": state.classes,
+        "slices": state.slices,
+        "allocated_devices": state.allocated_devices,
+        "allocated_capacity": state.allocated_capacity,
+        "features": features,
+    }
+    outcome = allocate(state.node, state.pending, **inputs)
+    if isinstance(outcome, AllocationError):
+        return _fail(outcome.keyword, outcome.message, output, out, err, EXIT_INVALID)
+    reports = explain(state.node, state.pending, **inputs) if explain_ else None
+    if reports is not None:
+        err.write(_explanation(reports))
+    if isinstance(outcome, Allocated):
+        _print_claims(
+            [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
+            output,
+            out,
+        )
+        return EXIT_OK
+    if reports is None:
+        reports = explain(state.node, state.pending, **inputs)
+    return _fail(
+        "unschedulable", _why(reports, state.pending, node), output, out, err, EXIT_UNSCHEDULABLE
+    )
