@@ -279,14 +279,22 @@ def test_taint_rule_taints_selected_devices(tmp_path, capsys):
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {"name": "maintenance"},
-        "spec": {"taint": {"key": "maintenance", "effect": "NoSchedule"}},
+        "spec": {"deviceSelector": {}, "taint": {"key": "maintenance", "effect": "NoSchedule"}},
     }
     rules = tmp_path / "rule.yaml"
     rules.write_text(yaml.safe_dump(rule), encoding="utf-8")
     args = ["allocate", "-f", str(objects), "-f", str(rules), "--node", "node-a"]
-    assert cli.main(args) == 1
+    assert cli.main(args) == 1  # an empty selector selects every device
     capsys.readouterr()
     assert cli.main([*args, "--feature-gates", "DRADeviceTaints=false"]) == 0
+    capsys.readouterr()
+    del rule["spec"]["deviceSelector"]  # a missing selector selects none
+    rules.write_text(yaml.safe_dump(rule), encoding="utf-8")
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    rule["spec"]["deviceSelector"] = {"driver": "other.example.com"}
+    rules.write_text(yaml.safe_dump(rule), encoding="utf-8")
+    assert cli.main(args) == 0
 
 
 def test_help_documents_exit_codes(capsys):

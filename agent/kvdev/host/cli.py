@@ -13,9 +13,8 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
-from fractions import Fraction
+from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any, NoReturn, TextIO
 
 import yaml
@@ -26,19 +25,13 @@ from kvdev.host.allocation.allocator import (
     Allocated,
     AllocationError,
     Features,
-    NodeInfo,
     allocate,
 )
 from kvdev.host.allocation.explain import REASONS, RequestReport, explain
+from kvdev.host.cluster import ClusterState, cluster_state
 from kvdev.host.inputs import load_files
 from kvdev.host.k8s import (
-    DeviceClass,
-    DeviceTaintRule,
-    K8sObject,
-    Node,
     ResourceClaim,
-    ResourceSlice,
-    parse_quantity,
 )
 from kvdev.host.k8s.claim import AllocationResult
 
@@ -183,20 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --------------------------------------------------------------------------- allocate
 
 
-@dataclass(slots=True)
-class ClusterState:
-    """The objects of the input files, sorted for the allocator."""
-
-    node: NodeInfo
-    classes: list[DeviceClass] = field(default_factory=list)
-    slices: list[ResourceSlice] = field(default_factory=list)
-    pending: list[ResourceClaim] = field(default_factory=list)
-    allocated_devices: set[tuple[str, str, str]] = field(default_factory=set)
-    allocated_capacity: dict[tuple[str, str, str], dict[str, Fraction]] = field(
-        default_factory=dict
-    )
-
-
 def parse_feature_gates(text: str) -> Features:
     """``A=false,B=true`` -> ``Features``.
 
@@ -213,85 +192,6 @@ def parse_feature_gates(text: str) -> Features:
         return Features.from_overrides(overrides)
     except ValueError as e:
         raise UsageError(f"--feature-gates: {e} (known: {_GATES})") from e
-
-
-def _taint_rules(
-    slices: Sequence[ResourceSlice], rules: Sequence[DeviceTaintRule]
-) -> list[ResourceSlice]:
-    """The slices with every DeviceTaintRule's taint added to the devices it selects."""
-    if not rules:
-        return list(slices)
-    out = []
-    for s in slices:
-        data = s.to_json_dict()
-        for device in data["spec"].get("devices") or []:
-            for rule in rules:
-                sel = rule.spec.device_selector
-                if sel is not None and (
-                    (sel.driver is not None and sel.driver != s.spec.driver)
-                    or (sel.pool is not None and sel.pool != s.spec.pool.name)
-                    or (sel.device is not None and sel.device != device["name"])
-                ):
-                    continue
-                device.setdefault("taints", []).append(rule.spec.taint.to_json_dict())
-        out.append(ResourceSlice.model_validate(data))
-    return out
-
-
-def _node(name: str, nodes: Sequence[Node]) -> NodeInfo:
-    if not nodes:
-        return NodeInfo(name, {})
-    for n in nodes:
-        if n.metadata.name == name:
-            return NodeInfo(name, dict(n.metadata.labels or {}))
-    known = ", ".join(sorted(n.metadata.name for n in nodes))
-    raise UsageError(f"--node {name}: no Node object of that name among the input (have {known})")
-
-
-def _add_in_use(state: ClusterState, allocation: AllocationResult) -> None:
-    for r in (allocation.devices.results if allocation.devices else None) or []:
-        ident = (r.driver, r.pool, r.device)
-        if r.share_id:
-            used = state.allocated_capacity.setdefault(ident, {})
-            for k, v in (r.consumed_capacity or {}).items():
-                used[k] = used.get(k, Fraction(0)) + parse_quantity(str(v))
-        elif not r.admin_access:
-            state.allocated_devices.add(ident)
-
-
-def cluster_state(objects: Iterable[K8sObject], node_name: str) -> ClusterState:
-    """Split the input objects into the allocator's inputs.
-
-    Raises:
-        UsageError: no Node object named ``node_name`` (when Node objects are given), or two
-            claims to allocate share a name.
-    """
-    objs = list(objects)
-    state = ClusterState(_node(node_name, [o for o in objs if isinstance(o, Node)]))
-    rules: list[DeviceTaintRule] = []
-    slices: list[ResourceSlice] = []
-    for obj in objs:
-        if isinstance(obj, DeviceClass):
-            state.classes.append(obj)
-        elif isinstance(obj, ResourceSlice):
-            slices.append(obj)
-        elif isinstance(obj, DeviceTaintRule):
-            rules.append(obj)
-        elif isinstance(obj, ResourceClaim):
-            allocation = obj.status.allocation if obj.status else None
-            if allocation is None:
-                state.pending.append(obj)
-            else:
-                _add_in_use(state, allocation)
-    state.slices = _taint_rules(slices, rules)
-    names = [c.metadata.name for c in state.pending]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise UsageError(
-            f"claims to allocate must have distinct names: {', '.join(duplicates)} "
-            "appear more than once"
-        )
-    return state
 
 
 def _claim_output(claim: ResourceClaim, result: AllocationResult) -> dict[str, Any]:
