@@ -352,3 +352,56 @@ def test_without_node_objects_the_node_has_no_labels(tmp_path, capsys):
     objects.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     assert cli.main(_args(case, objects)) == 0
     assert json.loads(capsys.readouterr().out)["items"]
+
+
+def _gpu_pod(quantity, name="gpu-pod"):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": {"example.com/gpu": quantity}}}]
+        },
+    }
+
+
+def _extended_case(tmp_path, quantity):
+    """The 001 slices with a second device, a class mapping example.com/gpu, and a Pod."""
+    case = _case("001")
+    case["claims"] = []
+    case["deviceClasses"][0]["spec"]["extendedResourceName"] = "example.com/gpu"
+    devices = case["resourceSlices"][0]["spec"]["devices"]
+    devices.append({**devices[0], "name": "gpu-1"})
+    objects = write_case(case, tmp_path / "objects.yaml")
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump(_gpu_pod(quantity)), encoding="utf-8")
+    return ["allocate", "-f", str(objects), "-f", str(pod), "--node", "node-a", "-o", "json"]
+
+
+def test_pod_extended_resource_gets_a_special_claim(tmp_path, capsys):
+    assert cli.main(_extended_case(tmp_path, 2)) == 0
+    out, err = capsys.readouterr()
+    [claim] = json.loads(out)["items"]
+    assert claim["metadata"]["name"].startswith("gpu-pod-extended-resources-")
+    [request] = claim["spec"]["devices"]["requests"]
+    assert request["name"] == "container-0-request-0"
+    assert request["exactly"]["count"] == 2
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == ["gpu-0", "gpu-1"]
+    assert {r["request"] for r in results} == {"container-0-request-0"}
+    assert "extendedResourceClaimStatus" in err
+
+
+def test_pod_asking_more_than_exist_does_not_fit(tmp_path, capsys):
+    assert cli.main(_extended_case(tmp_path, 3)) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["reason"] == "unschedulable"
+    assert "container-0-request-0" in err
+
+
+def test_extended_resource_gate_off_ignores_pods(tmp_path, capsys):
+    args = _extended_case(tmp_path, 3)
+    assert cli.main([*args, "--feature-gates", "DRAExtendedResource=false"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["items"] == []
+    assert "nothing to do" in err

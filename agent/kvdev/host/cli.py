@@ -29,6 +29,7 @@ from kvdev.host.allocation.allocator import (
 )
 from kvdev.host.allocation.explain import REASONS, RequestReport, explain
 from kvdev.host.cluster import ClusterState, cluster_state
+from kvdev.host.extended import status_for
 from kvdev.host.inputs import load_files
 from kvdev.host.k8s import (
     ResourceClaim,
@@ -45,8 +46,13 @@ _ALLOCATE_EPILOG = f"""\
 input:
   YAML or JSON documents (multi-document streams, or 'kind: List' as 'kubectl get -o yaml'
   prints them) of resource.k8s.io/v1 DeviceClass, ResourceSlice, ResourceClaim and
-  DeviceTaintRule, and v1 Node. Pods are read and ignored (allocate works on claims);
-  other kinds are skipped with a warning.
+  DeviceTaintRule, and v1 Node and Pod; other kinds are skipped with a warning.
+  Extended resources backed by DRA (KEP-5004, gate DRAExtendedResource): a Pod whose
+  containers ask for a resource a DeviceClass maps (spec.extendedResourceName, or the
+  implicit deviceclass.resource.kubernetes.io/<class>) gets the special claim the scheduler
+  would make, <pod>-extended-resources-<hash> with one ExactCount request
+  container-<i>-request-<j> per container and resource, allocated with the other claims.
+  Pods bound to another node, or whose status already names their claim, are skipped.
   Claims that carry status.allocation are in use: their devices are taken (or, for results
   with a shareID, their consumedCapacity is). All other claims are allocated together on
   NODE, all or nothing, the way the scheduler allocates one pod's claims. NODE must match a
@@ -76,6 +82,7 @@ examples:
   kvdev-host allocate -f state.yaml --node node-a -o json | jq '.items[].status.allocation'
   kvdev-host allocate -f state.yaml --node node-a --explain
   kvdev-host allocate -f state.yaml --node node-a --feature-gates DRADeviceTaints=false
+  kvdev-host allocate -f classes.yaml -f slices.yaml -f pod.yaml --node node-a
 
 exit status: 0 every claim allocated, 1 the claims do not fit on NODE,
   2 usage error, invalid input (names the object and field) or an allocator error.
@@ -270,7 +277,9 @@ def _read(
             warnings.simplefilter("always")
             objects = load_files(files)
         err.writelines(f"kvdev-host: warning: {w.message}\n" for w in caught)
-        return cluster_state(objects, node), features
+        return cluster_state(
+            objects, node, extended_resources=features.DRAExtendedResource
+        ), features
     except SchemaError as e:
         err.writelines(f"kvdev-host: allocate: {p}\n" for p in e.problems)
         if output == "json":
@@ -314,6 +323,13 @@ def run_allocate(
     if reports is not None:
         err.write(_explanation(reports))
     if isinstance(outcome, Allocated):
+        for special in state.special:
+            pod = special.pod.metadata
+            err.write(
+                f"kvdev-host: allocate: pod {pod.namespace or 'default'}/{pod.name}: "
+                f"extended resources in claim {special.claim.metadata.name}; status "
+                f"{json.dumps(status_for(special), separators=(',', ':'))}\n"
+            )
         _print_claims(
             [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
             output,

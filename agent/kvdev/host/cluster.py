@@ -5,6 +5,15 @@ DeviceTaintRule's taint added to the devices it selects: a missing selector sele
 empty one all), the devices and capacity already in use (claims that carry
 ``status.allocation``: exclusive, or shared capacity when a result has a shareID; admin
 access takes nothing), the claims still to allocate, and the node.
+
+Pods (with ``extended_resources``, the ``DRAExtendedResource`` gate): each Pod asking for an
+extended resource a DeviceClass maps gets the special claim the scheduler would make
+(``kvdev.host.extended``), added to the claims to allocate after the input's own. A Pod whose
+``spec.nodeName`` names another node is already scheduled there and is skipped; so is a Pod
+whose ``status.extendedResourceClaimStatus`` already names its claim (that claim, if given,
+is read like any other). A Pod bound to NODE itself, or not bound, is treated as being
+scheduled onto NODE. Resources NODE's ``status.allocatable`` lists come from a device plugin
+and are not asked of DRA.
 """
 
 from __future__ import annotations
@@ -15,11 +24,13 @@ from fractions import Fraction
 
 from kvdev.errors import UsageError
 from kvdev.host.allocation.allocator import NodeInfo
+from kvdev.host.extended import SpecialClaim, synthesize
 from kvdev.host.k8s import (
     DeviceClass,
     DeviceTaintRule,
     K8sObject,
     Node,
+    Pod,
     ResourceClaim,
     ResourceSlice,
     parse_quantity,
@@ -35,6 +46,7 @@ class ClusterState:
     classes: list[DeviceClass] = field(default_factory=list)
     slices: list[ResourceSlice] = field(default_factory=list)
     pending: list[ResourceClaim] = field(default_factory=list)
+    special: list[SpecialClaim] = field(default_factory=list)
     allocated_devices: set[tuple[str, str, str]] = field(default_factory=set)
     allocated_capacity: dict[tuple[str, str, str], dict[str, Fraction]] = field(
         default_factory=dict
@@ -87,15 +99,36 @@ def _add_in_use(state: ClusterState, allocation: AllocationResult) -> None:
             state.allocated_devices.add(ident)
 
 
-def cluster_state(objects: Iterable[K8sObject], node_name: str) -> ClusterState:
+def _pods_to_schedule(pods: Sequence[Pod], node_name: str) -> list[Pod]:
+    return [
+        p
+        for p in pods
+        if p.spec.node_name in (None, node_name)
+        and not (p.status and p.status.extended_resource_claim_status)
+    ]
+
+
+def _allocatable(name: str, nodes: Sequence[Node]) -> set[str]:
+    for n in nodes:
+        if n.metadata.name == name and n.status and n.status.allocatable:
+            return set(n.status.allocatable)
+    return set()
+
+
+def cluster_state(
+    objects: Iterable[K8sObject], node_name: str, *, extended_resources: bool = True
+) -> ClusterState:
     """Split the input objects into the allocator's inputs.
+
+    With ``extended_resources`` the Pods' special claims (module docstring) are pending too.
 
     Raises:
         UsageError: no Node object named ``node_name`` (when Node objects are given), or two
             claims to allocate share a name.
     """
     objs = list(objects)
-    state = ClusterState(_node(node_name, [o for o in objs if isinstance(o, Node)]))
+    nodes = [o for o in objs if isinstance(o, Node)]
+    state = ClusterState(_node(node_name, nodes))
     rules: list[DeviceTaintRule] = []
     slices: list[ResourceSlice] = []
     for obj in objs:
@@ -112,6 +145,10 @@ def cluster_state(objects: Iterable[K8sObject], node_name: str) -> ClusterState:
             else:
                 _add_in_use(state, allocation)
     state.slices = _taint_rules(slices, rules)
+    if extended_resources:
+        pods = _pods_to_schedule([o for o in objs if isinstance(o, Pod)], node_name)
+        state.special = synthesize(pods, state.classes, _allocatable(node_name, nodes))
+        state.pending.extend(s.claim for s in state.special)
     names = [c.metadata.name for c in state.pending]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

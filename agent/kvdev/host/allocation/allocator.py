@@ -3,7 +3,7 @@
 Owns the run's orchestration (pools, claim plans, All device lists, the search, the final
 invalid-pool rule) and turning search picks into ``AllocationResult`` models as upstream
 writes them: device results (shareID, consumedCapacity, tolerations, binding conditions),
-class and claim configuration, and the result node selector.
+class and claim configuration, the result node selector and the compatibility groups.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from kvdev.host.allocation.prepare import (
     check_limit,
     plan_claim,
 )
-from kvdev.host.allocation.search import Pick, Search
+from kvdev.host.allocation.search import GroupKey, Pick, Search
 from kvdev.host.k8s.claim import AllocationResult, ResourceClaim
 from kvdev.host.k8s.common import NodeSelectorRequirement
 from kvdev.host.k8s.quantity import parse_quantity
@@ -124,9 +124,10 @@ def _allocate(
         if any(p.invalid for p in pools):
             raise AllocationFailedError("invalid-pool", "invalid resource pools were encountered")
         return Unschedulable()
+    groups = search.final_groups()
     return Allocated(
         {
-            plan.claim.metadata.name: _result(plan, claim_picks, node, features)
+            plan.claim.metadata.name: _result(plan, claim_picks, node, features, groups)
             for plan, claim_picks in zip(plans, picks, strict=True)
         }
     )
@@ -266,8 +267,32 @@ def _config(plan: ClaimPlan, picks: Sequence[Pick]) -> list[dict[str, Any]]:
     return out
 
 
+def _compatibility_groups(
+    picks: Sequence[Pick], groups: Mapping[GroupKey, frozenset[str]]
+) -> dict[str, list[str]]:
+    """KEP-5963 result field: the groups shared on each counter set the claim draws from.
+
+    Only counter sets with grouped devices appear; the value is what every device on the set
+    (allocated before or in this run) still has in common, sorted. Keyed
+    ``<driver>/<pool>/<counterSet>``: counter sets are scoped to a (driver, pool) and two
+    drivers may well use the same pool name (often the node's).
+    """
+    out: dict[str, list[str]] = {}
+    for pick in picks:
+        driver, pool, _ = pick.candidate.id
+        for use in pick.candidate.device.consumes_counters or []:
+            key = (driver, pool, use.counter_set)
+            if key in groups:
+                out["/".join(key)] = sorted(groups[key])
+    return dict(sorted(out.items()))
+
+
 def _result(
-    plan: ClaimPlan, picks: Sequence[Pick], node: NodeLike, features: Features
+    plan: ClaimPlan,
+    picks: Sequence[Pick],
+    node: NodeLike,
+    features: Features,
+    groups: Mapping[GroupKey, frozenset[str]],
 ) -> AllocationResult:
     devices: dict[str, Any] = {
         "results": [_device_result(plan.claim, i, p, features) for i, p in enumerate(picks)]
@@ -279,4 +304,7 @@ def _result(
     selector = _node_selector(picks, node)
     if selector is not None:
         data["nodeSelector"] = selector
+    compatibility = _compatibility_groups(picks, groups)
+    if compatibility:
+        data["compatibilityGroups"] = compatibility
     return AllocationResult.model_validate(data)

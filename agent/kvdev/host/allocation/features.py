@@ -12,7 +12,9 @@ class Features:
     DRAAdminAccess: bool = True
     DRAConsumableCapacity: bool = True
     DRADeviceBindingConditions: bool = True
+    DRADeviceCompatibilityGroups: bool = True  # KEP-5963, alpha in v1.37
     DRADeviceTaints: bool = True
+    DRAExtendedResource: bool = True  # KEP-5004: Pods' extended resources backed by DRA
     DRAListTypeAttributes: bool = True
     DRAPartitionableDevices: bool = True
     DRAPrioritizedList: bool = True

@@ -1,7 +1,8 @@
 """The depth-first, first-fit backtracking search: claims -> requests -> alternatives -> devices.
 
 Owns the immutable search ``State`` passed down the recursion, the candidate checks (in use,
-selectors, capacity, counters, taints, constraints), allocationMode All, adminAccess, the
+selectors, capacity, counters, compatibility groups, taints, constraints), allocationMode
+All, adminAccess, the
 per-claim result limit and binding-condition gating. It returns the picks per claim; turning
 them into API results is ``allocator``'s job.
 """
@@ -33,8 +34,45 @@ from kvdev.host.allocation.prepare import (
     alt_size,
 )
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
+from kvdev.host.k8s.resource import Device
 
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+
+GroupKey = tuple[str, str, str]  # (driver, pool, counter set)
+
+
+def device_groups(
+    pool: PoolID, device: Device, features: Features
+) -> dict[GroupKey, frozenset[str]]:
+    """The compatibility groups a device declares, per counter set it draws from (KEP-5963).
+
+    A ``consumesCounters`` entry without groups is compatible with everything and is left
+    out. With ``DRADeviceCompatibilityGroups`` off the field is ignored altogether.
+    """
+    if not features.DRADeviceCompatibilityGroups:
+        return {}
+    out: dict[GroupKey, frozenset[str]] = {}
+    for use in device.consumes_counters or []:
+        if use.compatibility_groups:
+            key = (*pool, use.counter_set)
+            groups = frozenset(use.compatibility_groups)
+            out[key] = out[key] & groups if key in out else groups
+    return out
+
+
+def narrow(
+    groups: Mapping[GroupKey, frozenset[str]], declared: Mapping[GroupKey, frozenset[str]]
+) -> Mapping[GroupKey, frozenset[str]] | None:
+    """The rolling intersections after adding a device, or None when one becomes empty."""
+    if not declared:
+        return groups
+    merged = dict(groups)
+    for key, mine in declared.items():
+        common = merged[key] & mine if key in merged else mine
+        if not common:
+            return None
+        merged[key] = common
+    return merged
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +92,9 @@ class State:
     claim_picked: frozenset[DeviceID]  # picks of the current claim (admin or not)
     shares: Mapping[DeviceID, Mapping[str, Fraction]]  # in-run capacity consumption
     counters: Mapping[PoolID, Mapping[CounterKey, Fraction]]  # incl. already allocated
+    # per counter set with grouped devices: the groups all of them share (KEP-5963); incl.
+    # already allocated devices. A counter set without grouped devices is absent.
+    groups: Mapping[GroupKey, frozenset[str]]
     memory: tuple[Memory, ...]  # per constraint of the current claim
     results: tuple[Pick, ...]  # current claim
     done: tuple[tuple[Pick, ...], ...]  # finished claims
@@ -92,25 +133,42 @@ class Search:
         self.allocated_capacity = allocated_capacity
         self.features = features
         self.selection = selection
+        self._final_groups: Mapping[GroupKey, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ entry
 
     def initial_state(self) -> State:
-        """Counters already consumed by allocated devices; nothing picked yet."""
+        """Counters and compatibility groups of allocated devices; nothing picked yet.
+
+        Allocated devices whose groups already have nothing in common (allocated before the
+        groups were published, or by something else) leave that counter set with an empty
+        intersection: no grouped device can join it.
+        """
         counters: dict[PoolID, dict[CounterKey, Fraction]] = {}
-        for driver, pool_name, device in {*self.allocated, *self.allocated_capacity}:
+        groups: dict[GroupKey, frozenset[str]] = {}
+        for driver, pool_name, device in sorted({*self.allocated, *self.allocated_capacity}):
             pool = self.pools.get((driver, pool_name))
             if pool is None or device not in pool.all_devices:
                 continue
             used = counters.setdefault(pool.id, {})
             for key, amount in counter_need(pool.all_devices[device]).items():
                 used[key] = used.get(key, Fraction(0)) + amount
-        return State(frozenset(), frozenset(), {}, counters, (), (), ())
+            declared = device_groups(pool.id, pool.all_devices[device], self.features)
+            for gkey, mine in declared.items():
+                groups[gkey] = groups[gkey] & mine if gkey in groups else mine
+        return State(frozenset(), frozenset(), {}, counters, groups, (), (), ())
+
+    def final_groups(self) -> Mapping[GroupKey, frozenset[str]]:
+        """The rolling intersections after the last successful ``run`` (empty before)."""
+        return self._final_groups
 
     def run(self) -> tuple[tuple[Pick, ...], ...] | None:
         """The first complete solution in search order, or None."""
         final = self._claim(0, self.initial_state())
-        return None if final is None else final.done
+        if final is None:
+            return None
+        self._final_groups = final.groups
+        return final.done
 
     def static_usable(self, request: Request, candidate: Candidate) -> bool:
         """Selector, gate and capacity-definition filter used to build an All device list."""
@@ -131,8 +189,9 @@ class Search:
         """The search's own check of one candidate (selectors included), outside the search.
 
         Returns the state after the pick, or the first reason the device is rejected:
-        ``in-use``, ``gated``, ``selector``, ``capacity``, ``counters``, ``taint``,
-        ``constraint``. Used by ``explain``; the search itself does not call it.
+        ``in-use``, ``gated``, ``selector``, ``capacity``, ``counters``,
+        ``compatibility-group``, ``taint``, ``constraint``. Used by ``explain``; the search
+        itself does not call it.
 
         Raises:
             AllocationFailedError: a selector does not compile or fails at run time.
@@ -226,9 +285,10 @@ class Search:
         consumed = self._capacity(alt, candidate, state, multi=multi)
         if consumed == "capacity":
             return consumed
-        counters = self._counters(candidate, state, multi=multi)
-        if counters is None:
-            return "counters"
+        shared = self._shared(candidate, state, multi=multi)
+        if isinstance(shared, str):
+            return shared
+        counters, groups = shared
         if not self._tolerated(alt, candidate):
             return "taint"
         memory = self._constraints(plan, alt, candidate, state)
@@ -243,6 +303,7 @@ class Search:
             claim_picked=state.claim_picked | {ident},
             shares=shares,
             counters=counters,
+            groups=groups,
             memory=memory,
             results=(
                 *state.results,
@@ -285,6 +346,24 @@ class Search:
             return "capacity"
         return cons if multi else None
 
+    def _shared(
+        self, candidate: Candidate, state: State, *, multi: bool
+    ) -> (
+        tuple[Mapping[PoolID, Mapping[CounterKey, Fraction]], Mapping[GroupKey, frozenset[str]]]
+        | str
+    ):
+        """Counters and compatibility groups after the pick, or why they cannot take it.
+
+        The reason is ``counters`` or ``compatibility-group``.
+        """
+        counters = self._counters(candidate, state, multi=multi)
+        if counters is None:
+            return "counters"
+        groups = self._groups(candidate, state, multi=multi)
+        if groups is None:
+            return "compatibility-group"
+        return counters, groups
+
     def _counters(
         self, candidate: Candidate, state: State, *, multi: bool
     ) -> Mapping[PoolID, Mapping[CounterKey, Fraction]] | None:
@@ -305,6 +384,23 @@ class Search:
         for key, amount in need.items():
             merged[key] = merged.get(key, Fraction(0)) + amount
         return {**state.counters, pool.id: merged}
+
+    def _groups(
+        self, candidate: Candidate, state: State, *, multi: bool
+    ) -> Mapping[GroupKey, frozenset[str]] | None:
+        """The compatibility groups after the pick, or None when they would share nothing.
+
+        kvdev's reading of KEP-5963: per counter set, every device drawing from it (already
+        allocated or picked in this run) must have at least one group in common with all the
+        others; a ``consumesCounters`` entry without groups is compatible with everything.
+        """
+        if not self.features.DRAPartitionableDevices:
+            return state.groups
+        ident = candidate.id
+        if multi and (ident in self.allocated_capacity or ident in state.shares):
+            return state.groups  # already counted: its groups are in the intersection
+        declared = device_groups(candidate.pool.id, candidate.device, self.features)
+        return narrow(state.groups, declared)
 
     def _tolerated(self, alt: Request, candidate: Candidate) -> bool:
         if not self.features.DRADeviceTaints:

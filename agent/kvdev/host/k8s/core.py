@@ -1,7 +1,8 @@
 """core/v1 subsets the allocator reads.
 
-Owns a Node's name and labels, and the parts of a Pod that name its claims, its node and its
-extended-resource requests and limits.
+Owns a Node's name, labels and allocatable resources, and the parts of a Pod that name its
+claims, its node, its extended-resource requests and limits, and the special claim recorded
+for them (``status.extendedResourceClaimStatus``, KEP-5004).
 
 No I/O here.
 """
@@ -16,12 +17,19 @@ from kvdev.schema.base import Document, Model
 from kvdev.schema.fields import DnsLabel, DnsSubdomain
 
 
+class NodeStatus(Model):
+    """``status``: only ``allocatable`` (resources a device plugin advertises are listed there)."""
+
+    allocatable: dict[str, Quantity] | None = None
+
+
 class Node(Document):
-    """A node: only ``metadata.name`` and ``metadata.labels`` matter."""
+    """A node: ``metadata.name``, ``metadata.labels`` and ``status.allocatable`` matter."""
 
     api_version: Literal["v1"]
     kind: Literal["Node"]
     metadata: ObjectMeta
+    status: NodeStatus | None = None
 
 
 class ResourceRequirements(Model):
@@ -32,10 +40,11 @@ class ResourceRequirements(Model):
 
 
 class Container(Model):
-    """A container's name and resources."""
+    """A container's name, resources and restart policy (``Always`` marks a sidecar)."""
 
     name: DnsLabel
     resources: ResourceRequirements | None = None
+    restart_policy: str | None = None
 
 
 class PodResourceClaim(Model):
@@ -55,6 +64,27 @@ class PodSpec(Model):
     init_containers: list[Container] | None = None
 
 
+class ContainerExtendedResourceRequest(Model):
+    """Which request of the special claim serves a container's extended resource."""
+
+    container_name: DnsLabel
+    resource_name: str
+    request_name: DnsLabel
+
+
+class PodExtendedResourceClaimStatus(Model):
+    """``status.extendedResourceClaimStatus``: the special claim made for the Pod."""
+
+    request_mappings: list[ContainerExtendedResourceRequest]
+    resource_claim_name: DnsSubdomain
+
+
+class PodStatus(Model):
+    """The Pod status fields the allocator reads."""
+
+    extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
+
+
 class Pod(Document):
     """A pod asking for claims or extended resources."""
 
@@ -62,3 +92,4 @@ class Pod(Document):
     kind: Literal["Pod"]
     metadata: ObjectMeta
     spec: PodSpec
+    status: PodStatus | None = None

@@ -39,6 +39,9 @@ ATTRIBUTES_AND_CAPACITIES_MAX = 32  # ResourceSliceMaxAttributesAndCapacitiesPer
 COUNTER_SETS_MAX = 8  # ResourceSliceMaxCounterSets
 COUNTERS_MAX = 32  # ResourceSliceMaxCountersPerCounterSet
 CONSUMES_COUNTERS_MAX = 2  # ResourceSliceMaxDeviceCounterConsumptionsPerDevice
+# KEP-5963 (alpha, DRADeviceCompatibilityGroups); the limit was lowered from 8 to 2 in review
+# of kubernetes/kubernetes#139795, names must be unique.
+COMPATIBILITY_GROUPS_MAX = 2
 BINDING_CONDITIONS_MAX = 4  # BindingConditionsMaxSize
 VALID_VALUES_MAX = 10  # CapacityRequestPolicyDiscreteMaxOptions
 
@@ -143,6 +146,19 @@ class DeviceCounterConsumption(Model):
 
     counter_set: DnsLabel
     counters: Counters
+    # KEP-5963 (alpha): devices drawing from the same counter set may only be allocated
+    # together while their groups for that set still have a group in common.
+    compatibility_groups: (
+        Annotated[list[Annotated[str, Field(min_length=1)]], at_most(COMPATIBILITY_GROUPS_MAX)]
+        | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _unique_groups(self) -> DeviceCounterConsumption:
+        groups = self.compatibility_groups or []
+        if len(set(groups)) != len(groups):
+            raise ValueError("compatibilityGroups: names must be unique")
+        return self
 
 
 class Device(Model):
