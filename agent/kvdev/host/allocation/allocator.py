@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from kvdev.host.allocation.features import Features
+from kvdev.host.allocation.groups import GroupKey
 from kvdev.host.allocation.pools import DeviceID, NodeInfo, NodeLike, Pool, gather_pools
 from kvdev.host.allocation.prepare import (
     AllocationFailedError,
@@ -23,7 +24,7 @@ from kvdev.host.allocation.prepare import (
     check_limit,
     plan_claim,
 )
-from kvdev.host.allocation.search import GroupKey, Pick, Search
+from kvdev.host.allocation.search import Pick, Search
 from kvdev.host.k8s.claim import AllocationResult, ResourceClaim
 from kvdev.host.k8s.common import NodeSelectorRequirement
 from kvdev.host.k8s.quantity import parse_quantity
