@@ -3,7 +3,6 @@
 Comparison rules are those of tests/data/allocator/README.md.
 """
 
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -190,11 +189,3 @@ def test_outcomes_are_reproducible():
 
 def test_fraction_capacity_accepted():
     assert parse_quantity("4Gi") == Fraction(4 * 2**30)
-
-
-def test_scale_cases_run_fast():
-    start = time.perf_counter()
-    for path in FILES:
-        if path.stem.startswith("S"):
-            run_case(_load(path))
-    assert time.perf_counter() - start < 30

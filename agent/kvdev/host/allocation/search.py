@@ -22,7 +22,7 @@ from kvdev.host.allocation.capacity import (
     fits,
     qualify,
 )
-from kvdev.host.allocation.constraints import EMPTY, Memory, admit, attribute_values
+from kvdev.host.allocation.constraints import EMPTY, Memory, Values, admit, attribute_values
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.groups import GroupKey, device_groups, narrow
 from kvdev.host.allocation.pools import Candidate, DeviceID, Pool, PoolID
@@ -98,6 +98,11 @@ class Search:
         self.features = features
         self.selection = selection
         self._final_groups: Mapping[GroupKey, frozenset[str]] = {}
+        # What depends only on the (request, device) pair is computed once per run: the search
+        # revisits the same pairs many times while backtracking.
+        self._consumed: dict[tuple[int, DeviceID], dict[str, Fraction] | None] = {}
+        self._values: dict[tuple[DeviceID, str], Values | None] = {}
+        self._declared: dict[DeviceID, dict[GroupKey, frozenset[str]]] = {}
 
     # ------------------------------------------------------------------ entry
 
@@ -226,8 +231,11 @@ class Search:
     # ------------------------------------------------------------------ one candidate
 
     def _consumption(self, request: Request, candidate: Candidate) -> dict[str, Fraction] | None:
-        wanted = {qualify(k, candidate.driver): v for k, v in request.capacity.items()}
-        return consumption(candidate.driver, candidate.device, wanted)
+        key = (id(request), candidate.id)  # requests live as long as the run's plans
+        if key not in self._consumed:
+            wanted = {qualify(k, candidate.driver): v for k, v in request.capacity.items()}
+            self._consumed[key] = consumption(candidate.driver, candidate.device, wanted)
+        return self._consumed[key]
 
     def _try(
         self,
@@ -363,7 +371,10 @@ class Search:
         ident = candidate.id
         if multi and (ident in self.allocated_capacity or ident in state.shares):
             return state.groups  # already counted: its groups are in the intersection
-        declared = device_groups(candidate.pool.id, candidate.device, self.features)
+        declared = self._declared.get(ident)
+        if declared is None:
+            declared = device_groups(candidate.pool.id, candidate.device, self.features)
+            self._declared[ident] = declared
         return narrow(state.groups, declared)
 
     def _tolerated(self, alt: Request, candidate: Candidate) -> bool:
@@ -382,12 +393,15 @@ class Search:
         for i, con in enumerate(plan.constraints):
             if not con.applies(alt.parent, alt.name):
                 continue
-            values = attribute_values(
-                candidate.driver,
-                candidate.device,
-                con.attribute,
-                self.features.DRAListTypeAttributes,
-            )
+            key = (candidate.id, con.attribute)
+            if key not in self._values:
+                self._values[key] = attribute_values(
+                    candidate.driver,
+                    candidate.device,
+                    con.attribute,
+                    self.features.DRAListTypeAttributes,
+                )
+            values = self._values[key]
             ok, memory[i] = admit(con, memory[i], values)
             if not ok:
                 return None
