@@ -54,16 +54,6 @@ class Problem:
             where.append(self.path)
         return ": ".join([*where, self.message])
 
-    def located(self, *, source: str | None = None, index: int | None = None) -> Problem:
-        """Return a copy with the file and/or stream position filled in where still unknown."""
-        return Problem(
-            message=self.message,
-            source=self.source or (source or ""),
-            index=self.index if self.index is not None else index,
-            path=self.path,
-            severity=self.severity,
-        )
-
 
 class KvdevError(Exception):
     """Base class of every error kvdev raises on purpose."""
@@ -89,10 +79,6 @@ class SchemaError(PermanentError):
             msg = "SchemaError needs at least one problem"
             raise ValueError(msg)
         super().__init__("\n".join(str(p) for p in self.problems))
-
-    def located(self, *, source: str | None = None) -> SchemaError:
-        """Return the same error with the file name filled in on every problem."""
-        return SchemaError([p.located(source=source) for p in self.problems])
 
 
 class UsageError(PermanentError):

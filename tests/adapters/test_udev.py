@@ -5,7 +5,6 @@ remounts /sys so that sysfs shows that namespace's links; the code under test th
 in a child Python process and reports back as JSON.
 """
 
-import dataclasses
 import json
 import os
 import re
@@ -30,10 +29,6 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for ip netn
 
 def read(path: Path) -> str:
     return path.read_text().strip()
-
-
-def as_dicts(devices):
-    return [dataclasses.asdict(d) for d in devices]
 
 
 # --------------------------------------------------------------------------- host sysfs

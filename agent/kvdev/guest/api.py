@@ -65,25 +65,25 @@ class Api:
         self.bridge = bridge
         self.interface_stats = interface_stats
         self.agent_stats = agent_stats
-
-    async def handle(self, request: Request) -> Response:
-        """Answer one request."""
-        parts = [unquote(p) for p in request.path.split("/") if p]
-        routes: dict[tuple[str, ...], tuple[str, _Route]] = {
+        self._routes: dict[tuple[str, ...], tuple[str, _Route]] = {
             ("healthz",): ("GET", self._health),
             ("v1", "status"): ("GET", self._status),
             ("v1", "devices"): ("GET", self._devices),
+            ("v1", "devices", "*"): ("GET", self._device),  # /v1/devices/{claim}/{request}/{device}
             ("v1", "plan"): ("GET", self._plan),
             ("v1", "reconcile"): ("POST", self._reconcile),
             ("v1", "events"): ("GET", self._events),
         }
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one request."""
+        parts = [unquote(p) for p in request.path.split("/") if p]
         key = tuple(parts)
-        if key not in routes and len(parts) >= 5 and parts[:2] == ["v1", "devices"]:
+        if len(parts) >= 5 and parts[:2] == ["v1", "devices"]:
             key = ("v1", "devices", "*")
-            routes[key] = ("GET", self._device)
-        if key not in routes:
+        if key not in self._routes:
             return error(404, f"no such endpoint: {request.path}")
-        method, func = routes[key]
+        method, func = self._routes[key]
         allowed = {method, "HEAD"} if method == "GET" else {method}
         if request.method not in allowed:
             response = error(405, f"{request.path} takes {method}")

@@ -29,6 +29,7 @@ No I/O here: all inputs are values.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 
 from kvdev.guest.observed import GuestDevice, Link, Nic
@@ -105,16 +106,7 @@ def _from_link(link: Link) -> Nic:
 
 
 def _with_nics(device: GuestDevice, nics: tuple[Nic, ...]) -> GuestDevice:
-    return GuestDevice(
-        pci_address=device.pci_address,
-        vendor_id=device.vendor_id,
-        device_id=device.device_id,
-        class_id=device.class_id,
-        driver=device.driver,
-        numa_node=device.numa_node,
-        dev_nodes=device.dev_nodes,
-        nics=nics,
-    )
+    return dataclasses.replace(device, nics=nics)
 
 
 def merge(
