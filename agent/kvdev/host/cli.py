@@ -1,92 +1,23 @@
 """``kvdev-host``: the host tools' command line.
 
-It owns the parser (every command's help, examples and exit codes) and ``allocate``: read
-Kubernetes objects from files, split them into the cluster state (classes, slices, taint rules,
-claims already allocated, the node) and the claims to allocate, run the pure allocator
-(``kvdev.host.allocation``) and print the allocated claims. Exit codes are a contract:
-0 allocated, 1 does not fit, 2 usage error, invalid input or an allocator error.
+It owns the top-level parser (``--help``, ``--version``, the list of commands) and the
+dispatch: each command lives in its own module under ``kvdev.host.commands`` and registers
+its sub-parser there. Exit codes are a contract (``kvdev.host.commands.common``): 0 success,
+1 does not fit, 2 usage error, invalid input or an allocator error.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import warnings
 from collections.abc import Sequence
-from dataclasses import fields
-from typing import Any, NoReturn, TextIO
-
-import yaml
 
 from kvdev import __version__
-from kvdev.errors import KvdevError, SchemaError, UsageError
-from kvdev.host.allocation.allocator import (
-    Allocated,
-    AllocationError,
-    Features,
-    allocate,
-)
-from kvdev.host.allocation.explain import REASONS, RequestReport, explain
-from kvdev.host.cluster import ClusterState, cluster_state
-from kvdev.host.extended import status_for
-from kvdev.host.inputs import load_files
-from kvdev.host.k8s import (
-    ResourceClaim,
-)
-from kvdev.host.k8s.claim import AllocationResult
+from kvdev.errors import UsageError
+from kvdev.host.commands import allocate
+from kvdev.host.commands.common import EXIT_INVALID, Parser
 
-EXIT_OK = 0
-EXIT_UNSCHEDULABLE = 1
-EXIT_INVALID = 2
-
-_GATES = ", ".join(sorted(f.name for f in fields(Features)))
-
-_ALLOCATE_EPILOG = f"""\
-input:
-  YAML or JSON documents (multi-document streams, or 'kind: List' as 'kubectl get -o yaml'
-  prints them) of resource.k8s.io/v1 DeviceClass, ResourceSlice, ResourceClaim and
-  DeviceTaintRule, and v1 Node and Pod; other kinds are skipped with a warning.
-  Extended resources backed by DRA (KEP-5004, gate DRAExtendedResource): a Pod whose
-  containers ask for a resource a DeviceClass maps (spec.extendedResourceName, or the
-  implicit deviceclass.resource.kubernetes.io/<class>) gets the special claim the scheduler
-  would make, <pod>-extended-resources-<hash> with one ExactCount request
-  container-<i>-request-<j> per container and resource, allocated with the other claims.
-  Pods bound to another node, or whose status already names their claim, are skipped.
-  Claims that carry status.allocation are in use: their devices are taken (or, for results
-  with a shareID, their consumedCapacity is). All other claims are allocated together on
-  NODE, all or nothing, the way the scheduler allocates one pod's claims. NODE must match a
-  Node object if any are given (its labels decide nodeSelector slices); with no Node object
-  the node has no labels. DeviceTaintRules add their taint to the devices they select.
-
-output:
-  The newly allocated claims, as full ResourceClaim objects with status.allocation filled
-  as upstream writes it (results, config, nodeSelector). -o yaml (default): one YAML
-  document per claim ('---' between them). -o json: a v1 List whose items are the claims.
-
-  With -o json a failure prints {{"reason": KEYWORD, "message": ...}} on stdout as well;
-  KEYWORD is 'unschedulable', 'invalid-input', 'usage', or the allocator's error keyword
-  (class-not-found, cel-compile-error, cel-runtime-error, too-many-devices, invalid-pool,
-  pool-incomplete, constraint-unsatisfiable, feature-disabled, ...).
-
-  --explain writes to stderr, per claim and request, each device and the first reason it
-  is rejected (other-node, pool-incomplete/-invalid/-obsolete, in-use, gated, selector,
-  capacity, counters, taint, constraint), judging each device on its own against the
-  claims already in use (not against the other picks of this run).
-
-feature gates (all on by default): {_GATES}
-
-examples:
-  kvdev-host allocate -f cluster.yaml -f claim.yaml --node node-a
-  kubectl get deviceclasses,resourceslices,resourceclaims,nodes -A -o yaml > state.yaml
-  kvdev-host allocate -f state.yaml --node node-a -o json | jq '.items[].status.allocation'
-  kvdev-host allocate -f state.yaml --node node-a --explain
-  kvdev-host allocate -f state.yaml --node node-a --feature-gates DRADeviceTaints=false
-  kvdev-host allocate -f classes.yaml -f slices.yaml -f pod.yaml --node node-a
-
-exit status: 0 every claim allocated, 1 the claims do not fit on NODE,
-  2 usage error, invalid input (names the object and field) or an allocator error.
-"""
+_COMMANDS = (allocate,)
 
 _MAIN_EPILOG = """\
 examples:
@@ -100,16 +31,9 @@ exit status:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser whose usage errors raise instead of exiting (exit 2 all the same)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``kvdev-host`` parser with its commands."""
-    parser = _Parser(
+    parser = Parser(
         prog="kvdev-host",
         description="kvdev host tools: allocate DRA devices like the scheduler does.\n"
         "(The metadata writer and the kubelet plugin are not in this build yet.)",
@@ -117,44 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kvdev-host {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    alloc = commands.add_parser(
-        "allocate",
-        help="allocate ResourceClaims on one node like the scheduler's DRA allocator",
-        description="Allocate every ResourceClaim without status.allocation together on one\n"
-        "node, all or nothing, with the upstream structured-parameters allocator's\n"
-        "first-fit search, and print the claims with status.allocation filled.",
-        epilog=_ALLOCATE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    alloc.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="append",
-        required=True,
-        metavar="FILE",
-        help="a YAML/JSON file of objects; repeat for several files",
-    )
-    alloc.add_argument("--node", required=True, metavar="NAME", help="the node to allocate on")
-    alloc.add_argument(
-        "-o",
-        "--output",
-        choices=("yaml", "json"),
-        default="yaml",
-        help="output format (default: yaml)",
-    )
-    alloc.add_argument(
-        "--explain",
-        action="store_true",
-        help="print to stderr, per claim and request, why each device fits or not",
-    )
-    alloc.add_argument(
-        "--feature-gates",
-        default="",
-        metavar="GATE=BOOL,...",
-        help="switch allocator features, e.g. DRADeviceTaints=false (all are on by default)",
-    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for command in _COMMANDS:
+        command.register(commands)
     return parser
 
 
@@ -169,175 +58,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
-    return run_allocate(
-        files=args.files,
-        node=args.node,
-        output=args.output,
-        explain_=args.explain,
-        feature_gates=args.feature_gates,
-        out=sys.stdout,
-        err=sys.stderr,
-    )
-
-
-# --------------------------------------------------------------------------- allocate
-
-
-def parse_feature_gates(text: str) -> Features:
-    """``A=false,B=true`` -> ``Features``.
-
-    Raises:
-        UsageError: malformed, or a gate kvdev does not know.
-    """
-    overrides: dict[str, bool] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, value = item.partition("=")
-        if not sep or value.strip().lower() not in ("true", "false"):
-            raise UsageError(f"--feature-gates: {item!r} is not GATE=true or GATE=false")
-        overrides[name.strip()] = value.strip().lower() == "true"
-    try:
-        return Features.from_overrides(overrides)
-    except ValueError as e:
-        raise UsageError(f"--feature-gates: {e} (known: {_GATES})") from e
-
-
-def _claim_output(claim: ResourceClaim, result: AllocationResult) -> dict[str, Any]:
-    data = claim.to_json_dict()
-    status = data.setdefault("status", {})
-    status["allocation"] = result.to_json_dict()
-    return data
-
-
-def _print_claims(claims: Sequence[dict[str, Any]], output: str, out: TextIO) -> None:
-    if output == "json":
-        items = {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": list(claims)}
-        out.write(json.dumps(items, indent=2) + "\n")
-    elif claims:
-        out.write(yaml.safe_dump_all(claims, sort_keys=False))
-
-
-def _fail(reason: str, message: str, output: str, out: TextIO, err: TextIO, code: int) -> int:
-    err.write(f"kvdev-host: allocate: {message}\n")
-    if output == "json":
-        out.write(json.dumps({"reason": reason, "message": message}) + "\n")
-    return code
-
-
-def _why(reports: Sequence[RequestReport], claims: Sequence[ResourceClaim], node: str) -> str:
-    lines = []
-    for claim in claims:
-        name = claim.metadata.name
-        mine = [r for r in reports if r.claim == name]
-        parents: dict[str, list[RequestReport]] = {}
-        for r in mine:
-            parents.setdefault(r.request.split("/", 1)[0], []).append(r)
-        for parent, alts in parents.items():
-            if any(a.satisfiable for a in alts):
-                continue
-            best = max(alts, key=lambda a: a.fitting)
-            if best.wanted is None or best.fitting == 0:
-                lines.append(f"claim {name}: no device fits request {parent}")
-            else:
-                lines.append(
-                    f"claim {name}: only {best.fitting} device(s) fit request {parent}, "
-                    f"{best.wanted} wanted"
-                )
-    if not lines:
-        names = ", ".join(c.metadata.name for c in claims)
-        lines.append(
-            f"claims {names} do not fit together on node {node}: every request has devices "
-            "that fit on their own, but not all at once (the same devices wanted twice, "
-            "constraints or shared counters); try --explain"
-        )
-    return "\n".join(lines)
-
-
-def _explanation(reports: Sequence[RequestReport]) -> str:
-    lines = []
-    for r in reports:
-        wanted = "all" if r.wanted is None else str(r.wanted)
-        lines.append(
-            f"claim {r.claim}, request {r.request} (wants {wanted}): "
-            f"{r.fitting} of {len(r.devices)} device(s) fit on their own"
-        )
-        for d in r.devices:
-            why = "fits" if d.reason is None else f"{d.reason}: {REASONS.get(d.reason, '')}"
-            detail = f" ({d.detail})" if d.detail else ""
-            lines.append(f"  {d.device}: {why}{detail}")
-    return "".join(f"{line}\n" for line in lines)
-
-
-def _read(
-    files: Sequence[str], node: str, feature_gates: str, output: str, out: TextIO, err: TextIO
-) -> tuple[ClusterState, Features] | int:
-    """The cluster state and features, or the exit status after reporting why not."""
-    try:
-        features = parse_feature_gates(feature_gates)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            objects = load_files(files)
-        err.writelines(f"kvdev-host: warning: {w.message}\n" for w in caught)
-        return cluster_state(
-            objects, node, extended_resources=features.DRAExtendedResource
-        ), features
-    except SchemaError as e:
-        err.writelines(f"kvdev-host: allocate: {p}\n" for p in e.problems)
-        if output == "json":
-            message = "; ".join(str(p) for p in e.problems)
-            out.write(json.dumps({"reason": "invalid-input", "message": message}) + "\n")
-        return EXIT_INVALID
-    except KvdevError as e:
-        return _fail("usage", str(e), output, out, err, EXIT_INVALID)
-
-
-def run_allocate(
-    *,
-    files: Sequence[str],
-    node: str,
-    output: str,
-    explain_: bool,
-    feature_gates: str,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    """``kvdev-host allocate``; returns the exit status."""
-    read = _read(files, node, feature_gates, output, out, err)
-    if isinstance(read, int):
-        return read
-    state, features = read
-    if not state.pending:
-        err.write("kvdev-host: allocate: no claim without status.allocation: nothing to do\n")
-        _print_claims([], output, out)
-        return EXIT_OK
-    inputs: dict[str, Any] = {
-        "classes": state.classes,
-        "slices": state.slices,
-        "allocated_devices": state.allocated_devices,
-        "allocated_capacity": state.allocated_capacity,
-        "features": features,
-    }
-    outcome = allocate(state.node, state.pending, **inputs)
-    if isinstance(outcome, AllocationError):
-        return _fail(outcome.keyword, outcome.message, output, out, err, EXIT_INVALID)
-    reports = explain(state.node, state.pending, **inputs) if explain_ else None
-    if reports is not None:
-        err.write(_explanation(reports))
-    if isinstance(outcome, Allocated):
-        for special in state.special:
-            pod = special.pod.metadata
-            err.write(
-                f"kvdev-host: allocate: pod {pod.namespace or 'default'}/{pod.name}: "
-                f"extended resources in claim {special.claim.metadata.name}; status "
-                f"{json.dumps(status_for(special), separators=(',', ':'))}\n"
-            )
-        _print_claims(
-            [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
-            output,
-            out,
-        )
-        return EXIT_OK
-    if reports is None:
-        reports = explain(state.node, state.pending, **inputs)
-    return _fail(
-        "unschedulable", _why(reports, state.pending, node), output, out, err, EXIT_UNSCHEDULABLE
-    )
+    status: int = args.run(args, sys.stdout, sys.stderr)
+    return status
