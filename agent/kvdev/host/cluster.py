@@ -53,7 +53,7 @@ class ClusterState:
     )
 
 
-def _taint_rules(
+def apply_taint_rules(
     slices: Sequence[ResourceSlice], rules: Sequence[DeviceTaintRule]
 ) -> list[ResourceSlice]:
     """The slices with every DeviceTaintRule's taint added to the devices it selects."""
@@ -144,7 +144,7 @@ def cluster_state(
                 state.pending.append(obj)
             else:
                 _add_in_use(state, allocation)
-    state.slices = _taint_rules(slices, rules)
+    state.slices = apply_taint_rules(slices, rules)
     if extended_resources:
         pods = _pods_to_schedule([o for o in objs if isinstance(o, Pod)], node_name)
         state.special = synthesize(pods, state.classes, _allocatable(node_name, nodes))

@@ -16,7 +16,14 @@ from typing import Any
 
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.groups import GroupKey
-from kvdev.host.allocation.pools import DeviceID, NodeInfo, NodeLike, Pool, gather_pools
+from kvdev.host.allocation.pools import (
+    DeviceID,
+    NodeInfo,
+    NodeLike,
+    Pool,
+    PoolIndex,
+    gather_pools,
+)
 from kvdev.host.allocation.prepare import (
     AllocationFailedError,
     ClaimPlan,
@@ -36,6 +43,9 @@ __all__ = [
     "Features",
     "NodeInfo",
     "Outcome",
+    "Pool",
+    "PoolIndex",
+    "Selection",
     "Unschedulable",
     "allocate",
 ]
@@ -66,46 +76,61 @@ class AllocationError:
 Outcome = Allocated | Unschedulable | AllocationError
 
 
-def allocate(
+def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
     node: NodeLike,
     claims: Sequence[ResourceClaim],
     *,
-    classes: Iterable[DeviceClass],
-    slices: Sequence[ResourceSlice],
+    classes: Iterable[DeviceClass] | Mapping[str, DeviceClass],
+    slices: Sequence[ResourceSlice] = (),
     allocated_devices: Iterable[DeviceID] = (),
     allocated_capacity: Mapping[DeviceID, Mapping[str, str | Fraction]] | None = None,
     features: Features | None = None,
+    pools: Sequence[Pool] | None = None,
+    selection: Selection | None = None,
 ) -> Outcome:
-    """Allocate all ``claims`` together on ``node``, first fit in upstream search order."""
+    """Allocate all ``claims`` together on ``node``, first fit in upstream search order.
+
+    ``pools``: the node's pools when the caller already has them (``PoolIndex.pools_for``;
+    ``slices`` is then not read). ``selection``: a selector cache shared across calls (made
+    for the same ``features``); without it each call evaluates selectors afresh.
+
+    Raises:
+        ValueError: ``selection`` was made for other features.
+    """
     feats = features or Features()
+    if selection is not None and selection.features != feats:
+        raise ValueError("allocate: the selection cache was made for other features")
     try:
         return _allocate(
             node,
             claims,
-            {c.metadata.name: c for c in classes},
-            slices,
-            frozenset(allocated_devices),
-            {
+            classes=classes
+            if isinstance(classes, Mapping)
+            else {c.metadata.name: c for c in classes},
+            pools=list(pools) if pools is not None else gather_pools(node, slices),
+            allocated=frozenset(allocated_devices),
+            allocated_capacity={
                 dev: {k: v if isinstance(v, Fraction) else parse_quantity(v) for k, v in m.items()}
                 for dev, m in (allocated_capacity or {}).items()
             },
-            feats,
+            features=feats,
+            selection=selection or Selection(feats),
         )
     except AllocationFailedError as e:
         return AllocationError(e.keyword, e.message)
 
 
-def _allocate(
+def _allocate(  # noqa: PLR0913 - the public entry's inputs, resolved
     node: NodeLike,
     claims: Sequence[ResourceClaim],
+    *,
     classes: Mapping[str, DeviceClass],
-    slices: Sequence[ResourceSlice],
+    pools: list[Pool],
     allocated: frozenset[DeviceID],
     allocated_capacity: Mapping[DeviceID, Mapping[str, Fraction]],
     features: Features,
+    selection: Selection,
 ) -> Outcome:
-    pools = gather_pools(node, slices)
-    selection = Selection(features)
     search = Search(
         plans=(),
         pools=pools,

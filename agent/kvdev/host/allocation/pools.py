@@ -2,7 +2,9 @@
 
 Owns node-selector matching, grouping slices into pools by (driver, pool name), picking the
 generation, classifying each pool as complete / incomplete / invalid, per-device node
-selection, and the deterministic order in which candidates are searched.
+selection, and the deterministic order in which candidates are searched. ``PoolIndex``
+indexes slices once (by pool, and node-local slices by node name) so that finding one node's
+pools among thousands of slices costs what that node sees, not the whole cluster.
 """
 
 from __future__ import annotations
@@ -218,3 +220,33 @@ def gather_pools(node: NodeLike, slices: Sequence[ResourceSlice]) -> list[Pool]:
         pools.append(pool)
     pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     return pools
+
+
+class PoolIndex:
+    """Slices indexed once; ``pools_for(node)`` equals ``gather_pools(node, slices)``.
+
+    A pool is relevant to a node when one of its slices names the node (``nodeName``) or
+    does not pin one node (``nodeSelector``, ``allNodes``, ``perDeviceNodeSelection``); all
+    slices of relevant pools are handed to ``gather_pools`` in input order, because counters,
+    completeness and obsolete generations look at the pool's slices across the cluster.
+    """
+
+    def __init__(self, slices: Sequence[ResourceSlice]) -> None:
+        self._by_pool: dict[PoolID, list[ResourceSlice]] = {}
+        self._by_node: dict[str, list[PoolID]] = {}
+        self._floating: list[PoolID] = []  # pools with a slice not pinned to one node
+        for s in slices:
+            pid = (s.spec.driver, s.spec.pool.name)
+            self._by_pool.setdefault(pid, []).append(s)
+            if s.spec.node_name is not None:
+                mine = self._by_node.setdefault(s.spec.node_name, [])
+                if pid not in mine:
+                    mine.append(pid)
+            elif pid not in self._floating:
+                self._floating.append(pid)
+
+    def pools_for(self, node: NodeLike) -> list[Pool]:
+        """The pools visible from ``node``, in search order (as ``gather_pools``)."""
+        wanted = dict.fromkeys([*self._by_node.get(node.name, ()), *self._floating])
+        relevant = [s for pid in wanted for s in self._by_pool[pid]]
+        return gather_pools(node, relevant)

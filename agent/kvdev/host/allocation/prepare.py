@@ -2,8 +2,11 @@
 
 Owns the ``AllocationFailedError`` error (keyword + message), the prepared (sub)request and claim
 plan shapes, class lookup, feature checks, selector/constraint validation, the per-claim
-32-result lower bound, and CEL selector evaluation with its per-run cache (lazy: a selector
-is compiled and run only for the devices the search visits).
+32-result lower bound, and CEL selector evaluation with its cache (lazy: a selector is
+compiled and run only for the devices the search visits). A ``Selection`` lives for one
+allocator run, or, handed to several runs (the scheduler does), across them: results are
+keyed by (expression, device, pool generation), so each pair is evaluated at most once per
+pool generation.
 """
 
 from __future__ import annotations
@@ -69,11 +72,15 @@ class ClaimPlan:
 
 @dataclass(slots=True)
 class Selection:
-    """CEL evaluation with memoisation for one allocator run (a cache, not search state)."""
+    """CEL evaluation with memoisation (a cache, not search state).
+
+    Valid for one ``Features`` value and as long as a pool's devices do not change without a
+    new pool generation (the ResourceSlice contract).
+    """
 
     features: Features
-    views: dict[DeviceID, DeviceView] = field(default_factory=dict)
-    results: dict[tuple[str, DeviceID], bool] = field(default_factory=dict)
+    views: dict[tuple[DeviceID, int], DeviceView] = field(default_factory=dict)
+    results: dict[tuple[str, DeviceID, int], bool] = field(default_factory=dict)
 
     def matches(self, request: Request, candidate: Candidate) -> bool:
         """Class selectors then request selectors, all must hold.
@@ -84,18 +91,20 @@ class Selection:
         return all(self._one(expr, candidate) for expr in request.selectors)
 
     def _one(self, expression: str, candidate: Candidate) -> bool:
-        key = (expression, candidate.id)
+        generation = candidate.pool.generation
+        key = (expression, candidate.id, generation)
         hit = self.results.get(key)
         if hit is not None:
             return hit
-        view = self.views.get(candidate.id)
+        vkey = (candidate.id, generation)
+        view = self.views.get(vkey)
         if view is None:
             view = device_view(
                 candidate.driver,
                 candidate.device,
                 consumable_capacity=self.features.DRAConsumableCapacity,
             )
-            self.views[candidate.id] = view
+            self.views[vkey] = view
         try:
             result = compile_selector(expression).matches(view)
         except CelCompileError as e:

@@ -1,11 +1,12 @@
 """Models of the Kubernetes objects the DRA allocator reads, and their loader.
 
-``resource`` owns the resource.k8s.io/v1 cluster kinds, ``claim`` ResourceClaim, ``core`` the
-Node/Pod subsets, ``common`` the shared shapes, ``quantity`` quantities, ``load`` text parsing.
+``resource`` owns the resource.k8s.io/v1 cluster kinds, ``claim`` ResourceClaim and
+ResourceClaimTemplate, ``core`` the Node/Pod subsets, ``scheduling`` PodGroup, ``common`` the
+shared shapes, ``quantity`` quantities, ``load`` text parsing.
 No I/O in this package.
 """
 
-from kvdev.host.k8s.claim import ResourceClaim
+from kvdev.host.k8s.claim import ResourceClaim, ResourceClaimTemplate
 from kvdev.host.k8s.common import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 from kvdev.host.k8s.core import Node, Pod
 from kvdev.host.k8s.load import (
@@ -21,6 +22,7 @@ from kvdev.host.k8s.resource import (
     DeviceTaintRule,
     ResourceSlice,
 )
+from kvdev.host.k8s.scheduling import PodGroup
 
 __all__ = [
     "KINDS",
@@ -32,8 +34,10 @@ __all__ = [
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "Pod",
+    "PodGroup",
     "Quantity",
     "ResourceClaim",
+    "ResourceClaimTemplate",
     "ResourceSlice",
     "SkippedObjectWarning",
     "load",

@@ -1,4 +1,4 @@
-"""resource.k8s.io/v1 ResourceClaim: requests, constraints, config and allocation status.
+"""resource.k8s.io/v1 ResourceClaim (requests, constraints, config, status) and its template.
 
 Deliberately lenient where the allocator itself must report the problem (so the allocator
 fixtures E11-E13 load): an empty ``deviceClassName``, an empty selector ``{}`` and an empty
@@ -7,7 +7,7 @@ constraint ``{}`` are accepted here. No I/O here.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -32,7 +32,7 @@ from kvdev.schema.fields import (
     RequestName,
     check_dns_subdomain,
 )
-from kvdev.schema.metadata import Int64
+from kvdev.schema.metadata import Int64, NetworkDeviceData
 
 REQUESTS_MAX = 32  # DeviceRequestsMaxSize
 CONSTRAINTS_MAX = 32  # DeviceConstraintsMaxSize
@@ -40,6 +40,7 @@ SUBREQUESTS_MAX = 8  # FirstAvailableDeviceRequestMaxSize
 RESULTS_MAX = 32  # AllocationResultsMaxSize
 ALLOCATION_CONFIG_MAX = 64  # 2 * DeviceConfigMaxSize
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
+DEVICE_CONDITIONS_MAX = 8  # AllocatedDeviceStatusMaxConditions
 
 
 def _class_name(value: str) -> str:
@@ -193,13 +194,37 @@ class ResourceClaimConsumerReference(Model):
     uid: str
 
 
+class Condition(Model):
+    """A metav1 ``Condition`` of a device's status (read as is, not checked further)."""
+
+    type: Annotated[str, Field(min_length=1, max_length=316)]
+    status: Literal["True", "False", "Unknown"]
+    observed_generation: Int64 | None = None
+    last_transition_time: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class AllocatedDeviceStatus(Model):
+    """``status.devices[]``: what a driver reports about one allocated device (KEP-4817)."""
+
+    driver: DriverName
+    pool: PoolName
+    device: DnsLabel
+    share_id: str | None = Field(default=None, alias="shareID")
+    conditions: Annotated[list[Condition], at_most(DEVICE_CONDITIONS_MAX)] | None = None
+    data: dict[str, Any] | None = None
+    network_data: NetworkDeviceData | None = None
+
+
 class ResourceClaimStatus(Model):
-    """``ResourceClaim.status`` (the per-device driver status is ignored)."""
+    """``ResourceClaim.status``."""
 
     allocation: AllocationResult | None = None
     reserved_for: (
         Annotated[list[ResourceClaimConsumerReference], at_most(RESERVED_FOR_MAX)] | None
     ) = None
+    devices: list[AllocatedDeviceStatus] | None = None
 
 
 class ResourceClaim(Document):
@@ -210,3 +235,18 @@ class ResourceClaim(Document):
     metadata: ObjectMeta
     spec: ResourceClaimSpec
     status: ResourceClaimStatus | None = None
+
+
+class ResourceClaimTemplateSpec(Model):
+    """``ResourceClaimTemplate.spec``: the claim spec to copy (its ``metadata`` is not read)."""
+
+    spec: ResourceClaimSpec
+
+
+class ResourceClaimTemplate(Document):
+    """A namespaced template: a pod's ``resourceClaimTemplateName`` gets a claim made from it."""
+
+    api_version: Literal["resource.k8s.io/v1"]
+    kind: Literal["ResourceClaimTemplate"]
+    metadata: ObjectMeta
+    spec: ResourceClaimTemplateSpec

@@ -53,6 +53,7 @@ class ObjectMeta(Model):
     uid: str | None = None
     generation: Annotated[Int64, Field(ge=0)] | None = None
     labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
 
 
 # --------------------------------------------------------------------------- node selectors

@@ -1,8 +1,9 @@
 """core/v1 subsets the allocator reads.
 
-Owns a Node's name, labels and allocatable resources, and the parts of a Pod that name its
-claims, its node, its extended-resource requests and limits, and the special claim recorded
-for them (``status.extendedResourceClaimStatus``, KEP-5004).
+Owns a Node's name, labels and allocatable resources (quantities: cpu, memory, pods, ...),
+and the parts of a Pod that name its claims, its node, its PodGroup (``spec.schedulingGroup``),
+its containers' resource requests and limits, and the special claim recorded for extended
+resources (``status.extendedResourceClaimStatus``, KEP-5004).
 
 No I/O here.
 """
@@ -55,10 +56,17 @@ class PodResourceClaim(Model):
     resource_claim_template_name: DnsSubdomain | None = None
 
 
+class PodSchedulingGroup(Model):
+    """``spec.schedulingGroup``: the PodGroup (same namespace) the pod belongs to."""
+
+    pod_group_name: DnsSubdomain
+
+
 class PodSpec(Model):
-    """The Pod spec fields the allocator reads."""
+    """The Pod spec fields the allocator and the scheduler read."""
 
     node_name: DnsSubdomain | None = None
+    scheduling_group: PodSchedulingGroup | None = None
     resource_claims: list[PodResourceClaim] | None = None
     containers: list[Container]
     init_containers: list[Container] | None = None

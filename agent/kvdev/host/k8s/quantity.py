@@ -6,6 +6,7 @@ one into an exact ``Fraction`` for arithmetic. No I/O here.
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -22,8 +23,12 @@ _BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _MAX_EXPONENT = 1000  # far beyond any int64 quantity; stops "1e999999999" eating memory
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_quantity(text: str) -> Fraction:
     """Parse ``"4Gi"``, ``"500m"``, ``"1.5"``, ``"2e3"`` into an exact number.
+
+    Memoised (the allocator and the scheduler parse the same few device capacities and
+    requests over and over; a ``Fraction`` is immutable).
 
     Raises:
         ValueError: ``text`` is not a Kubernetes quantity.

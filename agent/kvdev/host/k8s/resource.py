@@ -161,6 +161,41 @@ class DeviceCounterConsumption(Model):
         return self
 
 
+class NodeAllocatableMapping(Model):
+    """How much of a node-allocatable resource an allocated device takes (KEP-5517).
+
+    ``capacityKey``: the device capacity (its consumed share, or the whole value when the
+    device is allocated exclusively) times ``capacityMultiplier`` (default 1). Otherwise
+    ``deviceMultiplier`` (default 1) per allocated device.
+    """
+
+    capacity_key: QualifiedName | None = None
+    capacity_multiplier: Quantity | None = None
+    device_multiplier: Quantity | None = None
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> NodeAllocatableMapping:
+        if self.capacity_key is not None and self.device_multiplier is not None:
+            raise ValueError("capacityKey and deviceMultiplier are mutually exclusive")
+        if self.capacity_multiplier is not None and self.capacity_key is None:
+            raise ValueError("capacityMultiplier needs capacityKey")
+        return self
+
+
+class NodeAllocatableOverhead(Model):
+    """A fixed amount added per pod using the device and per container of that pod."""
+
+    per_pod: Quantity | None = None
+    per_container: Quantity | None = None
+
+
+class NodeAllocatableResource(Model):
+    """``devices[].nodeAllocatableResources[<name>]`` (KEP-5517, alpha)."""
+
+    mapping: NodeAllocatableMapping | None = None
+    overhead: NodeAllocatableOverhead | None = None
+
+
 class Device(Model):
     """One device of a slice."""
 
@@ -178,6 +213,7 @@ class Device(Model):
     binding_conditions: Annotated[list[str], at_most(BINDING_CONDITIONS_MAX)] | None = None
     binding_failure_conditions: Annotated[list[str], at_most(BINDING_CONDITIONS_MAX)] | None = None
     allow_multiple_allocations: bool | None = None
+    node_allocatable_resources: dict[str, NodeAllocatableResource] | None = None
 
     @model_validator(mode="after")
     def _limits(self) -> Device:

@@ -1,0 +1,216 @@
+"""Whether one pod fits on one node, as kube-scheduler's DRA and resource-fit plugins decide.
+
+Owns the prepared pod (``Attempt``: its claims split into allocated and pending, its
+requests), the per-node check and its cache. The check, in order:
+
+1. claims already allocated must be reachable: their ``nodeSelector`` matches the node
+   ("resourceclaim not available on the node");
+2. the pod's own requests fit the node's allocatable ("Insufficient <resource>");
+3. the allocator finds devices for all pending claims together on the node (the pod's
+   claims, its PodGroup's claims not yet allocated, the extended-resource claim) ("cannot
+   allocate all claims"); an allocator error fails the pod, as upstream's Filter error does;
+4. the requests plus what the new and the pod's existing devices take through
+   ``nodeAllocatableResources`` fit ("Insufficient <resource>").
+
+Cache: each node remembers the pod signatures it rejected, with the reason, until its stamp
+(``ClusterView.stamp``: the node's and its pools' versions) changes; meanwhile the same pod
+shape gets the same answer without running the allocator again. The signature is everything
+the check reads of the pod: its pending claims' specs, its allocated claims, its containers.
+Pure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from kvdev.host.allocation.allocator import (
+    Allocated,
+    AllocationError,
+    Features,
+    Selection,
+    allocate,
+)
+from kvdev.host.allocation.pools import selector_matches
+from kvdev.host.extended import SpecialClaim, special_claim
+from kvdev.host.k8s import Pod, ResourceClaim
+from kvdev.host.k8s.claim import AllocationResult, ResourceClaimSpec
+from kvdev.host.k8s.resource import DeviceClass
+from kvdev.host.scheduling.accounting import (
+    Amounts,
+    containers,
+    device_amounts,
+    pod_requests,
+    shortfall,
+)
+from kvdev.host.scheduling.state import ClusterView, NodeState
+
+NOT_REACHABLE = "resourceclaim not available on the node"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One pod, prepared for filtering (make it with ``NodeFilter.attempt``)."""
+
+    pod: Pod
+    allocated: Sequence[ResourceClaim]
+    pending: Sequence[ResourceClaim]
+    mapping: Mapping[str, str]  # extended resource name -> DeviceClass
+    signature: str  # everything the check reads of the pod (module docstring)
+    containers: str  # the containers' part of it
+    memo: dict[tuple[str, frozenset[str]], Amounts]  # requests by (containers, listed)
+    _special: dict[frozenset[str], SpecialClaim | None] = field(default_factory=dict)
+
+    def special(self, listed: frozenset[str]) -> SpecialClaim | None:
+        """The extended-resource claim on a node listing ``listed`` (device plugins win)."""
+        key = listed.intersection(self.mapping)
+        if key not in self._special:
+            self._special[key] = special_claim(self.pod, dict(self.mapping), key)
+        return self._special[key]
+
+    def requests(self, listed: frozenset[str]) -> Amounts:
+        """Requests and one pod slot, without DRA-backed extended resources not listed."""
+        key = (self.containers, listed.intersection(self.mapping))
+        found = self.memo.get(key)
+        if found is None:
+            skip = self.mapping.keys() - key[1]
+            found = {**pod_requests(self.pod, skip), "pods": Fraction(1)}
+            self.memo[key] = found
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The pod fits: the new allocations by claim name, its extended claim, node charges."""
+
+    results: Mapping[str, AllocationResult]
+    special: SpecialClaim | None
+    charge: Amounts
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The allocator failed (an error, not "does not fit"): the pod cannot be scheduled."""
+
+    message: str
+
+
+class NodeFilter:
+    """The per-node check of the module docstring, with its rejection cache."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        classes: Mapping[str, DeviceClass],
+        features: Features,
+        *,
+        selector_cache: bool = True,
+        filter_cache: bool = True,
+    ) -> None:
+        self.view = view
+        self.classes = classes
+        self.features = features
+        self.selection = Selection(features) if selector_cache else None
+        self.filter_cache = filter_cache
+        # per node: its stamp and the pod signatures it rejected since then, with the reason
+        self._rejected: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {}
+        self._specs: dict[int, tuple[ResourceClaimSpec, str]] = {}
+        self._requests: dict[tuple[str, frozenset[str]], Amounts] = {}
+
+    def _spec(self, spec: ResourceClaimSpec) -> str:
+        # Claims made from one template share its spec object: serialise it once.
+        hit = self._specs.get(id(spec))
+        if hit is None:
+            hit = (spec, json.dumps(spec.to_json_dict(), sort_keys=True))
+            self._specs[id(spec)] = hit
+        return hit[1]
+
+    def attempt(
+        self,
+        pod: Pod,
+        allocated: Sequence[ResourceClaim],
+        pending: Sequence[ResourceClaim],
+        mapping: Mapping[str, str],
+    ) -> Attempt:
+        """Prepare a pod whose claims are split into allocated and pending ones."""
+        spec = pod.spec
+        box = [c.to_json_dict() for c in (*(spec.init_containers or ()), *spec.containers)]
+        containers = json.dumps(box, sort_keys=True)
+        allocated_names = [f"{c.metadata.namespace}/{c.metadata.name}" for c in allocated]
+        signature = "\n".join(
+            [*(self._spec(c.spec) for c in pending), *allocated_names, containers]
+        )
+        return Attempt(pod, allocated, pending, mapping, signature, containers, self._requests)
+
+    def check(self, attempt: Attempt, node: NodeState) -> Fit | Failed | str:
+        """Fit, Failed, or the reason the node is rejected."""
+        for claim in attempt.allocated:
+            alloc = claim.status.allocation if claim.status else None
+            selector = alloc.node_selector if alloc else None
+            if selector is not None and not selector_matches(selector, node.info):
+                return NOT_REACHABLE
+        if not self.filter_cache:
+            return self._check(attempt, node)
+        stamp = self.view.stamp(node)
+        known = self._rejected.get(node.name)
+        if known is None or known[0] != stamp:  # the node changed: forget what it rejected
+            known = (stamp, {})
+            self._rejected[node.name] = known
+        hit = known[1].get(attempt.signature)
+        if hit is not None:
+            return hit
+        out = self._check(attempt, node)
+        if isinstance(out, str):
+            known[1][attempt.signature] = out
+        return out
+
+    def _check(self, attempt: Attempt, node: NodeState) -> Fit | Failed | str:
+        listed = node.listed()
+        requests = attempt.requests(listed)
+        short = shortfall(node.allocatable, node.used, requests)
+        if short:
+            return f"Insufficient {', '.join(short)}"
+        special = attempt.special(listed) if self.features.DRAExtendedResource else None
+        pending = [*attempt.pending, *([special.claim] if special else [])]
+        results: Mapping[str, AllocationResult] = {}
+        if pending:
+            taken, shared = self.view.in_use(node)
+            outcome = allocate(
+                node.info,
+                pending,
+                classes=self.classes,
+                pools=self.view.pools(node),
+                allocated_devices=taken,
+                allocated_capacity=shared,
+                features=self.features,
+                selection=self.selection,
+            )
+            if isinstance(outcome, AllocationError):
+                return Failed(f"{outcome.keyword}: {outcome.message}")
+            if not isinstance(outcome, Allocated):
+                return CANNOT_ALLOCATE
+            results = outcome.results
+        charge = dict(requests)
+        n = containers(attempt.pod)
+        devices = functools.partial(self.view.device, node)
+        for result in results.values():
+            _merge(charge, device_amounts(result, devices, mapping=True, pods=1, n_containers=n))
+        for claim in attempt.allocated:
+            alloc = claim.status.allocation if claim.status else None
+            if alloc is not None:
+                more = device_amounts(alloc, devices, mapping=False, pods=1, n_containers=n)
+                _merge(charge, more)
+        short = shortfall(node.allocatable, node.used, charge)
+        if short:
+            return f"Insufficient {', '.join(short)}"
+        return Fit(results, special, charge)
+
+
+def _merge(into: Amounts, more: Amounts) -> None:
+    for k, v in more.items():
+        have = into.get(k)
+        into[k] = v if have is None else have + v
