@@ -10,7 +10,7 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeAlias
 
 import yaml
 
@@ -35,7 +35,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-Commands = argparse._SubParsersAction[Parser]  # noqa: SLF001
+Commands: TypeAlias = "argparse._SubParsersAction[Parser]"  # noqa: SLF001 - a string: not subscriptable at run time
 """The sub-parsers object each command module's ``register`` adds its parser to."""
 
 

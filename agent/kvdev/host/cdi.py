@@ -1,0 +1,167 @@
+"""The CDI spec that bind-mounts a KEP-5304 metadata file into a container.
+
+Owns upstream's naming (K/DRA ``kubeletplugin/metadata.go``): spec file
+``<driver>_metadata_<claimUID>_<request>.json``, kind ``<driver>/metadata``, device
+``<claimUID>_<request>``, device ID ``<driver>/metadata=<claimUID>_<request>``, one read-only
+bind mount to the fixed container path; the CDI naming rules (``pkg/parser``); and the lowest
+``cdiVersion`` the spec's fields need (``specs-go`` ``MinimumRequiredVersion``).
+
+Pure: it returns JSON-ready data and bytes. It must not write files (``writer`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kvdev.schema.tree import ROOT, MetadataLocation
+
+CLASS: Final = "metadata"
+# Versions whose rules matter to a metadata spec; the earliest version CDI still loads is 0.3.0.
+V030: Final = "0.3.0"
+V050: Final = "0.5.0"  # device names may start with a digit
+V060: Final = "0.6.0"  # annotations; dots in the class name
+
+_VENDOR: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
+_CLASS: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
+_DEVICE: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?\Z")
+CLASS_MAX: Final = 63
+
+
+def check_vendor(value: str) -> str:
+    """A CDI vendor: starts with a letter, ends with a letter or digit, ``[A-Za-z0-9_.-]``."""
+    if not _VENDOR.match(value):
+        raise ValueError(
+            f"CDI vendor {value!r} must start with a letter and end with a letter or digit, "
+            "using only letters, digits, '_', '.' and '-'"
+        )
+    return value
+
+
+def check_class(value: str) -> str:
+    """A CDI class: like a vendor, at most 63 characters."""
+    if len(value) > CLASS_MAX or not _CLASS.match(value):
+        raise ValueError(
+            f"CDI class {value!r} must be at most {CLASS_MAX} characters, start with a letter "
+            "and end with a letter or digit, using only letters, digits, '_', '.' and '-'"
+        )
+    return value
+
+
+def check_device_name(value: str) -> str:
+    """A CDI device name: starts and ends with a letter or digit, ``[A-Za-z0-9_.:-]``."""
+    if not _DEVICE.match(value):
+        raise ValueError(
+            f"CDI device name {value!r} must start and end with a letter or digit, using only "
+            "letters, digits, '_', '.', ':' and '-'"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSpec:
+    """One CDI spec: its file name, the fully qualified device ID and the JSON content."""
+
+    file_name: str
+    device_id: str
+    content: dict[str, Any]
+
+    def to_bytes(self) -> bytes:
+        """The spec as written: indented JSON (the CDI cache reads any JSON), newline-ended."""
+        return (json.dumps(self.content, indent=2) + "\n").encode()
+
+
+def kind(driver: str) -> str:
+    """``<driver>/metadata``."""
+    return f"{check_vendor(driver)}/{CLASS}"
+
+
+def device_name(claim_uid: str, request: str) -> str:
+    """``<claimUID>_<request>``."""
+    return check_device_name(f"{claim_uid}_{request}")
+
+
+def device_id(driver: str, claim_uid: str, request: str) -> str:
+    """``<driver>/metadata=<claimUID>_<request>``: what the kubelet plugin returns."""
+    return f"{kind(driver)}={device_name(claim_uid, request)}"
+
+
+def spec_file_name(driver: str, claim_uid: str, request: str) -> str:
+    """``<driver>_metadata_<claimUID>_<request>.json`` under the CDI directory."""
+    device_name(claim_uid, request)
+    return f"{check_vendor(driver)}_{CLASS}_{claim_uid}_{request}.json"
+
+
+def container_path(
+    driver: str, request: str, *, claim_name: str, pod_claim_name: str | None
+) -> str:
+    """Where the container sees the file (upstream's fixed container path).
+
+    Under ``resourceclaimtemplates/<podClaimName>`` for a template-generated claim, else
+    ``resourceclaims/<claimName>``.
+    """
+    location = MetadataLocation(
+        template=pod_claim_name is not None,
+        claim=pod_claim_name if pod_claim_name is not None else claim_name,
+        request=request,
+        driver=driver,
+    )
+    return f"{ROOT}/{location.relpath}"
+
+
+def minimum_version(spec: dict[str, Any]) -> str:
+    """The lowest cdiVersion whose rules allow ``spec`` (for the fields a metadata spec uses)."""
+    class_name = str(spec.get("kind", "")).partition("/")[2]
+    devices = spec.get("devices", [])
+    if spec.get("annotations") or any(d.get("annotations") for d in devices) or "." in class_name:
+        return V060
+    if any(str(d.get("name", ""))[:1].isdigit() for d in devices):
+        return V050
+    return V030
+
+
+def metadata_spec(
+    driver: str,
+    claim_uid: str,
+    request: str,
+    *,
+    host_path: str,
+    claim_name: str,
+    pod_claim_name: str | None = None,
+) -> MetadataSpec:
+    """The spec mounting ``host_path`` read-only at the upstream container path.
+
+    Raises:
+        ValueError: a name breaks the CDI naming rules (callers validate names first, so this
+            is a second line of defence).
+    """
+    check_class(CLASS)
+    spec: dict[str, Any] = {
+        "cdiVersion": "",
+        "kind": kind(driver),
+        "devices": [
+            {
+                "name": device_name(claim_uid, request),
+                "containerEdits": {
+                    "mounts": [
+                        {
+                            "hostPath": host_path,
+                            "containerPath": container_path(
+                                driver,
+                                request,
+                                claim_name=claim_name,
+                                pod_claim_name=pod_claim_name,
+                            ),
+                            "options": ["ro", "bind"],
+                        }
+                    ]
+                },
+            }
+        ],
+    }
+    spec["cdiVersion"] = minimum_version(spec)
+    return MetadataSpec(
+        spec_file_name(driver, claim_uid, request), device_id(driver, claim_uid, request), spec
+    )

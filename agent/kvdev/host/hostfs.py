@@ -1,0 +1,135 @@
+"""File-system steps of the host writer: atomic writes, removal, directories, the claim lock.
+
+Owns the modes (files 0644, directories 0755 whatever the umask), fsync of every directory
+change, the flock protocol (a lock file that may be unlinked by its holder), and turning
+``OSError`` into kvdev's errors with the path in the message (``ENOSPC`` and friends are
+retryable, the rest permanent). It knows nothing of claims or metadata (``writer`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from kvdev._atomic import fsync_directory, write_atomic
+from kvdev.errors import PermanentError, RetryableError
+
+FILE_MODE: Final = 0o644
+DIR_MODE: Final = 0o755
+_RETRYABLE: Final = {errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR, errno.EBUSY}
+
+
+def io_error(action: str, path: Path, e: OSError) -> Exception:
+    """The kvdev error for an ``OSError`` on ``path``: retryable when space may come back."""
+    what = f"cannot {action} {path}: {e.strerror or e}"
+    if e.errno in _RETRYABLE:
+        return RetryableError(what)
+    return PermanentError(what)
+
+
+def mkdirs(path: Path) -> None:
+    """Create ``path`` and missing parents, each mode 0755 whatever the umask."""
+    missing = []
+    here = path
+    while not here.is_dir() and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise io_error("create directory", directory, e) from e
+        try:
+            directory.chmod(DIR_MODE)
+            fsync_directory(directory.parent)
+        except OSError as e:
+            raise io_error("set up directory", directory, e) from e
+
+
+@contextlib.contextmanager
+def claim_lock(lock: Path) -> Iterator[Path]:
+    """Hold an exclusive flock on ``lock`` (created in an existing or new 0755 directory).
+
+    The holder may unlink the lock file before it lets go: a waiter that then gets the lock
+    of the unlinked file sees that and starts over with a fresh one.
+    """
+    mkdirs(lock.parent)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+        except OSError as e:
+            raise io_error("open lock file", lock, e) from e
+        try:
+            os.fchmod(fd, FILE_MODE)  # whatever the umask
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = lock.stat().st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not unlinked by an unprepare that held it before us
+                yield lock
+                return
+        finally:
+            os.close(fd)
+
+
+def write(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically and durably with ``data``, mode 0644."""
+    try:
+        write_atomic(path, data, mode=FILE_MODE)
+    except OSError as e:
+        raise io_error("write", path, e) from e
+
+
+def read(path: Path) -> bytes | None:
+    """The bytes of ``path``, or None when it does not exist."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise io_error("read", path, e) from e
+
+
+def remove(path: Path) -> bool:
+    """Unlink ``path`` durably; False when it was not there."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        if e.errno == errno.EROFS and not path.exists() and not path.is_symlink():
+            return False  # a read-only file system says EROFS even for a missing file
+        raise io_error("remove", path, e) from e
+    fsync_directory(path.parent)
+    return True
+
+
+def prune(directory: Path, stop: Path) -> None:
+    """Remove ``directory`` and its parents up to (not including) ``stop`` while empty."""
+    here = directory
+    while here != stop and stop in here.parents:
+        try:
+            here.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno in {errno.ENOTEMPTY, errno.EEXIST}:
+                return
+            raise io_error("remove directory", here, e) from e
+        here = here.parent
+
+
+def remove_temps(target: Path) -> None:
+    """Remove the temporary files a killed ``write(target)`` may have left (``.<name>.*.tmp``)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in target.parent.iterdir():
+            if entry.name.startswith(f".{target.name}.") and entry.name.endswith(".tmp"):
+                remove(entry)
