@@ -9,8 +9,10 @@ from kvdev.guest.config import AgentConfig, from_toml, merge
 
 KNOWN = (
     "altnames, config-drive, hints, link-dir, log-level, match-kinds, metadata-root, "
-    "socket, state-dir"
+    "poll-interval, socket, state-dir"
 )
+
+POLL = "poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
 
 
 @pytest.mark.parametrize(
@@ -28,6 +30,9 @@ KNOWN = (
         ("log-level", "debug", "log_level", "debug"),
         ("log-level", "warning", "log_level", "warning"),
         ("log-level", "error", "log_level", "error"),
+        ("poll-interval", "auto", "poll_interval", None),
+        ("poll-interval", 0, "poll_interval", 0.0),
+        ("poll-interval", 0.5, "poll_interval", 0.5),
     ],
 )
 def test_merge_sets_one_key(key, value, attr, expected):
@@ -69,6 +74,11 @@ def test_unknown_key_names_the_source_the_key_and_the_known_keys(key):
         ("log-level", "verbose", "log-level must be debug, info, warning or error"),
         ("log-level", "INFO", "log-level must be debug, info, warning or error"),
         ("log-level", 10, "log-level must be debug, info, warning or error"),
+        ("poll-interval", -1, POLL),
+        ("poll-interval", "fast", POLL),
+        ("poll-interval", True, POLL),
+        ("poll-interval", "nan", POLL),
+        ("poll-interval", 7200, POLL),
     ],
 )
 def test_wrong_type_names_the_source_and_the_key(key, value, message):
@@ -197,3 +207,23 @@ def test_hints_path_defaults_under_the_metadata_root(config, hints_path):
 def test_hints_path_follows_a_metadata_root_from_a_file(tmp_path):
     path = write(tmp_path / "agent.toml", 'metadata-root = "/srv/meta"\n')
     assert from_toml(path, required=True).hints_path == Path("/srv/meta/kvdev/guest-hints.json")
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"), [("auto", None), ("0", 0.0), ("2.5", 2.5), (None, None)]
+)
+def test_poll_interval_flag(flag, expected):
+    from kvdev.guest.__main__ import _parser, load_config  # noqa: PLC0415 - the entry point
+
+    argv = ["--config", "/dev/null"] + (["--poll-interval", flag] if flag else [])
+    assert load_config(_parser().parse_args(argv)).poll_interval == expected
+
+
+def test_poll_interval_flag_refuses_nonsense():
+    from kvdev.guest.__main__ import _parser, load_config  # noqa: PLC0415 - the entry point
+
+    with pytest.raises(UsageError) as e:
+        load_config(_parser().parse_args(["--config", "/dev/null", "--poll-interval", "-1"]))
+    assert str(e.value) == (
+        "--poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
+    )

@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         "namespace); repeatable",
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--poll-interval",
+        metavar="SECONDS",
+        help="also poll the metadata files every SECONDS (0: never); default auto: every "
+        "2 s on 9p, virtiofs/FUSE, NFS, CIFS ... (inotify misses the host's writes), else never",
+    )
     p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
     p.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
     p.add_argument("--json", action="store_true", help="with --once: print the status as JSON")
@@ -108,6 +114,10 @@ def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
     }
     if "match_kinds" in flags:
         flags["match_kinds"] = tuple(flags["match_kinds"])
+    if args.poll_interval is not None:
+        flags["poll_interval"] = config_module.parse_poll_interval(
+            args.poll_interval, "--poll-interval"
+        )
     return replace(cfg, **flags, once=args.once, dry_run=args.dry_run)
 
 
@@ -133,7 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.write(views.status_table(outcome.status))
             return 0 if outcome.status.converged or cfg.dry_run else 1
         watcher = stack.enter_context(
-            files.Watcher(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
+            files.Watcher(
+                cfg.metadata_root, cfg.hints_path, cfg.config_drive, poll=cfg.poll_interval
+            )
         )
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())

@@ -7,6 +7,7 @@ config file is not an error (an explicitly given one is).
 
 from __future__ import annotations
 
+import contextlib
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ class AgentConfig:
     altnames: bool = True
     match_kinds: tuple[str, ...] = ()  # software link kinds (e.g. veth) offered to matching
     log_level: str = "info"
+    poll_interval: float | None = None  # seconds between stat polls; None = auto, 0 = off
     once: bool = False
     dry_run: bool = False
 
@@ -42,6 +44,19 @@ class AgentConfig:
 
 _PATH_KEYS = {"metadata_root", "hints", "config_drive", "socket", "state_dir", "link_dir"}
 _FILE_KEYS = {f.name for f in fields(AgentConfig)} - {"once", "dry_run"}
+
+
+def parse_poll_interval(value: object, where: str) -> float | None:
+    """``"auto"`` -> None; a number of seconds >= 0 (0 = off) -> float."""
+    if value == "auto":
+        return None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3600:
+        msg = f"{where} must be 'auto' or a number of seconds from 0 (off) to 3600"
+        raise UsageError(msg)
+    return float(value)
 
 
 def from_toml(path: Path, *, required: bool) -> AgentConfig:
@@ -65,20 +80,27 @@ def merge(base: AgentConfig, values: dict[str, Any], *, source: str) -> AgentCon
         if name not in _FILE_KEYS:
             known = ", ".join(sorted(k.replace("_", "-") for k in _FILE_KEYS))
             raise UsageError(f"{source}: unknown key {key!r} (known: {known})")
-        if name in _PATH_KEYS:
-            if not isinstance(value, str) or not value:
-                raise UsageError(f"{source}: {key} must be a non-empty path string")
-            changes[name] = Path(value)
-        elif name == "altnames":
-            if not isinstance(value, bool):
-                raise UsageError(f"{source}: {key} must be true or false")
-            changes[name] = value
-        elif name == "match_kinds":
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise UsageError(f'{source}: {key} must be a list of link kinds, e.g. ["veth"]')
-            changes[name] = tuple(value)
+        if name == "poll_interval":
+            changes[name] = parse_poll_interval(value, f"{source}: {key}")
         else:
-            if not isinstance(value, str) or value not in {"debug", "info", "warning", "error"}:
-                raise UsageError(f"{source}: {key} must be debug, info, warning or error")
-            changes[name] = value
+            changes[name] = _checked(name, key, value, source)
     return replace(base, **changes)
+
+
+def _checked(name: str, key: str, value: object, source: str) -> object:
+    """A file value of key ``name`` (not poll_interval), converted; UsageError when wrong."""
+    if name in _PATH_KEYS:
+        if not isinstance(value, str) or not value:
+            raise UsageError(f"{source}: {key} must be a non-empty path string")
+        return Path(value)
+    if name == "altnames":
+        if not isinstance(value, bool):
+            raise UsageError(f"{source}: {key} must be true or false")
+        return value
+    if name == "match_kinds":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f'{source}: {key} must be a list of link kinds, e.g. ["veth"]')
+        return tuple(value)
+    if not isinstance(value, str) or value not in {"debug", "info", "warning", "error"}:
+        raise UsageError(f"{source}: {key} must be debug, info, warning or error")
+    return value
