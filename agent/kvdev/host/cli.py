@@ -14,19 +14,32 @@ from collections.abc import Sequence
 
 from kvdev import __version__
 from kvdev.errors import UsageError
-from kvdev.host.commands import allocate
+from kvdev.host.commands import allocate, bundle, claimstatus, prepare, schedule, serve
 from kvdev.host.commands.common import EXIT_INVALID, Parser
 
-_COMMANDS = (allocate,)
+_COMMANDS = (allocate, schedule, prepare, claimstatus, bundle, serve)
 
 _MAIN_EPILOG = """\
+the round trip:
+  allocate / schedule   decide which devices each claim gets, as kube-scheduler would
+  prepare / update      write the KEP-5304 metadata files and CDI specs, as a kubelet plugin
+  unprepare / status    remove them again / print the claim status a driver would apply
+  bundle                turn the container-side tree into what the guest's kvdev-agent reads
+  serve                 run as a kubelet DRA plugin (gRPC) that does prepare/unprepare
+
 examples:
   kvdev-host allocate -f state.yaml --node node-a
-  kvdev-host allocate --help
+  kvdev-host schedule -f cluster.yaml -f pods.yaml --summary-only
+  kvdev-host prepare -f claims.yaml -f slices.yaml --driver dra.net
+  kvdev-host bundle --from-cdi /var/run/cdi --domain-xml vm1.xml --out /srv/vm1
+  kvdev-host serve --driver dra.net --claims-dir /srv/claims
+  kvdev-host COMMAND --help
 
 exit status:
   0  success
-  1  the claims do not fit (allocate)
+  1  the claims do not fit (allocate), some pods are unschedulable (schedule), a file
+     could not be written or removed (prepare, update, unprepare, bundle), or serve
+     cannot listen
   2  usage error, invalid input or an allocator error
 """
 
@@ -35,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``kvdev-host`` parser with its commands."""
     parser = Parser(
         prog="kvdev-host",
-        description="kvdev host tools: allocate DRA devices like the scheduler does.\n"
-        "(The metadata writer and the kubelet plugin are not in this build yet.)",
+        description="kvdev host tools: allocate DRA devices like the scheduler does, publish\n"
+        "what was allocated as KEP-5304 metadata files and CDI specs, and bundle them for a\n"
+        "KubeVirt guest's kvdev-agent.",
         epilog=_MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
