@@ -53,7 +53,8 @@ class Model(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         """The document as upstream would write it: camelCase keys, unset optionals omitted."""
-        data = self.model_dump(mode="json", exclude_none=True)
+        # by_alias explicitly: pydantic < 2.11 (Debian 13 ships 2.10.6) ignores serialize_by_alias.
+        data = self.model_dump(mode="json", exclude_none=True, by_alias=True)
         assert isinstance(data, dict)
         return data
 

@@ -59,10 +59,12 @@ def sniff_role(name: str, data: bytes) -> Role:
     """Guess the role of a file given by name outside a tree (``kvdev metadata validate F``)."""
     if name.rsplit("/", 1)[-1] == CONFIG_DRIVE_NAME:
         return Role.CONFIG_DRIVE
-    head = data[:4096].decode("utf-8", "replace")
-    if f'"{hints_module.GROUP}/' in head:
+    head = data[:4096].decode("utf-8", "replace").lstrip()
+    # A hints stream starts with a JSON object; anything else (an array, deep nesting whose
+    # failure mode differs between Python versions) is read as metadata and judged there.
+    if head.startswith("{") and f'"{hints_module.GROUP}/' in head:
         try:  # a hints stream names its group in the first object's apiVersion
-            first = json.JSONDecoder().raw_decode(head.lstrip())[0]
+            first = json.JSONDecoder().raw_decode(head)[0]
         except RecursionError:
             return Role.DEVICE_METADATA
         except ValueError:  # the head cut a large hints file short

@@ -28,6 +28,7 @@ from kvdev.guest.netlink.reading import (
     _route,
 )
 from kvdev.guest.netlink.rtnl import (
+    _FAMILIES,
     _MAIN_TABLE,
     _RT_SCOPE_LINK,
     _RT_SCOPE_NOWHERE,
@@ -108,6 +109,8 @@ class Netlink(_Socket):
     def read_state(self) -> NetState:
         """All links, IPv4/IPv6 addresses and main-table unicast routes: one dump of each.
 
+        Routes are dumped per family: pyroute2 0.7 dumps only IPv4 when no family is given.
+
         Raises:
             RetryableError: a dump failed, or kept being interrupted by concurrent changes.
         """
@@ -117,7 +120,11 @@ class Netlink(_Socket):
                 return NetState(
                     links=_collect(_link, ipr.link("dump")),
                     addresses=_collect(_address, ipr.addr("dump")),
-                    routes=_collect(_route, ipr.route("dump")),
+                    routes=tuple(
+                        route
+                        for family in _FAMILIES
+                        for route in _collect(_route, ipr.route("dump", family=family))
+                    ),
                 )
             except (_DumpInterruptedError, NetlinkDumpInterrupted):
                 continue

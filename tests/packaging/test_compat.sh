@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# make test-compat: the guest's netlink, agent and schema tests on old dependency versions.
+#   trixie: Python 3.13 with Debian 13's versions (compat-trixie.txt), what the .deb runs on
+#   floor:  Python 3.11 with every lower bound in pyproject.toml's dependencies, pinned exactly
+# Each leg gets a virtualenv in build/compat/<leg>, rebuilt only when its pins change. Needs
+# root: the netlink and agent tests run on real links in network namespaces (and would
+# otherwise skip, proving nothing), so a non-root run outside CI skips the whole target.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+if [[ $(id -u) != 0 ]]; then
+    echo "test-compat: needs root (network namespaces)${CI:+; CI runs as root}" >&2
+    [[ -z ${CI:-} ]] && { echo "test-compat: skipped" >&2; exit 0; }
+    exit 1
+fi
+
+tests=(
+    tests/adapters/test_netlink.py
+    tests/integration/test_agent_netns.py
+    tests/unit/test_stream.py
+    tests/unit/test_documents.py
+    tests/unit/test_schema_regressions.py
+    tests/unit/test_fields.py
+    tests/unit/test_config.py
+    tests/packaging/test_pyroute2_compat.py
+)
+
+floor_pins() {  # every "name>=X" of [project].dependencies as "name==X"
+    .venv/bin/python - <<'PY'
+import re, tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+for dep in deps:
+    found = re.match(r"^([A-Za-z0-9_.-]+)\s*>=\s*([^,;\s]+)", dep)
+    if not found:
+        raise SystemExit(f"pyproject.toml: dependency {dep!r} has no lower bound")
+    print(f"{found[1]}=={found[2]}")
+PY
+}
+
+find_python() {  # find_python X.Y: an interpreter of that version (PATH, then pyenv's)
+    local candidate
+    for candidate in "python$1" "/usr/bin/python$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/"python$1"; do
+        if "$candidate" -c 'pass' >/dev/null 2>&1; then
+            echo "$candidate"
+            return
+        fi
+    done
+    echo "test-compat: no Python $1 here (set PYTHON${1/./})" >&2
+    exit 1
+}
+
+leg() {  # leg NAME PYTHON PINS...
+    local name=$1 python=$2; shift 2
+    local venv=$root/build/compat/$name stamp
+    stamp=$(printf '%s\n' "$("$python" --version)" "$@" | sha256sum | cut -c1-16)
+    if [[ ! -f $venv/.stamp-$stamp ]]; then
+        rm -rf "$venv"
+        "$python" -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check \
+            "setuptools>=77" wheel pytest hypothesis "$@" 2>&1 | grep -v "^WARNING: Location" || true
+        touch "$venv/.stamp-$stamp"
+    fi
+    # The tree itself, editable and without dependencies: the pins above are what it gets.
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+        -e "$root" 2>&1 | grep -v "^WARNING: Location" || true
+    echo "== $name: $("$venv/bin/python" --version), $*"
+    PATH=$venv/bin:$PATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"
+}
+
+mapfile -t floor < <(floor_pins)
+mapfile -t trixie < <(grep -v '^#' tests/packaging/compat-trixie.txt)
+leg trixie "${PYTHON313:-$(find_python 3.13)}" "${trixie[@]}"
+leg floor "${PYTHON311:-$(find_python 3.11)}" "${floor[@]}"

@@ -1,0 +1,163 @@
+"""The systemd units and system files the packages ship, checked with systemd's own tools.
+
+``systemd-analyze verify`` and ``security --offline`` on systemd/*, sysusers.d and tmpfiles.d
+applied to a scratch root, and the ties between those files and the agent's defaults (socket
+path, link directory, link-file names). Tests that need a systemd tool skip when it is missing.
+"""
+
+import fnmatch
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kvdev.guest.config import AgentConfig
+from kvdev.guest.planning import LINK_FILE_PREFIX
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = REPO / "systemd"
+SERVICE = UNITS / "kvdev-agent.service"
+SOCKET = UNITS / "kvdev-agent.socket"
+SYSTEM = REPO / "packaging" / "system"
+MAX_EXPOSURE = 2.0
+
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
+
+
+def run(*args):
+    return subprocess.run(args, capture_output=True, text=True, check=False)
+
+
+def settings(path):
+    """Key -> every value it is given (systemd allows a key more than once)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def words(values):
+    return [w for value in values for w in value.split()]
+
+
+def exposure(unit):
+    assert ANALYZE is not None
+    done = run(ANALYZE, "security", "--offline=yes", str(unit))
+    found = re.search(
+        rf"Overall exposure level for {re.escape(unit.name)}: (\d+\.\d+)", done.stdout
+    )
+    assert found, done.stdout + done.stderr
+    return float(found.group(1))
+
+
+@pytest.fixture
+def unit_copies(tmp_path):
+    """The units with ExecStart=/bin/true: verify fails when the binary is not installed."""
+    for unit in (SERVICE, SOCKET):
+        text = unit.read_text().replace("ExecStart=/usr/bin/kvdev-agent", "ExecStart=/bin/true")
+        (tmp_path / unit.name).write_text(text)
+    return tmp_path
+
+
+def verify(directory):
+    assert ANALYZE is not None
+    units = sorted(str(p) for p in directory.iterdir())
+    return run(ANALYZE, "verify", "--man=no", *units)
+
+
+@needs_analyze
+def test_units_verify_cleanly(unit_copies):
+    done = verify(unit_copies)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+@needs_analyze
+def test_verify_reports_a_misspelt_key(unit_copies):
+    service = unit_copies / SERVICE.name
+    service.write_text(service.read_text().replace("ProtectSystem=", "ProtectSytem="))
+    assert "Unknown key 'ProtectSytem'" in verify(unit_copies).stderr
+
+
+@needs_analyze
+def test_agent_exposure_is_at_most_2():
+    assert exposure(SERVICE) <= MAX_EXPOSURE
+
+
+@needs_analyze
+def test_exposure_check_fails_for_an_unhardened_unit(tmp_path):
+    bare = tmp_path / SERVICE.name
+    bare.write_text("[Service]\nType=notify\nExecStart=/usr/bin/kvdev-agent\n")
+    assert exposure(bare) > MAX_EXPOSURE
+
+
+def test_service_is_ordered_before_the_network_managers_and_never_waits_for_the_network():
+    unit = settings(SERVICE)
+    assert {"network-pre.target", "NetworkManager.service", "systemd-networkd.service"} <= set(
+        words(unit["Before"])
+    )
+    assert "network-pre.target" in words(unit["Wants"])
+    assert {"systemd-udevd.service", "kvdev-agent.socket"} <= set(words(unit["After"]))
+    dependencies = set(words(unit["After"] + unit["Wants"] + unit["Requires"]))
+    assert "systemd-udev-settle.service" not in dependencies
+    assert "network-online.target" not in SERVICE.read_text()
+
+
+def test_service_is_a_watched_notify_service_with_a_minimal_privilege_set():
+    unit = settings(SERVICE)
+    assert unit["Type"] == ["notify"]
+    assert unit["Restart"] == ["on-failure"]
+    assert unit["WatchdogSec"]
+    assert words(unit["CapabilityBoundingSet"]) == ["CAP_NET_ADMIN"]
+    assert words(unit["RestrictAddressFamilies"]) == ["AF_UNIX", "AF_NETLINK", "AF_INET"]
+    assert unit["ProtectSystem"] == ["strict"]
+    assert unit["NoNewPrivileges"] == ["yes"]
+    assert "@system-service" in unit["SystemCallFilter"]
+
+
+def test_units_match_the_agent_defaults():
+    defaults = AgentConfig()
+    socket = settings(SOCKET)
+    assert socket["ListenStream"] == [str(defaults.socket)]
+    assert (socket["SocketMode"], socket["SocketGroup"]) == (["0660"], ["kvdev"])
+    service = settings(SERVICE)
+    assert str(defaults.link_dir) in words(service["ReadWritePaths"])
+    assert service["StateDirectory"] == [defaults.state_dir.name]
+    assert defaults.state_dir.parent == Path("/var/lib")
+    assert service["RuntimeDirectory"] == [defaults.socket.parent.name]
+    assert "kvdev-agent.socket" in words(service["Requires"])
+
+
+def test_udev_rule_marks_exactly_the_agents_link_files_and_networkd_matches_the_mark():
+    rule = (SYSTEM / "81-kvdev.rules").read_text()
+    glob = re.search(r'ENV\{ID_NET_LINK_FILE\}!="([^"]+)"', rule)
+    assert glob
+    link_dir = AgentConfig().link_dir
+    assert fnmatch.fnmatchcase(f"{link_dir}/{LINK_FILE_PREFIX}eth1.link", glob.group(1))
+    assert not fnmatch.fnmatchcase(f"{link_dir}/10-other-eth1.link", glob.group(1))
+    assert 'ENV{KVDEV_MANAGED}="1"' in rule
+    assert 'ENV{NM_UNMANAGED}="1"' in rule
+    network = settings(SYSTEM / "05-kvdev-unmanaged.network")
+    assert (network["Property"], network["Unmanaged"]) == (["KVDEV_MANAGED=1"], ["yes"])
+
+
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="no systemd-sysusers")
+def test_sysusers_creates_the_socket_group(tmp_path):
+    (tmp_path / "etc").mkdir()
+    done = run("systemd-sysusers", f"--root={tmp_path}", str(SYSTEM / "kvdev.sysusers"))
+    assert done.returncode == 0, done.stderr
+    groups = [line.split(":")[0] for line in (tmp_path / "etc/group").read_text().splitlines()]
+    assert groups == settings(SOCKET)["SocketGroup"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-tmpfiles") is None, reason="no systemd-tmpfiles")
+def test_tmpfiles_creates_the_link_directory(tmp_path):
+    done = run("systemd-tmpfiles", f"--root={tmp_path}", "--create", str(SYSTEM / "kvdev.tmpfiles"))
+    assert done.returncode == 0, done.stderr
+    made = tmp_path / str(AgentConfig().link_dir).lstrip("/")
+    assert made.is_dir()
+    assert made.stat().st_mode & 0o777 == 0o755
