@@ -31,3 +31,17 @@ def netns():
         yield name
     finally:
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--robustness-long",
+        action="store_true",
+        help="run the long robustness suites (also: KVDEV_ROBUST_LONG=1)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "robustness: abuse and fuzzing of the running agent (tests/robustness)"
+    )

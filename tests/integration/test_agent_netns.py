@@ -8,108 +8,40 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from agentlab import (
+    NICS,
+    add_link,
+    addresses,
+    agent_args,
+    eventually,
+    ip,
+    ip_json,
+    link,
+    make_guest,
+    serving,
+    write_atomically,
+)
 
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "packaging" / "examples"
-AGENT = shutil.which("kvdev-agent") or str(Path(sys.executable).parent / "kvdev-agent")
-NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
-LINKS = (
-    ("eth1", "02:00:00:3b:02:01"),
-    ("eth2", "02:00:00:3b:02:02"),
-    ("eth3", "0c:42:a1:5e:00:01"),
-)
-
-
-def ip(ns, *args):
-    return subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True, text=True)
-
-
-def ip_json(ns, *args):
-    out = subprocess.run(["ip", "-j", "-n", ns, *args], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout) if out.stdout.strip() else []
-
-
-def addresses(ns, dev):
-    found = ip_json(ns, "addr", "show", "dev", dev)
-    return sorted(
-        f"{a['local']}/{a['prefixlen']}" for a in found[0]["addr_info"] if a["scope"] == "global"
-    )
-
-
-def link(ns, dev):
-    return ip_json(ns, "-d", "link", "show", "dev", dev)[0]
-
-
-def add_link(ns, name, mac, peer):
-    ip(ns, "link", "add", name, "address", mac, "type", "veth", "peer", "name", peer)
-    ip(ns, "link", "set", peer, "up")
-
 
 @pytest.fixture
 def guest(netns, tmp_path):
     """The namespace with the example's three NICs, and a private copy of the example tree."""
-    for i, (name, mac) in enumerate(LINKS, start=1):
-        add_link(netns, name, mac, f"peer{i}")
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    return netns, tree, tmp_path
-
-
-def agent_args(tree, work, *extra):
-    return [
-        AGENT,
-        "--metadata-root",
-        str(tree),
-        "--config-drive",
-        str(EXAMPLES / "config-drive/openstack/latest/meta_data.json"),
-        "--link-dir",
-        str(work / "network"),
-        "--state-dir",
-        str(work / "state"),
-        "--socket",
-        str(work / "agent.sock"),
-        "--config",
-        "/dev/null",
-        "--match-kind",
-        "veth",
-        *extra,
-    ]
+    return netns, make_guest(netns, tmp_path), tmp_path
 
 
 def run_once(ns, tree, work, *extra):
     cmd = ["ip", "netns", "exec", ns, *agent_args(tree, work, "--once", *extra)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-
-
-def write_atomically(path, text):
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def eventually(check, timeout=10.0):
-    """Wait (bounded) until ``check()`` is truthy; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except subprocess.CalledProcessError:  # e.g. the link is not there (yet)
-            value = None
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def test_once_configures_the_example(guest):
@@ -166,44 +98,11 @@ def test_invalid_metadata_changes_nothing(guest):
     assert addresses(ns, "eth1") == []
 
 
-class Notify:
-    """A NOTIFY_SOCKET the agent reports READY=1 and STATUS= to."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.2)
-        self.path = path
-        self.seen: list[str] = []
-
-    def collect(self):
-        try:
-            while True:
-                self.seen.extend(self.sock.recv(4096).decode().splitlines())
-        except TimeoutError:
-            return self.seen
-
-
 @pytest.fixture
 def served(guest):
     ns, tree, work = guest
-    notify = Notify(work / "notify.sock")
-    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path)}
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, *agent_args(tree, work)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert eventually(lambda: "READY=1" in notify.collect())
+    with serving(ns, tree, work) as (proc, notify):
         yield ns, tree, work, proc, notify
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=10)  # reaps it and closes the pipes
-        notify.sock.close()
 
 
 def test_serve_converges_corrects_drift_and_survives_bad_input(served):

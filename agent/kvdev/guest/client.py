@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ SOCKET_ENV: Final = "KVDEV_SOCKET"
 HOST: Final = "kvdev"
 DEFAULT_GROUP: Final = "kvdev"
 MAX_BODY: Final = 64 * 1024 * 1024  # an answer larger than this is not the agent's
+BACKLOG_RETRY: Final = 0.02  # seconds between connects while the agent's backlog is full
 
 
 class AgentError(KvdevError):
@@ -79,15 +81,28 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.socket_path = socket_path
 
     def connect(self) -> None:
-        """Connect to the Unix socket, with the connection's timeout."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        """Connect to the Unix socket, with the connection's timeout.
+
+        A full listen backlog (EAGAIN: the agent is busy accepting others) is waited out, up
+        to the timeout, instead of failing at once; past it, TimeoutError.
+        """
+        deadline = time.monotonic() + (self.timeout or 0.0)
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(self.socket_path)
+            except BlockingIOError as e:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(errno.ETIMEDOUT, "the socket's backlog stayed full") from e
+                time.sleep(BACKLOG_RETRY)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
 
 
 def _group_of(path: str) -> str:

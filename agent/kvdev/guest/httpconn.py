@@ -1,9 +1,10 @@
 """One side of the agent's API socket: HTTP/1.1 connections, their limits and access policy.
 
 It owns the request and response values the handler sees, the parsing (h11), keep-alive, the
-size and time limits, the connection cap (503), the peer's credentials (SO_PEERCRED plus
-/proc groups), the read-for-the-group / write-for-root policy, and the handler call (500 on a
-crash, cancelled when the client hangs up). It runs inside the asyncio loop ``server`` starts.
+size and time limits, the connection caps (503; a few kept for root), the peer's credentials
+(SO_PEERCRED plus /proc groups), the read-for-the-group / write-for-root policy, and the
+handler call (500 on a crash, cancelled when the client hangs up). It runs inside the asyncio
+loop ``server`` starts.
 
 It must not bind, adopt or remove the listening socket (``server`` does) nor know what it
 serves: routes and payloads belong to the handler. Of kvdev it imports nothing.
@@ -78,6 +79,7 @@ class Limits:
     """What one client may make the server hold (sizes in bytes, times in seconds)."""
 
     max_connections: int = 64
+    root_reserve: int = 8  # of those, root's alone (at most a quarter): no uid locks root out
     max_header_bytes: int = 8192
     max_body_bytes: int = 4096
     request_timeout: float = 5.0
@@ -99,6 +101,16 @@ class _Reject(Exception):  # noqa: N818 - a signal: answer (status, message) and
 def _peer_of(sock: socket.socket) -> Peer:
     pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
     return Peer(uid=uid, gid=gid, pid=pid, groups=_groups_of(pid, uid, gid))
+
+
+def _uid_of(sock: socket.socket) -> int | None:
+    """The peer's uid (SO_PEERCRED); None when the peer is gone already."""
+    try:
+        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+    except OSError:
+        return None
+    uid: int = _CRED.unpack(cred)[1]
+    return uid
 
 
 def _groups_of(pid: int, uid: int, gid: int) -> frozenset[int]:
@@ -132,6 +144,7 @@ class Connections:
         self._handler, self._limits, self._group_gid = handler, limits, group_gid
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._others: set[asyncio.Task[None]] = set()  # the tasks serving non-root peers
         # A peer that closed completely raises EPOLLHUP; one that only shut down writing
         # (and still waits for its answer) does not. Both look like EOF to recv().
         self._epoll = select.epoll()
@@ -164,7 +177,13 @@ class Connections:
                 future.set_result(None)
 
     async def accept(self, listener: socket.socket) -> None:
-        """Accept forever; past ``max_connections`` answer 503 and close at once."""
+        """Accept forever; past the limits answer 503 and close at once.
+
+        At most ``max_connections`` at a time, of which other uids than root may hold all
+        but ``root_reserve``: a local user holding connections open cannot lock root out.
+        """
+        limits = self._limits
+        others_max = limits.max_connections - min(limits.root_reserve, limits.max_connections // 4)
         while True:
             try:
                 conn, _ = await self._loop.sock_accept(listener)
@@ -172,12 +191,19 @@ class Connections:
                 logger.warning("accepting a connection failed: %s", e)
                 await asyncio.sleep(0.1)
                 continue
-            if len(self._tasks) >= self._limits.max_connections:
+            root = _uid_of(conn) == 0
+            full = len(self._tasks) >= limits.max_connections or (
+                not root and len(self._others) >= others_max
+            )
+            if full:
                 _refuse(conn)
                 continue
             task = self._loop.create_task(self._serve(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            if not root:
+                self._others.add(task)
+                task.add_done_callback(self._others.discard)
 
     async def _serve(self, sock: socket.socket) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_header_bytes)

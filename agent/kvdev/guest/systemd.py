@@ -17,7 +17,11 @@ import sys
 
 
 def notify(*fields: str) -> bool:
-    """Send ``KEY=VALUE`` lines to systemd; False when not under systemd or on failure."""
+    """Send ``KEY=VALUE`` lines to systemd; False when not under systemd or on failure.
+
+    Never blocks: a notify socket whose queue is full (systemd hung or slow) drops this
+    message (EAGAIN) rather than stopping the reconcile loop; the next one says it again.
+    """
     address = os.environ.get("NOTIFY_SOCKET")
     if not address or not fields:
         return False
@@ -26,7 +30,7 @@ def notify(*fields: str) -> bool:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.connect(address)
-            sock.sendall("\n".join(fields).encode())
+            sock.send("\n".join(fields).encode(), socket.MSG_DONTWAIT)
     except OSError:
         return False
     return True

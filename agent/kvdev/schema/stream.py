@@ -130,6 +130,33 @@ def _scrub(value: object) -> object:
     return value
 
 
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def _too_deep(text: str, pos: int) -> str | None:
+    """Why the JSON value at ``pos`` is refused for nesting deeper than MAX_DEPTH, or None.
+
+    Counted before decoding and without recursion, so that the verdict on given bytes never
+    depends on how deep the caller's stack is (the decoder's own limit would).
+    """
+    if text[pos] not in "[{":
+        return None
+    depth = deepest = 0
+    for token in _TOKENS.finditer(text, pos):
+        char = token.group()[0]
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                break
+    if deepest <= MAX_DEPTH:
+        return None
+    deep = f"nested deeper than {MAX_DEPTH} levels"
+    return deep if depth == 0 else f"not valid JSON: never closed, and {deep}"
+
+
 def _inspect(value: object) -> tuple[bool, bool]:
     """(nesting within MAX_DEPTH, some string holds a lone surrogate), without recursion."""
     stack: list[tuple[object, int]] = [(value, 1)]
@@ -163,6 +190,8 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
     decoder = json.JSONDecoder(object_pairs_hook=pairs, parse_constant=_reject_constant)
     pos = _skip_ws(text, 0)
     while pos < len(text):
+        if deep := _too_deep(text, pos):
+            raise _JsonError(index, deep)
         try:
             value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
