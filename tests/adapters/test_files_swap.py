@@ -288,3 +288,28 @@ def test_fuse_share_host_writes_are_invisible_to_inotify(fuse_share):
     with files.Watcher(root, root / "kvdev/guest-hints.json", poll=0.1) as watcher:
         publish(host, 3)
         assert wait_for_generation(watcher, root, 3, timeout=5) < 5
+
+
+# was: a 9p share was never polled: statfs there reports the host's own file system (ext4),
+# not V9FS_MAGIC; the mount table says 9p (found by the QEMU e2e test)
+MOUNTINFO_9P = (
+    "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+    "40 22 0:35 / /mnt/e2e rw,relatime shared:20 - 9p hostshare rw,trans=virtio\n"
+    "41 40 0:36 / /mnt/e2e/local\\040dir rw shared:21 - tmpfs tmpfs rw\n"
+    "42 22 0:37 / /srv/fuse rw shared:22 - fuse.bindfs bindfs rw\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/mnt/e2e/bundle/.gen-2", "9p"),
+        ("/mnt/e2e", "9p"),
+        ("/mnt/e2e/local dir/x", "tmpfs"),  # the deepest mount wins; octal escapes undone
+        ("/mnt/e2ex/y", "ext4"),  # a prefix of a name is not a parent directory
+        ("/srv/fuse/a", "fuse.bindfs"),
+        ("/var/lib/kvdev", "ext4"),
+    ],
+)
+def test_mount_type_is_read_from_the_mount_table(path, kind):
+    assert fspoll._mount_type(path, MOUNTINFO_9P) == kind

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,11 +62,47 @@ def _statfs_type(path: str) -> int | None:
     return value & 0xFFFFFFFF
 
 
+# Mount types (/proc/self/mountinfo) of the same file systems. statfs alone is not enough: on 9p
+# (9p2000.L) the kernel reports the f_type the host's server sends, i.e. the host's own file
+# system (ext4, xfs ...), never V9FS_MAGIC.
+REMOTE_MOUNT_TYPES: Final = frozenset(
+    {"9p", "virtiofs", "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "afs", "coda", "vboxsf"}
+)
+MOUNTINFO: Final = Path("/proc/self/mountinfo")
+
+
+def _unescape(field: str) -> str:
+    r"""A mountinfo path field, with its octal escapes (``\040`` for a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mount_type(path: str, mountinfo: str) -> str | None:
+    """The type of the mount ``path`` (absolute, resolved) lies on; the last, deepest one wins."""
+    best, found = -1, None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best:
+            best, found = len(point), right.split()[0]
+    return found
+
+
 def remote_filesystem(path: Path) -> str | None:
     """The name of the remote file system ``path`` (or its nearest existing ancestor) is on."""
     for candidate in (path, *path.parents):
         if candidate.exists():
-            magic = _statfs_type(os.fspath(candidate))
+            resolved = os.path.realpath(candidate)
+            try:
+                kind = _mount_type(resolved, MOUNTINFO.read_text())
+            except OSError:
+                kind = None
+            if kind is not None and (kind in REMOTE_MOUNT_TYPES or kind.startswith("fuse")):
+                return kind
+            magic = _statfs_type(resolved)
             return REMOTE_FILESYSTEMS.get(magic) if magic is not None else None
     return None
 
