@@ -71,7 +71,8 @@ def log_handler() -> logging.Handler:
             handler: logging.Handler = JournalHandler(SYSLOG_IDENTIFIER="kvdev-agent")
         except ImportError:
             pass
-        else:
+        else:  # the journal has PRIORITY and the logger's name as fields: the message alone
+            handler.setFormatter(logging.Formatter("%(message)s"))
             return handler
     stream = logging.StreamHandler(sys.stderr)
     stream.setFormatter(_Fields("%(levelname)s %(message)s"))
