@@ -5,10 +5,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo example test check lint typecheck imports unit bench bench-api clean
+.PHONY: help demo example test quick check lint typecheck imports unit bench bench-api bench-schedule clean proto
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvdev needs Python >= 3.11")'
@@ -23,7 +23,9 @@ demo: $(STAMP)  ## (root) the agent configures real links for the bundled exampl
 example: $(STAMP)  ## validate the bundled example metadata tree, hints and config drive
 	$(BIN)/kvdev metadata validate packaging/examples/dra-device-attributes packaging/examples/config-drive/openstack/latest/meta_data.json
 
-test: check unit  ## everything CI runs: lint, types, import contracts, tests
+test: check unit test-compat deb rpm e2e  ## everything CI runs: lint, types, imports, tests, packages, VM e2e
+
+quick: check unit  ## the fast loop: lint, types, imports, tests (no packages, no VM)
 
 check: lint typecheck imports  ## static checks only
 
@@ -45,6 +47,44 @@ bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; 
 
 bench-api: $(STAMP)  ## (root) GET /v1/status latency and req/s vs two floors; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_api.py $(BENCH_ARGS)
+
+bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on/off; BENCH_ARGS=--quick
+	$(BIN)/python tests/bench/bench_schedule.py $(BENCH_ARGS)
+
+proto: $(STAMP)  ## regenerate the committed gRPC stubs of agent/kvdev/host/proto/*.proto
+	$(BIN)/python -m kvdev.host.proto
+
+.PHONY: robustness robustness-long
+
+robustness: $(STAMP)  ## (root) abuse + fuzz the running agent (300 inputs); prints the evidence table
+	$(BIN)/python tests/robustness/report.py
+
+robustness-long: $(STAMP)  ## (root) the same, long: 10,000 fuzz inputs, five API storms
+	$(BIN)/python tests/robustness/report.py --long
+
+.PHONY: vm-image e2e
+
+vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached by recipe hash
+	packaging/vm/build-image.sh
+
+e2e: $(STAMP) deb vm-image  ## (root) the fresh .deb in a QEMU guest: service, NIC rules, live change, hot-plug
+	KVDEV_E2E=1 $(BIN)/pytest -m e2e tests/e2e
+
+.PHONY: deb rpm packages check-units test-compat
+
+deb: $(STAMP)  ## dist/kvdev_<version>_all.deb from a clean copy of the tree, lintian-checked
+	packaging/pkg/deb.sh
+
+rpm: $(STAMP)  ## dist/kvdev-<version>-1.noarch.rpm (a smoke build off Fedora), rpmlint-checked
+	packaging/pkg/rpm.sh
+
+packages: check-units deb rpm  ## the unit checks and both packages
+
+check-units: $(STAMP)  ## systemd-analyze verify + security (exposure <= 2.0) of systemd/*
+	$(BIN)/pytest -q tests/packaging/test_units.py
+
+test-compat: $(STAMP)  ## (root) guest tests on Debian 13's versions and on the pyproject floor
+	tests/packaging/test_compat.sh
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build agent/*.egg-info

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build (or reuse) the Debian trixie guest image for the end-to-end tests (tests/e2e).
+#
+# Owns: the base guest: kernel, initrd and a root tree with systemd, udev, iproute2 and the
+# Debian python3-* packages the agent needs -- but NOT kvdev itself, which make-run-image.sh
+# installs from the freshly built .deb for every run. Must not touch anything outside its cache.
+#
+# Cached under $KVDEV_E2E_CACHE (default /var/cache/kvdev-e2e) in image-<hash>/, the hash being
+# one of this directory's files: a changed recipe builds a new image, an unchanged one is reused.
+# Prints the image directory (vmlinuz, initrd.img, rootfs/) as its last line.
+#
+# Usage: packaging/vm/build-image.sh [--force]      (root; needs mmdebstrap)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${KVDEV_E2E_CACHE:-/var/cache/kvdev-e2e}
+mirror=${KVDEV_E2E_MIRROR:-http://deb.debian.org/debian}
+suite=trixie
+
+force=0
+case ${1:-} in
+--force) force=1 ;;
+"") ;;
+*) echo "usage: $0 [--force]" >&2; exit 2 ;;
+esac
+
+if [[ $(id -u) != 0 ]]; then
+    echo "$0: must run as root (mmdebstrap root mode, device nodes, chroot)" >&2
+    exit 2
+fi
+command -v mmdebstrap >/dev/null || { echo "$0: mmdebstrap is not installed" >&2; exit 2; }
+
+# The key: the recipe (this script, trim.sh, the files copied into the image), by content.
+key=$(cd "$here" && find build-image.sh trim.sh rootfs -type f -print0 | LC_ALL=C sort -z \
+    | xargs -0 sha256sum | sha256sum | cut -c1-16)
+out=$cache/image-$key
+if [[ $force == 0 && -f $out/.complete ]]; then
+    echo "vm image: cached ($out)" >&2
+    echo "$out"
+    exit 0
+fi
+
+mkdir -p "$cache"
+tmp=$(mktemp -d "$cache/.build-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+start=$(date +%s.%N)
+
+packages=(
+    linux-image-amd64 initramfs-tools kmod
+    systemd systemd-sysv udev iproute2
+    python3 python3-pydantic python3-pyudev python3-pyroute2 python3-watchdog
+    python3-psutil python3-h11 python3-systemd
+)
+
+# MODULES=list keeps the initrd small (11 MB instead of 37 MB): it must set up virtio-blk + ext4
+# only; everything else loads after the switch to the real root.
+# shellcheck disable=SC2016 # $1 is expanded by mmdebstrap's hook shell, not here
+mmdebstrap --variant=minbase --format=directory \
+    --include="$(IFS=,; echo "${packages[*]}")" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --dpkgopt='path-exclude=/usr/share/info/*' \
+    --setup-hook='mkdir -p "$1/etc/initramfs-tools/conf.d" "$1/usr/share/initramfs-tools/modules.d"' \
+    --setup-hook='echo MODULES=list > "$1/etc/initramfs-tools/conf.d/kvdev-e2e.conf"' \
+    --setup-hook='printf "%s\n" virtio_pci virtio_blk ext4 > "$1/usr/share/initramfs-tools/modules.d/kvdev-e2e"' \
+    --customize-hook="cp -a '$here/rootfs/.' \"\$1/\"" \
+    --customize-hook="'$here/trim.sh' \"\$1\"" \
+    "$suite" "$tmp/rootfs" "$mirror" >&2
+
+cp "$tmp"/rootfs/boot/vmlinuz-* "$tmp/vmlinuz"
+cp "$tmp"/rootfs/boot/initrd.img-* "$tmp/initrd.img"
+dpkg-query --admindir="$tmp/rootfs/var/lib/dpkg" -W \
+    -f='${Package} ${Version}\n' >"$tmp/packages.txt"
+end=$(date +%s.%N)
+awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f\n", b - a }' >"$tmp/build-seconds"
+
+# Publish atomically, then drop older images of this cache (one machine keeps one image).
+rm -rf "$out"
+mv "$tmp" "$out"
+trap - EXIT
+touch "$out/.complete"
+for old in "$cache"/image-*; do
+    [[ $old == "$out" ]] || rm -rf "$old"
+done
+echo "vm image: built in $(cat "$out/build-seconds") s ($out)" >&2
+echo "$out"

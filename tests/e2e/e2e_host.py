@@ -1,0 +1,153 @@
+"""The host side of the e2e test: the guest disk and the guest bundle, made with kvdev's tools.
+
+Owns: building/reusing the cached base image (packaging/vm/build-image.sh), making one run's
+disk with the freshly built .deb (packaging/vm/make-run-image.sh), and publishing the metadata
+the guest reads with ``kvdev-host prepare``/``update`` + ``bundle`` from the test inputs in
+tests/e2e/inputs. Must not write metadata files itself: that is what is under test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VM = REPO / "packaging" / "vm"
+INPUTS = Path(__file__).resolve().parent / "inputs"
+DRIVER = "nic.e2e.kvdev.io"
+GUEST_SHARE = Path("/mnt/e2e")  # where packaging/vm's mnt-e2e.mount puts the share
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """The cached guest: kernel, initrd, root tree; how long getting it took, and whether built."""
+
+    path: Path
+    seconds: float
+    built: bool
+
+    @property
+    def kernel(self) -> Path:
+        return self.path / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.path / "initrd.img"
+
+
+def base_image() -> BaseImage:
+    """Build the base guest image, or reuse the cached one (same recipe, same machine)."""
+    start = time.monotonic()
+    done = subprocess.run([str(VM / "build-image.sh")], capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"packaging/vm/build-image.sh failed ({done.returncode}):\n{done.stderr[-4000:]}"
+        )
+    path = Path(done.stdout.strip().splitlines()[-1])
+    return BaseImage(path, seconds, built="cached" not in done.stderr)
+
+
+def find_deb() -> Path:
+    """The guest package: ``$KVDEV_E2E_DEB``, else the newest ``dist/kvdev_*.deb``."""
+    given = os.environ.get("KVDEV_E2E_DEB")
+    if given:
+        return Path(given)
+    debs = sorted((REPO / "dist").glob("kvdev_*_all.deb"), key=lambda p: p.stat().st_mtime)
+    if not debs:
+        raise FileNotFoundError(f"no {REPO}/dist/kvdev_*_all.deb: run `make deb` first")
+    return debs[-1]
+
+
+def package_name(deb: Path) -> str:
+    """The binary package's name, as dpkg will know it."""
+    return subprocess.run(
+        ["dpkg-deb", "--field", str(deb), "Package"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def run_disk(base: BaseImage, deb: Path, out: Path, metadata_root: Path) -> str:
+    """One run's root disk: base + ``deb`` (dpkg -i) + an agent.toml reading the share.
+
+    Returns the installed package and version as dpkg reports them.
+    """
+    extra = out.parent / "extra"
+    (extra / "etc" / "kvdev").mkdir(parents=True, exist_ok=True)
+    (extra / "etc" / "kvdev" / "agent.toml").write_text(
+        "# e2e: the guest bundle lives on the host share (kvdev-host bundle --out)\n"
+        f'metadata-root = "{metadata_root}"\n'
+        'log-level = "debug"\n'
+    )
+    done = subprocess.run(
+        [str(VM / "make-run-image.sh"), str(base.path), str(deb), str(out), str(extra)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"make-run-image.sh failed ({done.returncode}):\n{done.stderr}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+class HostSide:
+    """The node's view: a plugin data dir and CDI dir (prepare), and the bundle (the share)."""
+
+    def __init__(self, work: Path, bundle: Path) -> None:
+        self.plugin = work / "plugin"
+        self.cdi = work / "cdi"
+        self.bundle = bundle
+        self.log = work / "kvdev-host.log"
+
+    def _host(self, *args: str) -> None:
+        exe = shutil.which("kvdev-host", path=str(Path(sys.executable).parent)) or "kvdev-host"
+        argv = [exe, *args]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        with self.log.open("a") as log:
+            log.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}exit {done.returncode}\n")
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
+
+    def _objects(self) -> list[str]:
+        return ["-f", str(INPUTS / "claims.yaml"), "-f", str(INPUTS / "slices.yaml")]
+
+    def _dirs(self) -> list[str]:
+        return [
+            "--driver",
+            DRIVER,
+            "--plugin-data-dir",
+            str(self.plugin),
+            "--cdi-dir",
+            str(self.cdi),
+        ]
+
+    def prepare(self, plan: str) -> None:
+        """What kubelet's NodePrepareResources + the VM launcher do before the VM starts."""
+        self._host("prepare", *self._objects(), *self._dirs())
+        self.publish(plan)
+
+    def update(self, network_data: str, plan: str) -> None:
+        """Late network data from the driver (generation + 1), and a changed guest plan."""
+        self._host(
+            "update", *self._objects(), *self._dirs(), "--network-data", str(INPUTS / network_data)
+        )
+        self.publish(plan)
+
+    def publish(self, plan: str) -> None:
+        """Rebuild the guest bundle from the CDI specs and swap it in atomically."""
+        self._host(
+            "bundle",
+            "--from-cdi",
+            str(self.cdi),
+            "--guest-plan",
+            str(INPUTS / plan),
+            "--out",
+            str(self.bundle),
+        )

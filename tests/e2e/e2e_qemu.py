@@ -1,0 +1,241 @@
+"""Booting the e2e guest with QEMU and talking to its monitor (QMP).
+
+Owns: choosing the accelerator (KVM only where it really works; TCG on PVM hosts), the QEMU
+command line (machine ``pc``, virtio-blk root, virtio-net NICs at fixed PCI slots and MACs
+with no network behind them, a 9p share, a QMP socket), the process' life, and a minimal
+QMP client for hot-plug. Must not know what the guest checks: that is the share's business.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount mounts it
+
+
+def accelerator() -> tuple[str, list[str]]:
+    """``("kvm", args)`` where KVM really works, else ``("tcg", args)``.
+
+    ``/dev/kvm`` on a PVM host (``kvm_pvm`` loaded: the host is itself a lightweight VM)
+    cannot boot a stock Debian kernel, so it counts as no KVM. ``KVDEV_E2E_ACCEL`` forces one.
+    """
+    forced = os.environ.get("KVDEV_E2E_ACCEL", "")
+    usable = os.access("/dev/kvm", os.R_OK | os.W_OK) and not Path("/sys/module/kvm_pvm").is_dir()
+    if forced == "kvm" or (not forced and usable):
+        return "kvm", ["-accel", "kvm", "-cpu", "host"]
+    return "tcg", ["-accel", "tcg,thread=multi", "-cpu", "max"]
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A virtio-net NIC at a fixed slot of bus pci.0 (guest PCI address 0000:00:<slot>.0)."""
+
+    id: str
+    slot: int
+    mac: str
+
+    @property
+    def pci_address(self) -> str:
+        return f"0000:00:{self.slot:02x}.0"
+
+    @property
+    def kernel_name(self) -> str:
+        """The name udev gives it on machine ``pc``: ``ens<slot>``."""
+        return f"ens{self.slot}"
+
+    def device_args(self) -> dict[str, Any]:
+        """The ``-device``/``device_add`` properties.
+
+        No netdev: a NIC without a peer drops what it sends and never blocks. (A lone port on a
+        QEMU hub never accepts a frame, so the guest's TX queue stalls and its NETDEV watchdog
+        fires every few seconds.) Nothing leaves QEMU either way.
+        """
+        return {
+            "driver": "virtio-net-pci",
+            "id": self.id,
+            "mac": self.mac,
+            "bus": "pci.0",
+            "addr": f"0x{self.slot:02x}",
+            "romfile": "",
+        }
+
+    def command_line(self) -> list[str]:
+        return ["-device", ",".join(f"{k}={v}" for k, v in self.device_args().items())]
+
+
+class QmpError(RuntimeError):
+    """QEMU answered a QMP command with an error, or not at all."""
+
+
+class Qmp:
+    """A QMP connection: greeting, capabilities negotiation, then commands; events are kept."""
+
+    def __init__(self, path: Path, timeout: float = 30.0) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._buf = b""
+        self.events: list[dict[str, Any]] = []
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.connect(str(path))
+            self._read()  # the greeting
+            self.execute("qmp_capabilities")
+        except BaseException:
+            self._sock.close()
+            raise
+
+    def _read(self) -> dict[str, Any]:
+        while b"\n" not in self._buf:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise QmpError("QEMU closed the QMP socket")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def execute(self, command: str, **arguments: Any) -> Any:
+        msg: dict[str, Any] = {"execute": command}
+        if arguments:
+            msg["arguments"] = arguments
+        self._sock.sendall(json.dumps(msg).encode() + b"\n")
+        while True:
+            reply = self._read()
+            if "event" in reply:
+                self.events.append(reply)
+            elif "error" in reply:
+                raise QmpError(f"{command} {arguments}: {reply['error']}")
+            else:
+                return reply.get("return")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@dataclass
+class Guest:
+    """What to boot: kernel, initrd, root disk, NICs present at boot, the shared folder."""
+
+    kernel: Path
+    initrd: Path
+    disk: Path
+    nics: list[Nic]
+    share: Path
+    workdir: Path  # QMP socket and console log
+    memory_mib: int = 1024
+    cpus: int = 2
+
+
+class Vm:
+    """A running QEMU; ``console`` collects the serial console, ``qmp`` the monitor."""
+
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+        self.accel, accel_args = accelerator()
+        self.console = guest.workdir / "console.log"
+        self.qmp_path = guest.workdir / "qmp.sock"
+        self.stderr = guest.workdir / "qemu.stderr"
+        argv = [
+            "qemu-system-x86_64",
+            "-machine",
+            "pc",  # i440FX: ACPI hot-plug on pci.0 needs no root port
+            *accel_args,
+            "-m",
+            str(guest.memory_mib),
+            "-smp",
+            str(guest.cpus),
+            "-nographic",
+            "-nodefaults",
+            "-no-reboot",
+            "-kernel",
+            str(guest.kernel),
+            "-initrd",
+            str(guest.initrd),
+            "-append",
+            "root=/dev/vda rw console=ttyS0 panic=-1 fsck.mode=skip quiet",
+            "-drive",
+            f"file={guest.disk},if=virtio,format=raw,cache=unsafe",
+            "-serial",
+            f"file:{self.console}",
+            "-virtfs",
+            f"local,path={guest.share},mount_tag={SHARE_TAG},security_model=none",
+            "-qmp",
+            f"unix:{self.qmp_path},server=on,wait=off",
+        ]
+        for nic in guest.nics:
+            argv += nic.command_line()
+        self.argv = argv
+        self.started = time.monotonic()
+        with self.stderr.open("w") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        self._qmp: Qmp | None = None
+
+    @property
+    def qmp(self) -> Qmp:
+        if self._qmp is None:
+            deadline = time.monotonic() + 30
+            while not self.qmp_path.exists():
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise QmpError(f"no QMP socket at {self.qmp_path} after 30 s")
+                time.sleep(0.1)
+            self._qmp = Qmp(self.qmp_path)
+        return self._qmp
+
+    def check_alive(self) -> None:
+        """Raise if QEMU is gone (with its stderr and the console's tail)."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(
+                f"QEMU exited with {self.proc.returncode}:\n{tail(self.stderr, 20)}\n"
+                f"console:\n{tail(self.console, 40)}"
+            )
+
+    def wait_for(self, path: Path, timeout: float, what: str) -> float:
+        """Wait until the guest writes ``path``; the seconds it took. Raises on QEMU's exit."""
+        start = time.monotonic()
+        while not path.exists():
+            self.check_alive()
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"{what}: no {path.name} after {timeout:.0f} s")
+            time.sleep(0.2)
+        return time.monotonic() - start
+
+    def hotplug(self, nic: Nic) -> None:
+        """Add a NIC at its fixed slot of pci.0 while the guest runs (QMP device_add)."""
+        self.qmp.execute("device_add", **nic.device_args())
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait for the guest to power off; True when it did within ``timeout``."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Make sure QEMU is gone (quit through QMP, then kill)."""
+        if self.proc.poll() is None and self._qmp is not None:
+            with contextlib.suppress(OSError, QmpError):
+                self._qmp.execute("quit")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self._qmp is not None:
+            self._qmp.close()
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file ('' when there is none)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

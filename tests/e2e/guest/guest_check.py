@@ -1,0 +1,324 @@
+"""The guest side of the e2e test: runs INSIDE the VM (Debian's python3, stdlib only).
+
+Owns: looking at the guest -- the kvdev service and package (systemctl, dpkg), the agent's
+own view (``kvdev status --json``) and the kernel's (``ip -j link/addr``) -- and judging it
+against the checks the host sends. Must not configure anything: the agent under test does.
+
+Protocol, through the share mounted at ROOT (the first argument): for N = 1, 2, ... the host
+writes ``ctl/phase-N.json`` (``{"name", "checks": [...], "timeoutSeconds", "final"}``); this
+script looks at the guest until every check holds or the timeout passes, then writes
+``out/phase-N.json`` (verdicts, the last snapshot, guest uptime and seconds taken). It stops
+after a ``final`` phase or when ``ctl/abort`` appears; the unit around it then saves the
+journal into the share and powers the guest off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+POLL_SECONDS = 1.0
+CTL_WAIT_SECONDS = 900.0  # the host drives the phases; it has its own, shorter, timeouts
+KERNEL_ALTNAME_PREFIXES = ("enp", "enx", "ens", "eth")  # udev's predictable names
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """Run a command; its exit code, stdout and stderr."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 127, "", f"{argv[0]}: {e}"
+    return done.returncode, done.stdout, done.stderr
+
+
+def run_json(argv: list[str]) -> Any:
+    """A command's JSON output, or an ``{"error": ...}`` object saying why there is none."""
+    rc, out, err = run(argv)
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        return {"error": f"{' '.join(argv)}: exit {rc}: {err.strip() or out.strip()}"}
+
+
+def uptime() -> float:
+    """Seconds since the guest booted."""
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def package_of(path: str) -> str:
+    """The package that installed ``path``, also when it shipped it under the merged-/usr alias.
+
+    systemd reports /usr/lib/systemd/system/...; a package built by an older debhelper ships
+    /lib/systemd/system/..., which is the same file on a merged-/usr system (trixie).
+    """
+    aliases = [path]
+    for short, full in (("/lib/", "/usr/lib/"), ("/bin/", "/usr/bin/")):
+        if path.startswith(full):
+            aliases.append(short + path.removeprefix(full))
+    for candidate in aliases:
+        rc, out, _ = run(["dpkg", "-S", candidate])
+        if rc == 0:
+            return out.split(":", 1)[0]
+    return f"no package has {' or '.join(aliases)}"
+
+
+def service_facts() -> dict[str, Any]:
+    """What systemd and dpkg say about kvdev-agent.service and who installed its files."""
+    _, show, _ = run(
+        [
+            "systemctl",
+            "show",
+            "kvdev-agent.service",
+            "-p",
+            "ActiveState,SubState,MainPID,FragmentPath,Type,NRestarts",
+        ]
+    )
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    pid = props.get("MainPID", "0")
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = [a.decode() for a in cmdline if a]
+    except OSError:
+        argv = []
+    owners = {
+        path: package_of(path)
+        for path in ("/usr/bin/kvdev-agent", "/usr/bin/kvdev", props.get("FragmentPath", ""))
+    }
+    _, pkg, _ = run(["dpkg-query", "-W", "-f=${Package} ${Version} ${Status}", "kvdev"])
+    return {"properties": props, "argv": argv, "owners": owners, "package": pkg}
+
+
+def metadata_root() -> dict[str, str]:
+    """The agent's metadata root (its config file) and what it resolves to in the guest now."""
+    try:
+        root = tomllib.loads(Path("/etc/kvdev/agent.toml").read_text())["metadata-root"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
+        return {"error": f"/etc/kvdev/agent.toml: {e}"}
+    return {"configured": root, "resolved": os.path.realpath(root)}
+
+
+def snapshot() -> dict[str, Any]:
+    """Everything the checks look at, taken now."""
+    return {
+        "uptime": uptime(),
+        "metadataRoot": metadata_root(),
+        "service": service_facts(),
+        "status": run_json(["kvdev", "status", "--json"]),
+        "links": run_json(["ip", "-j", "-d", "link", "show"]),
+        "addresses": run_json(["ip", "-j", "addr", "show"]),
+    }
+
+
+def _link_by_mac(snap: dict[str, Any], mac: str) -> dict[str, Any] | None:
+    links = snap["addresses"] if isinstance(snap["addresses"], list) else []
+    found = [lk for lk in links if lk.get("address", "").lower() == mac.lower()]
+    return found[0] if len(found) == 1 else None
+
+
+def _addresses(link: dict[str, Any]) -> list[str]:
+    """A link's IPv4 and global IPv6 addresses, as CIDR (link-local ones are the kernel's)."""
+    return sorted(
+        f"{a['local']}/{a['prefixlen']}"
+        for a in link.get("addr_info", [])
+        if a.get("family") == "inet" or a.get("scope") == "global"
+    )
+
+
+def check_service(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The agent runs as kvdev-agent.service, from the package's /usr/bin/kvdev-agent."""
+    s = snap["service"]
+    props, pkg = s["properties"], c["package"]
+    bad = []
+    if (props.get("ActiveState"), props.get("SubState")) != ("active", "running"):
+        bad.append(f"kvdev-agent.service is {props.get('ActiveState')}/{props.get('SubState')}")
+    if "/usr/bin/kvdev-agent" not in s["argv"][:2]:
+        bad.append(f"main process runs {s['argv']}, not /usr/bin/kvdev-agent")
+    bad.extend(
+        f"{path} belongs to {owner!r}, not package {pkg}"
+        for path, owner in s["owners"].items()
+        if owner != pkg
+    )
+    if not s["package"].endswith("install ok installed"):
+        bad.append(f"dpkg has {pkg} as {s['package']!r}")
+    return bad
+
+
+def _status_device(snap: dict[str, Any], c: dict[str, Any]) -> dict[str, Any] | None:
+    devices = snap["status"].get("devices", []) if isinstance(snap["status"], dict) else []
+    found = [
+        d
+        for d in devices
+        if (d.get("claim") or d.get("podClaimName")) == c["claim"]
+        and d.get("request") == c["request"]
+        and d.get("device") == c["device"]
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def check_device(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The agent's status shows the device in the phase, bound by the evidence, expected."""
+    d = _status_device(snap, c)
+    if d is None:
+        return [f"agent status has no single device {c['claim']}/{c['request']}/{c['device']}"]
+    bad = []
+    if d["phase"] != c["phase"]:
+        bad.append(f"phase {d['phase']} ({d.get('reason')}), expected {c['phase']}")
+    kinds = [e["kind"] for e in d.get("evidence", [])]
+    if "evidence" in c and not set(kinds) & set(c["evidence"]):
+        bad.append(f"matched by {kinds}, expected one of {c['evidence']}")
+    bad.extend(
+        f"{key} {d.get(key)!r}, expected {c[key]!r}"
+        for key in ("interface", "guestPciAddress", "mac")
+        if key in c and d.get(key) != c[key]
+    )
+    if c.get("kernelAltname"):
+        altname = (d.get("desired") or {}).get("altname")
+        link = _link_by_mac(snap, d.get("mac") or "")
+        if not altname or link is None or altname not in link.get("altnames", []):
+            have = link.get("altnames") if link else None
+            bad.append(f"the kernel's altnames {have} lack the desired altname {altname!r}")
+    return bad
+
+
+def check_link(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The kernel's view (``ip -j addr``) of the NIC with this MAC: name, altname, MTU, IPs, up."""
+    link = _link_by_mac(snap, c["mac"])
+    if link is None:
+        return [f"no single link with MAC {c['mac']}"]
+    bad = []
+    if link["ifname"] != c["ifname"]:
+        bad.append(f"named {link['ifname']}, expected {c['ifname']}")
+    if "altname" in c and c["altname"] not in link.get("altnames", []):
+        bad.append(f"altnames {link.get('altnames', [])} lack {c['altname']}")
+    if link["mtu"] != c["mtu"]:
+        bad.append(f"MTU {link['mtu']}, expected {c['mtu']}")
+    if _addresses(link) != sorted(c["addresses"]):
+        bad.append(f"addresses {_addresses(link)}, expected {sorted(c['addresses'])}")
+    if "UP" not in link.get("flags", []):
+        bad.append(f"not up: flags {link.get('flags')}")
+    return bad
+
+
+def check_unmanaged(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The NIC no device describes: reported unmanaged, and exactly as the kernel made it."""
+    link = _link_by_mac(snap, c["mac"])
+    if link is None:
+        return [f"no single link with MAC {c['mac']}"]
+    bad = []
+    status = snap["status"] if isinstance(snap["status"], dict) else {}
+    if link["ifname"] not in status.get("unmanaged", []):
+        bad.append(f"{link['ifname']} not in the agent's unmanaged {status.get('unmanaged')}")
+    if link["ifname"] != c["ifname"]:
+        bad.append(f"renamed to {link['ifname']}, expected the kernel's {c['ifname']}")
+    foreign = [a for a in link.get("altnames", []) if not a.startswith(KERNEL_ALTNAME_PREFIXES)]
+    if foreign:
+        bad.append(f"altnames {foreign} added")
+    if link["mtu"] != c["mtu"] or _addresses(link) or "UP" in link.get("flags", []):
+        bad.append(f"touched: MTU {link['mtu']}, {_addresses(link)}, flags {link.get('flags')}")
+    return bad
+
+
+def check_status(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The agent's overall status: converged or not, no metadata errors, claim generations."""
+    st = snap["status"]
+    if not isinstance(st, dict) or "error" in st:
+        return [f"no agent status: {st}"]
+    bad = []
+    if "converged" in c and st.get("converged") != c["converged"]:
+        bad.append(f"converged is {st.get('converged')}, expected {c['converged']}")
+    if st.get("metadataErrors"):
+        bad.append(f"metadata errors: {st['metadataErrors']}")
+    for claim, least in c.get("minGeneration", {}).items():
+        gens = [x["observedGeneration"] for x in st.get("claims", []) if x["claim"] == claim]
+        if not gens or min(gens) < least:
+            bad.append(f"claim {claim} observed generation {gens}, expected >= {least}")
+    return bad
+
+
+CHECKS = {
+    "service": check_service,
+    "device": check_device,
+    "link": check_link,
+    "unmanaged": check_unmanaged,
+    "status": check_status,
+}
+
+
+def judge(snap: dict[str, Any], checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each check with its verdict and, when it fails, why."""
+    out = []
+    for c in checks:
+        try:
+            problems = CHECKS[c["kind"]](snap, c)
+        except (KeyError, TypeError, AttributeError) as e:  # a malformed snapshot or check
+            problems = [f"cannot evaluate: {type(e).__name__}: {e}"]
+        out.append({"check": c, "ok": not problems, "problems": problems})
+    return out
+
+
+def wait_for(path: Path, abort: Path) -> bool:
+    """Wait for the host's next phase file; False when it aborts or never writes one."""
+    deadline = time.monotonic() + CTL_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if abort.exists():
+            return False
+        if path.exists():
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write a report so the host never reads half of it (rename is atomic on 9p too)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    with tmp.open() as f:
+        os.fsync(f.fileno())
+    tmp.rename(path)
+
+
+def main() -> int:
+    root = Path(sys.argv[1])
+    ctl, out = root / "ctl", root / "out"
+    out.mkdir(exist_ok=True)
+    write_json(out / "booted.json", {"uptime": uptime()})
+    phase = 1
+    while True:
+        if not wait_for(ctl / f"phase-{phase}.json", ctl / "abort"):
+            return 1
+        spec = json.loads((ctl / f"phase-{phase}.json").read_text())
+        started, started_up = time.monotonic(), uptime()
+        deadline = started + spec["timeoutSeconds"]
+        while True:
+            snap = snapshot()
+            verdicts = judge(snap, spec["checks"])
+            ok = all(v["ok"] for v in verdicts)
+            if ok or time.monotonic() > deadline or (ctl / "abort").exists():
+                break
+            time.sleep(POLL_SECONDS)
+        write_json(
+            out / f"phase-{phase}.json",
+            {
+                "name": spec["name"],
+                "final": bool(spec.get("final")),
+                "ok": ok,
+                "verdicts": verdicts,
+                "startedUptime": started_up,
+                "doneUptime": snap["uptime"],
+                "seconds": round(time.monotonic() - started, 2),
+                "snapshot": snap,
+            },
+        )
+        if spec.get("final") or not ok:
+            return 0 if ok else 1
+        phase += 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
