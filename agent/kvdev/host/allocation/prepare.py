@@ -59,6 +59,7 @@ class Request:
     tolerations: tuple[DeviceToleration, ...]
     capacity: Mapping[str, Fraction]  # requested amounts by name as written
     all_devices: tuple[Candidate, ...] = ()
+    origins: tuple[str, ...] = ()  # where each selector is written, for error messages
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -88,7 +89,16 @@ class Selection:
         Raises:
             AllocationFailedError: a selector does not compile or fails at run time.
         """
-        return all(self._one(expr, candidate) for expr in request.selectors)
+        for i, expression in enumerate(request.selectors):
+            try:
+                if not self._one(expression, candidate):
+                    return False
+            except AllocationFailedError as e:
+                where = request.origins[i] if i < len(request.origins) else f"selector {i}"
+                raise AllocationFailedError(
+                    e.keyword, f"{where}: device {'/'.join(candidate.id)}: {e.message}"
+                ) from e
+        return True
 
     def _one(self, expression: str, candidate: Candidate) -> bool:
         generation = candidate.pool.generation
@@ -108,11 +118,11 @@ class Selection:
         try:
             result = compile_selector(expression).matches(view)
         except CelCompileError as e:
-            raise AllocationFailedError("cel-compile-error", f"CEL compile error: {e}") from e
+            raise AllocationFailedError("cel-compile-error", str(e)) from e
         except CelCostLimitError as e:
-            raise AllocationFailedError("cel-cost-limit", f"CEL runtime error: {e}") from e
+            raise AllocationFailedError("cel-cost-limit", str(e)) from e
         except CelRuntimeError as e:
-            raise AllocationFailedError("cel-runtime-error", f"CEL runtime error: {e}") from e
+            raise AllocationFailedError("cel-runtime-error", str(e)) from e
         self.results[key] = result
         return result
 
@@ -134,6 +144,7 @@ def _request(
     spec: ExactDeviceRequest | DeviceSubRequest,
     classes: Mapping[str, DeviceClass],
     features: Features,
+    claim: str = "",
 ) -> Request:
     where = f"request {name}"
     if not spec.device_class_name:
@@ -171,6 +182,16 @@ def _request(
         admin=admin,
         tolerations=tuple(spec.tolerations or ()) if features.DRADeviceTaints else (),
         capacity={k: parse_quantity(v) for k, v in requested.items()},
+        origins=(
+            *(
+                f"{claim}class {spec.device_class_name}: spec.selectors[{i}].cel.expression"
+                for i in range(len(device_class.spec.selectors or ()))
+            ),
+            *(
+                f"{claim}request {name}: selectors[{i}].cel.expression"
+                for i in range(len(spec.selectors or ()))
+            ),
+        ),
     )
 
 
@@ -184,9 +205,10 @@ def plan_claim(
     """
     devices = claim.spec.devices
     requests: list[tuple[Request, ...]] = []
+    label = f"claim {claim.metadata.namespace or 'default'}/{claim.metadata.name}: "
     for req in (devices.requests if devices else None) or []:
         if req.exactly is not None:
-            requests.append((_request(req.name, req.name, req.exactly, classes, features),))
+            requests.append((_request(req.name, req.name, req.exactly, classes, features, label),))
             continue
         if not features.DRAPrioritizedList:
             raise AllocationFailedError(
@@ -196,7 +218,7 @@ def plan_claim(
             )
         requests.append(
             tuple(
-                _request(req.name, f"{req.name}/{sub.name}", sub, classes, features)
+                _request(req.name, f"{req.name}/{sub.name}", sub, classes, features, label)
                 for sub in req.first_available or []
             )
         )

@@ -2,9 +2,9 @@
 
 Owns the immutable search ``State`` passed down the recursion, the candidate checks (in use,
 selectors, capacity, counters, compatibility groups, taints, constraints), allocationMode
-All, adminAccess, the
-per-claim result limit and binding-condition gating. It returns the picks per claim; turning
-them into API results is ``allocator``'s job.
+All, adminAccess, the per-claim result limit, binding-condition gating and the run's budget
+of device checks (``search-limit``, :data:`SEARCH_BUDGET`). It returns the picks per claim;
+turning them into API results is ``allocator``'s job.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ from kvdev.host.allocation.prepare import (
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+# Device checks one run may make (~4-7 us each on a shared 2-core machine: 2-3.5 s in all).
+# First fit over many devices with constraints nobody can meet is exponential in the count
+# (upstream bounds it by the scheduler's filter timeout); past this: ``search-limit``.
+SEARCH_BUDGET = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,8 @@ class Search:
         self._consumed: dict[tuple[int, DeviceID], dict[str, Fraction] | None] = {}
         self._values: dict[tuple[DeviceID, str], Values | None] = {}
         self._declared: dict[DeviceID, dict[GroupKey, frozenset[str]]] = {}
+        self.budget = SEARCH_BUDGET
+        self.steps = 0
 
     # ------------------------------------------------------------------ entry
 
@@ -204,12 +210,27 @@ class Search:
             return self._request(ci, ri + 1, state)
         plan = self.plans[ci]
         for pos in range(start, len(self.candidates)):
+            self._step()
             after = self._try(plan, alt, self.candidates[pos], state, check_selectors=True)
             if isinstance(after, State):
                 found = self._pick_n(ci, ri, alt, pos + 1, remaining - 1, after)
                 if found is not None:
                     return found
         return None
+
+    def _step(self) -> None:
+        self.steps += 1
+        if self.steps > self.budget:
+            claims = ", ".join(
+                f"{p.claim.metadata.namespace or 'default'}/{p.claim.metadata.name}"
+                for p in self.plans
+            )
+            raise AllocationFailedError(
+                "search-limit",
+                f"claims {claims}: gave up after {self.budget:,} device checks over "
+                f"{len(self.candidates):,} devices: the counts and constraints leave too many "
+                "combinations to try (the scheduler would time out likewise)",
+            )
 
     def _pick_all(self, plan: ClaimPlan, alt: Request, state: State) -> State | None:
         if not alt.all_devices:

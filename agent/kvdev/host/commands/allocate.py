@@ -58,8 +58,10 @@ output:
 
   With -o json a failure prints {{"reason": KEYWORD, "message": ...}} on stdout as well;
   KEYWORD is 'unschedulable', 'invalid-input', 'usage', or the allocator's error keyword
-  (class-not-found, cel-compile-error, cel-runtime-error, too-many-devices, invalid-pool,
-  pool-incomplete, constraint-unsatisfiable, feature-disabled, ...).
+  (class-not-found, cel-compile-error, cel-runtime-error, cel-cost-limit, too-many-devices,
+  invalid-pool, pool-incomplete, constraint-unsatisfiable, feature-disabled, search-limit:
+  the search gave up after 500,000 device checks, kvdev's bound where upstream has a 10 s
+  filter timeout, ...).
 
   --explain writes to stderr, per claim and request, each device and the first reason it
   is rejected (other-node, pool-incomplete/-invalid/-obsolete, in-use, gated, selector,

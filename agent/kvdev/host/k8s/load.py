@@ -3,6 +3,11 @@
 Owns multi-document streams and ``kind: List``, dispatching on apiVersion/kind, and turning
 errors into Problems that name the source, the object and the field path.
 
+Hostile text is bounded: libyaml refuses nesting deeper than 1000, a number too long for
+Python's int conversion is an error naming the source, and a stream whose YAML aliases expand
+to more values than the text has characters (an alias bomb: ~10 lines can stand for 10**9
+values) is refused before anything walks or serializes the expansion.
+
 Takes text, does no I/O (see ``kvdev.host.inputs`` for files).
 """
 
@@ -29,6 +34,7 @@ from kvdev.schema.stream import problems_from
 
 # libyaml's safe loader when PyYAML has it: ~8x faster on big `kubectl get -o yaml` dumps.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_EXPANSION_SLACK = 10_000  # values allowed beyond the text's length (small files, aliases)
 
 K8sObject = (
     DeviceClass
@@ -78,6 +84,11 @@ def load_with_warnings(text: str, source: str) -> tuple[list[K8sObject], list[Pr
         documents = list(yaml.load_all(text, Loader=_LOADER))
     except yaml.YAMLError as e:
         raise SchemaError([_yaml_problem(e, source)]) from e
+    except ValueError as e:  # int("9" * 5000): Python's integer string conversion limit
+        detail = str(e).split(";", 1)[0]
+        raise SchemaError([Problem(f"invalid YAML/JSON number: {detail}", source)]) from e
+    if "&" in text:  # aliases need an anchor: without one, values <= characters already
+        _check_expansion(documents, len(text) + _EXPANSION_SLACK, source)
     objects: list[K8sObject] = []
     found: list[Problem] = []
     errors: list[Problem] = []
@@ -155,6 +166,29 @@ def _join(prefix: str, path: str) -> str:
     if not path:
         return prefix
     return prefix + ("" if path.startswith("[") else ".") + path
+
+
+def _check_expansion(documents: list[Any], limit: int, source: str) -> None:
+    budget = limit
+    stack = list(documents)
+    while stack:
+        value = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise SchemaError(
+                [
+                    Problem(
+                        f"YAML aliases expand to more than {limit:,} values (the text has "
+                        f"{limit - _EXPANSION_SLACK:,} characters); refusing an alias bomb",
+                        source,
+                    )
+                ]
+            )
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def _yaml_problem(error: yaml.YAMLError, source: str) -> Problem:

@@ -21,6 +21,7 @@ _QUANTITY = re.compile(
 _DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _MAX_EXPONENT = 1000  # far beyond any int64 quantity; stops "1e999999999" eating memory
+_MAX_DIGITS = 128  # likewise; keeps every value printable (Python's int str limit is 4300)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -38,6 +39,10 @@ def parse_quantity(text: str) -> Fraction:
         raise ValueError(
             f"{text!r} is not a quantity (a number with an optional suffix: "
             "m, k, M, G, T, P, E, Ki..Ei or an exponent such as e3)"
+        )
+    if len(m["number"]) > _MAX_DIGITS:
+        raise ValueError(
+            f"{text[:20]!r}... ({len(text)} characters): more than {_MAX_DIGITS} digits"
         )
     value = Fraction(Decimal(m["number"]))
     suffix = m["suffix"] or ""

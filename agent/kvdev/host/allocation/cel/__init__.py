@@ -61,7 +61,10 @@ therefore gets a *static worst-case cost estimate* when compiled (roughly: one u
 a macro's body multiplied by the size bound of its receiver; a list/map literal's bound is its
 element count, any other receiver's bound is the larger of the device limits (48 attribute
 values, 32 attributes) and the largest literal in the expression, doubled for each ``+`` in
-the expression because concatenation can grow collections; each ``+`` also costs that bound).
+the expression because concatenation can grow collections; each ``+`` also costs that bound;
+a list/map literal holding a variable multiplies the bound by its element count and costs it,
+a ``map`` over anything but a literal squares it, since both copy values: ``[v, v]`` nested by
+30 ``cel.bind`` is 2**30 copies, ``b.map(x, b)`` squares ``b``).
 :meth:`Selector.matches` raises :class:`CelCostLimitError` without evaluating when the
 estimate exceeds :data:`COST_LIMIT` -- like the API server's estimated-cost check, and lazily
 (only when the selector is evaluated), like the scheduler's runtime check. The estimate is an

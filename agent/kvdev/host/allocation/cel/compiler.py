@@ -135,6 +135,14 @@ def _quote(expression: str, limit: int = 200) -> str:
     return repr(expression if len(expression) <= limit else expression[:limit] + "...")
 
 
+def _parse_detail(source: str, exc: BaseException, limit: int = 300) -> str:
+    """The library's parse error without its copy of the whole expression, lines shortened."""
+    text = str(exc).removeprefix(f"Failed to parse expression '{source}': ")
+    return "\n".join(
+        line if len(line) <= limit else line[:limit] + "..." for line in text.splitlines()[:3]
+    )
+
+
 def _runtime_message(expression: str, exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         detail = f"no such key: {exc.args[0] if exc.args else ''}"
@@ -176,7 +184,9 @@ def _compile(expression: str) -> Selector:
     try:
         program = cel.compile(source)
     except (ValueError, RuntimeError) as exc:
-        raise CelCompileError(f"CEL compile error: {exc}") from exc
+        raise CelCompileError(
+            f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"
+        ) from exc
     analysis = _analyze(_tokenize(source))
     allowed = {"device", *analysis.bound_vars, *_TYPE_NAMES}
     undeclared = [v for v in program.variables() if v not in allowed]

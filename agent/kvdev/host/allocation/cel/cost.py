@@ -15,6 +15,8 @@ from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX
 COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
 _ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 _MACROS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_CONSTANTS: Final = frozenset({"true", "false", "null"})
+_DYNAMIC_CAP: Final = COST_LIMIT * 1000
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,32 @@ def _analyze(tokens: list[_Token]) -> _Analysis:
             largest = max(largest, _element_count(tokens, match, k))
     dynamic = max(ATTRIBUTE_VALUES_MAX, _ATTRIBUTES_AND_CAPACITIES_MAX, largest)
     dynamic <<= min(plus, 64)
+    dynamic = _grown(tokens, match, dynamic)
     cost = _estimate(tokens, match, 0, len(tokens), dynamic)
     return _Analysis(frozenset(bound), frozenset(domains), cost)
+
+
+def _grown(tokens: list[_Token], match: dict[int, int], dynamic: int) -> int:
+    """The size bound once every value-copying construct has done its worst.
+
+    A list/map literal holding a variable copies it once per element (``[v, v]`` doubles,
+    and ``cel.bind`` can chain that: 2**30 copies from 30 binds); ``map`` over a receiver of
+    unknown size may return that many copies of a value as large (``b.map(x, b)`` squares).
+    Capped: past the cap anything that costs ``dynamic`` is over the limit anyway.
+    """
+    for k, t in enumerate(tokens):
+        if t.kind != "op" or dynamic > _DYNAMIC_CAP:
+            continue
+        if t.text in "[{" and _is_literal_open(tokens, k) and _holds_variable(tokens, k, match[k]):
+            dynamic *= max(1, _element_count(tokens, match, k))
+        elif t.text == "." and k + 2 < len(tokens) and tokens[k + 1].text == "map":
+            literal = tokens[k - 1].text in "]}" and _is_literal_open(tokens, match[k - 1])
+            dynamic *= _element_count(tokens, match, match[k - 1]) if literal else dynamic
+    return min(dynamic, _DYNAMIC_CAP + 1)
+
+
+def _holds_variable(tokens: list[_Token], open_: int, close: int) -> bool:
+    return any(t.kind == "id" and t.text not in _CONSTANTS for t in tokens[open_ + 1 : close])
 
 
 def _is_literal_open(tokens: list[_Token], k: int) -> bool:
@@ -116,6 +142,14 @@ def _estimate(tokens: list[_Token], match: dict[int, int], i: int, j: int, dynam
             cost += 2 + size * (body + 1)
             k = close + 1
             continue
-        cost += dynamic if t.kind == "op" and t.text == "+" else 1
+        copies = t.kind == "op" and (
+            t.text == "+"
+            or (
+                t.text in "[{"
+                and _is_literal_open(tokens, k)
+                and _holds_variable(tokens, k, match[k])
+            )
+        )
+        cost += dynamic if copies else 1
         k += 1
     return cost
