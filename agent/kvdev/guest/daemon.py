@@ -4,6 +4,10 @@
 good content of each), observe udev and netlink (again only when their events say so), match,
 plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once``);
 ``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
+The first pass that may change things also removes the temporary files a killed agent's atomic
+writes (``status.json``, ``.link`` files) left behind: this agent is their only writer. Before
+links move to temporary names their names go to the rename journal (``renames``), so an
+interrupted trade can be undone.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvdev._atomic import write_atomic
+from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev.errors import RetryableError
-from kvdev.guest import files, inventory, linkfiles, sources, views
+from kvdev.guest import files, inventory, linkfiles, renames, sources, views
 from kvdev.guest.config import AgentConfig
 from kvdev.guest.matching import Matching, match
 from kvdev.guest.observed import GuestDevice, NetState
@@ -28,6 +32,7 @@ from kvdev.schema.metadata import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
 
+STATUS_FILE = "status.json"
 RETRY_FIRST, RETRY_MAX = 0.25, 30.0
 VERIFY_PASSES = 3  # passes in a row that still find work before backing off
 FIRST_PASS_TRIES = 5  # 0.25 + 0.5 + 1 + 2 s of retries before giving up at start
@@ -92,6 +97,7 @@ class Reconciler:
     _devices: tuple[GuestDevice, ...] = ()
     _state: NetState = field(default_factory=NetState)
     _saved: str = ""
+    _journal: dict[int, str] | None = None  # the rename journal; None until first read
 
     def reconcile(self) -> Outcome:
         """Observe, plan, apply (unless dry-run), and summarize.
@@ -101,7 +107,11 @@ class Reconciler:
         change there, and an overrun counts as an event.
         """
         cfg = self.config
+        if self.passes == 0 and not cfg.dry_run:
+            self._tidy()
         matching, the_plan = self._observe_and_plan()
+        if not cfg.dry_run:
+            self._keep_journal(renames.prune(self._loaded_journal(), self._state))
         results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
         self.stale_links = self.stale_links or bool(results)
         self.passes += 1
@@ -146,7 +156,25 @@ class Reconciler:
         guest = inventory.merge(self._devices, self._state.links, allow_kinds=cfg.match_kinds)
         matching = match(self.belief.described(), guest, self.belief.hints(), self.belief.tagged())
         policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
-        return matching, plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy)
+        restore = renames.prune(self._loaded_journal(), self._state)
+        the_plan = plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy, restore)
+        return matching, the_plan
+
+    def _loaded_journal(self) -> dict[int, str]:
+        """The rename journal, read from the state directory once."""
+        if self._journal is None:
+            self._journal = renames.load(self.config.state_dir)
+        return self._journal
+
+    def _keep_journal(self, journal: dict[int, str]) -> None:
+        """Make ``journal`` the rename journal, on disk too when it changed."""
+        if journal == self._journal:
+            return
+        try:
+            renames.save(self.config.state_dir, journal)
+        except OSError as e:
+            log.warning("cannot save the rename journal in %s: %s", self.config.state_dir, e)
+        self._journal = journal
 
     def _claims(self) -> list[ClaimStatus]:
         """Per metadata file in force: the claim and the generation acted on."""
@@ -162,6 +190,17 @@ class Reconciler:
                 )
         return out
 
+    def _tidy(self) -> None:
+        """Remove the temporary files of writes a previous agent was killed in the middle of."""
+        try:
+            left = remove_leftovers(self.config.state_dir, STATUS_FILE)
+            left += linkfiles.tidy(str(self.config.link_dir))
+        except OSError as e:
+            log.warning("cannot remove what an interrupted write left: %s", e)
+            return
+        for path in left:
+            log.info("removed %s, left by a write that was interrupted", path)
+
     def _save(self, status: Status) -> None:
         """Keep the last status in ``<state-dir>/status.json`` (written only when it changes)."""
         body = views.status_json(status)
@@ -171,7 +210,7 @@ class Reconciler:
             return
         try:
             self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-            write_atomic(self.config.state_dir / "status.json", text.encode(), mode=0o644)
+            write_atomic(self.config.state_dir / STATUS_FILE, text.encode(), mode=0o644)
         except OSError as e:
             log.warning("cannot save the status in %s: %s", self.config.state_dir, e.strerror)
             return
@@ -179,6 +218,7 @@ class Reconciler:
 
     def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
         kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
+        self._keep_journal(renames.record(self._loaded_journal(), kernel))  # before any rename
         results = self.net.apply(kernel) if kernel else []
         results.extend(linkfiles.apply(s) for s in steps if s not in kernel)
         return results

@@ -2,7 +2,8 @@
 
 Only files named ``10-kvdev-*.link`` in the policy's directory (``/run/systemd/network`` by
 default, so they vanish with the agent's package at the next boot if it is removed) are ever
-read or touched.
+read or touched (and the temporary files of their atomic writes, which ``tidy`` removes when a
+killed agent left them behind).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from kvdev._atomic import fsync_directory, write_atomic
+from kvdev._atomic import fsync_directory, remove_leftovers, write_atomic
 from kvdev.guest.planning import LINK_FILE_PREFIX
 from kvdev.guest.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
 
@@ -27,6 +28,11 @@ def read(directory: str) -> dict[str, str]:
         except OSError:
             continue  # vanished or unreadable: planning will simply rewrite it
     return out
+
+
+def tidy(directory: str) -> list[Path]:
+    """Remove what link-file writes killed mid-way left in ``directory``; the files removed."""
+    return remove_leftovers(directory, f"{LINK_FILE_PREFIX}*.link")
 
 
 def apply(step: Step) -> StepResult:

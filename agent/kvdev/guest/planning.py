@@ -11,6 +11,10 @@ For every described device bound to a guest NIC, the desired state is:
 * **addresses**: ``networkData.ips`` plus the hint's; **routes**: the hint's;
 * the link **up**.
 
+A link still on its own temporary name (an agent killed mid-trade) whose device no longer asks
+for a name gets a name the trade freed: its own old one if free, else another (the caller
+journals the names a trade starts from: ``restore``).
+
 The plan is the difference between that and what netlink observed: a converged system plans
 nothing. kvdev removes only addresses and routes carrying its protocol mark (``KVDEV_PROTO``)
 on links it manages; a device that leaves the metadata keeps its configuration.
@@ -134,7 +138,18 @@ def _link_file(binding: Binding, link: Link, name: str, policy: Policy) -> tuple
     return f"{policy.link_dir}/{LINK_FILE_PREFIX}{name}.link", content
 
 
-def _desire(binding: Binding, link: Link, policy: Policy, blocked: list[Blocked]) -> Desired:
+def temp_name(ifindex: int) -> str:
+    """The name a link holds while it trades names with others."""
+    return f"{TEMP_PREFIX}{ifindex}"
+
+
+def _desire(
+    binding: Binding,
+    link: Link,
+    policy: Policy,
+    blocked: list[Blocked],
+    restore: Mapping[int, str],
+) -> Desired:
     net = binding.hint.network if binding.hint is not None else None
     ref = binding.device.ref
     mtu = net.mtu if net is not None else None
@@ -153,6 +168,7 @@ def _desire(binding: Binding, link: Link, policy: Policy, blocked: list[Blocked]
         for r in ((net.routes or []) if net else [])
     )
     name = net.interface_name if net is not None and net.interface_name else link.ifname
+    name = restore.get(link.ifindex, name) if name == temp_name(link.ifindex) else name
     return Desired(
         device=ref,
         ifindex=link.ifindex,
@@ -196,10 +212,10 @@ def _renames(
             steps.append(SetDown(ifindex, link.ifname, d.device, "a link must be down to rename"))
             downed.add(ifindex)
         if traded:
-            temp = f"{TEMP_PREFIX}{ifindex}"
+            temp = temp_name(ifindex)
             steps.append(Rename(ifindex, link.ifname, d.device, "free the name for a trade", temp))
     for ifindex, d in sorted(ok.items()):
-        current = f"{TEMP_PREFIX}{ifindex}" if traded else _name(state, d)
+        current = temp_name(ifindex) if traded else _name(state, d)
         steps.append(Rename(ifindex, current, d.device, "the hints ask for this name", d.ifname))
     kept = [
         _keep_name(d, state) if d.ifindex in moving and d.ifindex not in ok else d for d in desired
@@ -299,16 +315,22 @@ def plan(
     state: NetState,
     link_files: Mapping[str, str] | None = None,
     policy: Policy | None = None,
+    restore: Mapping[int, str] | None = None,
 ) -> Plan:
-    """Diff the desired state of every bound NIC against the observed state."""
+    """Diff the desired state of every bound NIC against the observed state.
+
+    ``restore``: ifindex -> the name the link had before a trade that may have been
+    interrupted (see ``temp_name``).
+    """
     policy = policy or Policy()
+    back = _restorations(matching, state, restore or {})
     blocked: list[Blocked] = []
     desired: list[Desired] = []
     for b in matching.bindings:
         nic = b.nic
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
         if link is not None:
-            desired.append(_desire(b, link, policy, blocked))
+            desired.append(_desire(b, link, policy, blocked, back))
     steps, downed, desired = _renames(desired, state, blocked)
     for d in desired:
         link = state.link(d.ifindex)
@@ -316,6 +338,33 @@ def plan(
         steps.extend(_link_steps(d, link, state, d.ifindex in downed))
     steps.extend(_file_steps(desired, link_files or {}, policy))
     return Plan(tuple(steps), tuple(desired), tuple(blocked))
+
+
+def _restorations(
+    matching: Matching, state: NetState, journal: Mapping[int, str]
+) -> dict[int, str]:
+    """For links left on their temporary names: a name the interrupted trade freed.
+
+    Each gets its own old name when nothing holds it, else the first other freed name; names
+    a hint asks for are never handed out.
+    """
+    stuck = sorted(lk.ifindex for lk in state.links if lk.ifname == temp_name(lk.ifindex))
+    held = {lk.ifname for lk in state.links} | {a for lk in state.links for a in lk.altnames}
+    held |= {
+        b.hint.network.interface_name
+        for b in matching.bindings
+        if b.hint is not None and b.hint.network is not None and b.hint.network.interface_name
+    }
+    free = sorted(set(journal.values()) - held)
+    out = {}
+    for ifindex in stuck:
+        if journal.get(ifindex) in free:
+            out[ifindex] = journal[ifindex]
+            free.remove(journal[ifindex])
+    for ifindex in stuck:
+        if ifindex not in out and ifindex in journal and free:
+            out[ifindex] = free.pop(0)
+    return out
 
 
 def _file_steps(desired: list[Desired], existing: Mapping[str, str], policy: Policy) -> list[Step]:
