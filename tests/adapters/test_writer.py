@@ -195,10 +195,12 @@ def test_a_request_that_left_the_allocation_is_removed(tmp_path):
 )
 def test_unsafe_names_are_rejected_before_any_file_is_touched(tmp_path, namespace, name, uid):
     lay = layout(tmp_path)
+    writer.prepare(vm1(), slices(), lay)
+    before = tree(tmp_path)
     with pytest.raises(SchemaError) as e:
         writer.unprepare(namespace, name, uid, lay)
     assert f"claim {namespace}/{name}" in str(e.value)
-    assert tree(tmp_path) == {}
+    assert tree(tmp_path) == before  # nothing created, nothing of the prepared claim removed
 
 
 def test_unsafe_uid_in_a_claim_is_rejected_and_nothing_written(tmp_path):
@@ -316,3 +318,17 @@ def test_unprepare_with_the_plugin_dir_gone_removes_the_spec_and_creates_nothing
     shutil.rmtree(tmp_path / "plugins")
     assert writer.unprepare("vms", "vm1-devices", VM1_UID, lay) == (prepared.paths[1],)
     assert tree(tmp_path) == {"cdi": 0o755}
+
+
+def test_unprepare_clears_a_record_temp_file_left_before_the_first_record(tmp_path):
+    # A prepare killed while writing the claim's first record leaves only the record's
+    # temporary file; unprepare must still leave nothing behind.
+    lay = layout(tmp_path)
+    prepared = writer.prepare(vm1(), slices(), lay)
+    assert writer.unprepare("vms", "vm1-devices", VM1_UID, lay)
+    claim_dir = lay.metadata_root / "vms_vm1-devices"
+    claim_dir.mkdir()
+    (claim_dir / f".{writer.RECORD_FILE}.x1y2.tmp").write_text('{"files": [')
+    assert writer.unprepare("vms", "vm1-devices", VM1_UID, lay) == ()
+    assert sorted(p.name for p in lay.metadata_root.iterdir()) == []
+    assert not any(p.exists() for p in prepared.paths)

@@ -25,7 +25,7 @@ V050: Final = "0.5.0"  # device names may start with a digit
 V060: Final = "0.6.0"  # annotations; dots in the class name
 
 _VENDOR: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
-_CLASS: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
+_CLASS: Final = _VENDOR  # the same rule, plus a length limit
 _DEVICE: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?\Z")
 CLASS_MAX: Final = 63
 

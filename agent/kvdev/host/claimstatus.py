@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from kvdev.host.k8s import ResourceClaim
+from kvdev.host.k8s.claim import AllocatedDeviceStatus
 from kvdev.host.metadata import NetworkData, claim_identity, driver_results, network_from_status
 
 READY: Final = "Ready"
@@ -28,7 +29,9 @@ def _timestamp(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _previous(claim: ResourceClaim) -> Mapping[tuple[str, str, str, str | None], Any]:
+def _previous(
+    claim: ResourceClaim,
+) -> Mapping[tuple[str, str, str, str | None], AllocatedDeviceStatus]:
     entries = (claim.status.devices if claim.status is not None else None) or []
     return {(e.driver, e.pool, e.device, e.share_id): e for e in entries}
 

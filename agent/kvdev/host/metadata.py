@@ -12,7 +12,7 @@ Pure: data in, data out. It must not read or write files (``kvdev.host.writer`` 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -91,8 +91,9 @@ def check_uid(value: str) -> str:
     return value
 
 
-def _field(problems: list[Problem], what: str, path: str, value: str | None, check: object) -> str:
-    assert callable(check)
+def _field(
+    problems: list[Problem], what: str, path: str, value: str | None, check: Callable[[str], str]
+) -> str:
     if value is None:
         problems.append(Problem("required field is missing", what, path=path))
         return ""
@@ -179,9 +180,7 @@ def _derive(key: str, raw: DeviceAttribute) -> DeviceAttribute | None:
             return None
     if key == PCIE_ROOT and isinstance(value, str) and _PCIE_ROOT.match(value.lower()):
         return DeviceAttribute.model_validate({"string": value.lower()})
-    if key == NUMA_NODE and raw.int_ is not None:
-        return raw
-    if key == NUMA_NODE and raw.ints is not None:
+    if key == NUMA_NODE and (raw.int_ is not None or raw.ints is not None):
         return raw
     return None
 
@@ -274,16 +273,15 @@ def build_metadata(
     """
     ident = claim_identity(claim)
     what = f"ResourceClaim/{ident.namespace}/{ident.name}"
-    results = driver_results(claim, driver)
+    driver_results(claim, driver)  # raises unless allocated and the driver name is valid
     network = network_data if network_data is not None else network_from_status(claim)
     grouped: dict[str, dict[str, list[Device]]] = {}
     for index, result in enumerate(claim.status.allocation.devices.results or []):  # type: ignore[union-attr]
         if result.driver != driver:
             continue
         device = _device(result, slices, network, what, index)
-        grouped.setdefault(base_request(result.request), {}).setdefault(result.request, [])
-        grouped[base_request(result.request)][result.request].append(device)
-    assert sum(len(d) for g in grouped.values() for d in g.values()) == len(results)
+        per_request = grouped.setdefault(base_request(result.request), {})
+        per_request.setdefault(result.request, []).append(device)
     meta = ObjectMeta.model_validate(
         {
             "name": ident.name,

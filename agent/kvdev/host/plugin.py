@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -156,6 +156,31 @@ def _refs(claims: Iterable[_ClaimMessage]) -> list[ClaimRef]:
     return [ClaimRef(c.namespace, c.name, c.uid) for c in claims]
 
 
+_PrepareResponse = TypeVar(
+    "_PrepareResponse",
+    dra_v1_pb2.NodePrepareResourcesResponse,
+    dra_v1beta1_pb2.NodePrepareResourcesResponse,
+)
+
+
+def _prepare_all(
+    plugin: Plugin, claims: Iterable[_ClaimMessage], response: _PrepareResponse
+) -> _PrepareResponse:
+    """Prepare each claim and fill ``response`` (v1 or v1beta1: the same fields)."""
+    for ref in _refs(claims):
+        result = plugin.prepare(ref)
+        entry = response.claims[ref.uid]
+        entry.error = result.error
+        for d in result.devices:
+            entry.devices.add(
+                request_names=d.requests,
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=d.cdi_device_ids,
+            )
+    return response
+
+
 class _DraServicerV1(dra_v1_pb2_grpc.DRAPluginServicer):
     def __init__(self, plugin: Plugin) -> None:
         self.plugin = plugin
@@ -163,19 +188,7 @@ class _DraServicerV1(dra_v1_pb2_grpc.DRAPluginServicer):
     def NodePrepareResources(  # noqa: N802 - the wire's method name
         self, request: dra_v1_pb2.NodePrepareResourcesRequest, _context: grpc.ServicerContext
     ) -> dra_v1_pb2.NodePrepareResourcesResponse:
-        response = dra_v1_pb2.NodePrepareResourcesResponse()
-        for ref in _refs(request.claims):
-            result = self.plugin.prepare(ref)
-            entry = response.claims[ref.uid]
-            entry.error = result.error
-            for d in result.devices:
-                entry.devices.add(
-                    request_names=d.requests,
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=d.cdi_device_ids,
-                )
-        return response
+        return _prepare_all(self.plugin, request.claims, dra_v1_pb2.NodePrepareResourcesResponse())
 
     def NodeUnprepareResources(  # noqa: N802 - the wire's method name
         self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, _context: grpc.ServicerContext
@@ -194,19 +207,9 @@ class _DraServicerV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
     def NodePrepareResources(  # noqa: N802 - the wire's method name
         self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, _context: grpc.ServicerContext
     ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
-        response = dra_v1beta1_pb2.NodePrepareResourcesResponse()
-        for ref in _refs(request.claims):
-            result = self.plugin.prepare(ref)
-            entry = response.claims[ref.uid]
-            entry.error = result.error
-            for d in result.devices:
-                entry.devices.add(
-                    request_names=d.requests,
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=d.cdi_device_ids,
-                )
-        return response
+        return _prepare_all(
+            self.plugin, request.claims, dra_v1beta1_pb2.NodePrepareResourcesResponse()
+        )
 
     def NodeUnprepareResources(  # noqa: N802 - the wire's method name
         self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, _context: grpc.ServicerContext

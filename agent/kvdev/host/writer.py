@@ -242,9 +242,8 @@ def _apply(
         union = list(dict.fromkeys([*old_files, *new_files]))
         mkdirs(claim_dir)
         record = claim_dir / RECORD_FILE
-        record_now = read(record)
         intent = _record_bytes(ident.namespace, ident.name, ident.uid, union)
-        if record_now != intent:  # before any new file: a crash never leaves one unrecorded
+        if read(record) != intent:  # before any new file: a crash never leaves one unrecorded
             write(record, intent)
         for path, old, data in planned:
             if old != data:
@@ -258,7 +257,7 @@ def _apply(
             remove(record)
             prune(claim_dir, layout.metadata_root)
             remove(lock)
-        elif read(record) != final:
+        elif intent != final:  # the record holds ``intent`` now
             write(record, final)
     return Prepared(
         ident.namespace,
@@ -336,7 +335,7 @@ def unprepare(namespace: str, name: str, uid: str, layout: Layout) -> tuple[Path
                 prune(path.parent, claim_dir)
             if recorded_uid is not None:
                 remove(claim_dir / RECORD_FILE)
-                remove_temps(claim_dir / RECORD_FILE)
+            remove_temps(claim_dir / RECORD_FILE)  # also when a killed writer left no record
             prune(claim_dir, layout.metadata_root)
         removed.extend(p for p in _remove_specs(layout, cdi_dir, uid) if p not in removed)
         if not claim_dir.exists():

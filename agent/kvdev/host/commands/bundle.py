@@ -106,8 +106,8 @@ def make_bundle(
     old = previous.get(core.HINTS_FILE) if previous else None
     generation = (core.hints_generation(old) if old is not None else None) or 0
     same = core.build(tree, placement, generation=max(generation, 1))
-    if previous is not None and dict(same.files) == dict(previous):
-        return same
+    if generation == 0 or dict(same.files) == dict(previous or {}):
+        return same  # the first generation, or unchanged: no second build
     return core.build(tree, placement, generation=generation + 1)
 
 

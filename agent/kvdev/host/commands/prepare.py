@@ -239,12 +239,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if verb == "unprepare":
             return _unprepare(claims, layout, args.output, out)
         explicit = read_network_data(args.network_data, args.driver)
-        for claim in claims:  # check everything before writing anything
-            build_metadata(claim, slices, args.driver, network_data=network_for(claim, explicit))
+        networks = [network_for(claim, explicit) for claim in claims]
+        for claim, network in zip(claims, networks, strict=True):  # check all before writing
+            build_metadata(claim, slices, args.driver, network_data=network)
         step = writer.update if verb == "update" else writer.prepare
         done = []
-        for claim in claims:
-            prepared = step(claim, slices, layout, network_data=network_for(claim, explicit))
+        for claim, network in zip(claims, networks, strict=True):
+            prepared = step(claim, slices, layout, network_data=network)
             if not prepared.devices:
                 err.write(
                     f"kvdev-host: {verb}: claim {prepared.namespace}/{prepared.name} has no "

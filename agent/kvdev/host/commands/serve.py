@@ -18,10 +18,10 @@ from types import FrameType
 from typing import TextIO
 
 from kvdev.errors import KvdevError, SchemaError, UsageError
-from kvdev.host import writer
 from kvdev.host.claimsource import ClaimSource, FileClaimSource
 from kvdev.host.claimsource_kube import KubeClaimSource
 from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser
+from kvdev.host.commands.prepare import layout_from
 from kvdev.host.plugin import Plugin
 from kvdev.host.plugin_server import DEFAULT_REGISTRY_DIR, PluginServer, Sockets
 
@@ -149,12 +149,7 @@ def _build(args: argparse.Namespace) -> PluginServer:
         raise UsageError("--kubeconfig needs --kube")
     if args.grace < 0:
         raise UsageError("--grace must not be negative")
-    defaults = writer.Layout.default(args.driver)  # validates the driver name
-    layout = writer.Layout(
-        driver=args.driver,
-        plugin_data_dir=args.plugin_data_dir or defaults.plugin_data_dir,
-        cdi_dir=args.cdi_dir or defaults.cdi_dir,
-    )
+    layout = layout_from(args)  # validates the driver name
     source: ClaimSource
     if args.kube:
         source = KubeClaimSource(args.driver, kubeconfig=args.kubeconfig)

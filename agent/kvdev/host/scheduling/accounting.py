@@ -46,7 +46,8 @@ def _container(c: Container) -> Amounts:
     return {k: parse_quantity(v) for k, v in merged.items()}
 
 
-def _add(into: Amounts, more: Mapping[str, Fraction]) -> None:
+def add_amounts(into: Amounts, more: Mapping[str, Fraction]) -> None:
+    """Add ``more`` to ``into``, name by name."""
     for k, v in more.items():
         have = into.get(k)
         into[k] = v if have is None else have + v
@@ -60,15 +61,15 @@ def pod_requests(pod: Pod, skip: Collection[str] = ()) -> Amounts:
     for c in pod.spec.init_containers or []:
         mine = _container(c)
         if c.restart_policy == "Always":
-            _add(sidecars, mine)
-            _add(long, mine)
+            add_amounts(sidecars, mine)
+            add_amounts(long, mine)
             continue
         during = dict(sidecars)
-        _add(during, mine)
+        add_amounts(during, mine)
         for k, v in during.items():
             peak[k] = max(peak.get(k, Fraction(0)), v)
     for c in pod.spec.containers:
-        _add(long, _container(c))
+        add_amounts(long, _container(c))
     out = {k: max(long.get(k, Fraction(0)), peak.get(k, Fraction(0))) for k in {*long, *peak}}
     return {k: v for k, v in sorted(out.items()) if v and k not in skip}
 

@@ -41,6 +41,7 @@ from kvdev.host.k8s.claim import AllocationResult, ResourceClaimSpec
 from kvdev.host.k8s.resource import DeviceClass
 from kvdev.host.scheduling.accounting import (
     Amounts,
+    add_amounts,
     containers,
     device_amounts,
     pod_requests,
@@ -198,19 +199,15 @@ class NodeFilter:
         n = containers(attempt.pod)
         devices = functools.partial(self.view.device, node)
         for result in results.values():
-            _merge(charge, device_amounts(result, devices, mapping=True, pods=1, n_containers=n))
+            add_amounts(
+                charge, device_amounts(result, devices, mapping=True, pods=1, n_containers=n)
+            )
         for claim in attempt.allocated:
             alloc = claim.status.allocation if claim.status else None
             if alloc is not None:
                 more = device_amounts(alloc, devices, mapping=False, pods=1, n_containers=n)
-                _merge(charge, more)
+                add_amounts(charge, more)
         short = shortfall(node.allocatable, node.used, charge)
         if short:
             return f"Insufficient {', '.join(short)}"
         return Fit(results, special, charge)
-
-
-def _merge(into: Amounts, more: Amounts) -> None:
-    for k, v in more.items():
-        have = into.get(k)
-        into[k] = v if have is None else have + v

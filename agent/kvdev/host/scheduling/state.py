@@ -17,6 +17,7 @@ from kvdev.host.allocation.pools import DeviceID, NodeInfo, Pool, PoolID, PoolIn
 from kvdev.host.k8s import Node, ResourceSlice, parse_quantity
 from kvdev.host.k8s.claim import AllocationResult
 from kvdev.host.k8s.resource import Device
+from kvdev.host.scheduling.accounting import add_amounts
 
 
 @dataclass(slots=True)
@@ -40,10 +41,7 @@ class NodeState:
 
     def charge(self, amounts: Mapping[str, Fraction]) -> None:
         """Add ``amounts`` to what the node's pods use."""
-        used = self.used
-        for name, value in amounts.items():
-            have = used.get(name)
-            used[name] = value if have is None else have + value
+        add_amounts(self.used, amounts)
         self.version += 1
 
 
