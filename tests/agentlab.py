@@ -141,7 +141,8 @@ class Notify:
     """A NOTIFY_SOCKET the agent reports READY=1 and STATUS= to, drained as systemd does.
 
     A reader thread empties it all the time: a datagram socket nobody reads fills up, and
-    the agent's next notification then blocks (as it would with a hung systemd).
+    the agent then drops its next notifications (``systemd.notify`` never blocks), READY=1
+    among them.
     """
 
     def __init__(self, path):

@@ -59,7 +59,7 @@ def remove_leftovers(directory: str | os.PathLike[str], names: str) -> list[Path
     """
     base = Path(directory)
     removed = []
-    for tmp in sorted(base.glob(f".{names}.*{_TMP_SUFFIX}")) if base.is_dir() else []:
+    for tmp in sorted(base.glob(f".{names}.*{_TMP_SUFFIX}")):  # none in a missing directory
         try:
             tmp.unlink()
         except FileNotFoundError:

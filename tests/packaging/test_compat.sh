@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make test-compat: the guest's netlink, agent and schema tests on old dependency versions.
+# make test-compat: the guest's netlink, watching, agent and schema tests on old dependency
+# versions.
 #   trixie: Python 3.13 with Debian 13's versions (compat-trixie.txt), what the .deb runs on
 #   floor:  Python 3.11 with every lower bound in pyproject.toml's dependencies, pinned exactly
 # Each leg gets a virtualenv in build/compat/<leg>, rebuilt only when its pins change. Needs
@@ -16,6 +17,8 @@ fi
 
 tests=(
     tests/adapters/test_netlink.py
+    tests/adapters/test_watch.py
+    tests/adapters/test_files_swap.py
     tests/integration/test_agent_netns.py
     tests/unit/test_stream.py
     tests/unit/test_documents.py

@@ -217,11 +217,8 @@ def _link_differences(ns, i, entry, want):
         found.append(f"{name}: addresses {sorted(have)}, wants {sorted(want.addresses)}")
     routes = [
         (r["dst"], r.get("gateway"), r.get("metric", 0))
-        for r in ip_json(ns, "-4", "route", "show", "table", "all", "dev", name)
-        if r.get("protocol") != "kernel"
-    ] + [
-        (r["dst"], r.get("gateway"), r.get("metric", 0))
-        for r in ip_json(ns, "-6", "route", "show", "table", "all", "dev", name)
+        for family in ("-4", "-6")
+        for r in ip_json(ns, family, "route", "show", "table", "all", "dev", name)
         if r.get("protocol") != "kernel"
     ]
     if len(routes) != len(set(routes)) or set(routes) != want.routes:
@@ -230,7 +227,7 @@ def _link_differences(ns, i, entry, want):
 
 
 def peers(ns):
-    """The unmanaged peers as they are (name, MAC, MTU, up, addresses): never to change."""
+    """The unmanaged peers as they are (name, MAC, MTU, up): never to change."""
     return sorted(
         (e["ifname"], e.get("address"), e.get("mtu"), "UP" in e.get("flags", []))
         for e in ip_json(ns, "addr")

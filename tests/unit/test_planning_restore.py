@@ -74,7 +74,7 @@ def test_the_journal_file_round_trips_and_ignores_garbage(tmp_path):
     renames.save(tmp_path, {})
     assert not (tmp_path / renames.JOURNAL_FILE).exists()
     assert renames.load(tmp_path) == {}
-    (tmp_path / renames.JOURNAL_FILE).write_text('{"3": "eth1", "x": "y", "4": 5}')
+    (tmp_path / renames.JOURNAL_FILE).write_text('{"3": "eth1", "x": "y", "4": 5, "\u00b2": "z"}')
     assert renames.load(tmp_path) == {3: "eth1"}
     (tmp_path / renames.JOURNAL_FILE).write_text("[1, 2")
     assert renames.load(tmp_path) == {}

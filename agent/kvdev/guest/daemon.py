@@ -109,9 +109,9 @@ class Reconciler:
         cfg = self.config
         if self.passes == 0 and not cfg.dry_run:
             self._tidy()
-        matching, the_plan = self._observe_and_plan()
+        matching, the_plan, restore = self._observe_and_plan()
         if not cfg.dry_run:
-            self._keep_journal(renames.prune(self._loaded_journal(), self._state))
+            self._keep_journal(restore)
         results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
         self.stale_links = self.stale_links or bool(results)
         self.passes += 1
@@ -142,7 +142,8 @@ class Reconciler:
         self.stale_devices = self.stale_links = True
         return self._observe_and_plan()[1]
 
-    def _observe_and_plan(self) -> tuple[Matching, Plan]:
+    def _observe_and_plan(self) -> tuple[Matching, Plan, dict[int, str]]:
+        """Read, observe, match and plan; also the rename journal pruned for this state."""
         cfg = self.config
         self.prepare()
         raws, complete = files.read_sources(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
@@ -158,7 +159,7 @@ class Reconciler:
         policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
         restore = renames.prune(self._loaded_journal(), self._state)
         the_plan = plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy, restore)
-        return matching, the_plan
+        return matching, the_plan, restore
 
     def _loaded_journal(self) -> dict[int, str]:
         """The rename journal, read from the state directory once."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -132,24 +133,26 @@ def _stat_entry(name: str, path: Path, *, follow: bool) -> tuple[object, ...]:
     return (name, st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def snapshot(root: Path, files: Sequence[Path] = ()) -> Snapshot:
-    """Cheap stat data of what ``read_sources`` reads.
-
-    The root's target, every entry under it (at most ``MAX_ENTRIES``), and ``files``.
-    """
-    target = Path(os.path.realpath(root))
-    out: list[tuple[object, ...]] = [("root", str(target)), _stat_entry(".", target, follow=True)]
-    count = 0
+def _tree(target: Path) -> Iterator[tuple[object, ...]]:
+    """The stat entry of every directory and file under ``target``, in path order."""
     for here, dirnames, filenames in os.walk(target):
         dirnames.sort()
         for name in sorted([*dirnames, *filenames]):
             path = Path(here, name)
-            out.append(_stat_entry(str(path.relative_to(target)), path, follow=False))
-            count += 1
-            if count >= MAX_ENTRIES:
-                return (*out, ("truncated",))
-    out.extend(_stat_entry(str(f), f, follow=True) for f in files)
-    return tuple(out)
+            yield _stat_entry(str(path.relative_to(target)), path, follow=False)
+
+
+def snapshot(root: Path, files: Sequence[Path] = ()) -> Snapshot:
+    """Cheap stat data of what ``read_sources`` reads.
+
+    The root's target, every entry under it (at most ``MAX_ENTRIES``), and ``files`` (also
+    when the tree was cut short).
+    """
+    target = Path(os.path.realpath(root))
+    tree = list(itertools.islice(_tree(target), MAX_ENTRIES))
+    cut = [("truncated",)] if len(tree) >= MAX_ENTRIES else []
+    extra = [_stat_entry(str(f), f, follow=True) for f in files]
+    return (("root", str(target)), _stat_entry(".", target, follow=True), *tree, *cut, *extra)
 
 
 class Poller:

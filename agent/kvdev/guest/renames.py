@@ -42,7 +42,7 @@ def load(state_dir: Path) -> dict[int, str]:
     return {
         int(key): name
         for key, name in body.items()
-        if isinstance(key, str) and key.isdigit() and isinstance(name, str) and name
+        if isinstance(key, str) and key.isdecimal() and isinstance(name, str) and name
     }
 
 

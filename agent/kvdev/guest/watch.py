@@ -118,8 +118,7 @@ class Watcher:
         try:
             self._observer = Observer()
             self._observer.start()
-            self.rearm()
-            self._repoll()
+            self.rearm()  # arming the first watches also starts the poller when one is due
         except BaseException:
             self.close()
             raise
@@ -229,7 +228,7 @@ class Watcher:
         A writer's temporary file (``.x-metadata.json.tmp``) wakes nobody; the rename that
         puts it in place does.
         """
-        if any(t.is_relative_to(path) for t in (Path(self._root), *map(Path, self._files))):
+        if any(t.is_relative_to(path) for t in (self._root, *self._files)):
             return True
         if not path.is_relative_to(self._root):
             return False
