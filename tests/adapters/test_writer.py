@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hostlab import fill
 from kvdev.errors import PermanentError, RetryableError, SchemaError
 from kvdev.host import writer
 from kvdev.host.k8s import ResourceClaim, load
@@ -238,16 +239,6 @@ def _umount(where):
     subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
 
 
-def _fill(path):
-    """Write to ``path`` until the file system is full; the errno that stopped it."""
-    with path.open("wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(b"x" * 4096)
-            except OSError as e:
-                return e.errno
-
-
 def test_disk_full_is_retryable_names_the_file_and_keeps_the_old_one(tmp_path):
     full = tmp_path / "full"
     _mount_tmpfs(full, "size=64k,mode=0755")
@@ -256,7 +247,7 @@ def test_disk_full_is_retryable_names_the_file_and_keeps_the_old_one(tmp_path):
         writer.prepare(vm1(), slices(), lay)
         old = nic_file(lay).read_bytes()
         filler = full / "filler"
-        assert _fill(filler) == errno.ENOSPC
+        assert fill(filler) == errno.ENOSPC
         with pytest.raises(RetryableError) as e:
             writer.update(vm1(), slices(), lay)
         assert "No space left on device" in str(e.value)

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +31,8 @@ import psutil
 import pytest
 import yaml
 
+import hostlab
+from hostlab import DRIVER, allocated_claim, fill, vf_slice
 from kvdev.host.proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from kvdev.schema import DEVICE_METADATA, decode_stream
 
@@ -40,61 +41,17 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs"),
 ]
 
-DRIVER = "sriov.example.com"
 CLAIMS = 8
 VERSIONS = {"v1": (dra_v1_pb2, dra_v1_pb2_grpc), "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)}
 RSS_BOUND = 300 * 2**20
 
 
 def uid_of(i):
-    return str(uuid.UUID(int=0xAB05E << 64 | i))
+    return hostlab.uid_of(i, base=0xAB05E)
 
 
 def objects():
-    devices = [
-        {
-            "name": f"vf-{i}",
-            "attributes": {"resource.kubernetes.io/pciBusID": {"string": f"0000:3b:02.{i}"}},
-        }
-        for i in range(CLAIMS)
-    ]
-    slice_ = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": "node-a-vfs"},
-        "spec": {
-            "driver": DRIVER,
-            "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
-            "nodeName": "node-a",
-            "devices": devices,
-        },
-    }
-    claims = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": f"claim-{i}", "namespace": "vms", "uid": uid_of(i)},
-            "spec": {
-                "devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "vf"}}]}
-            },
-            "status": {
-                "allocation": {
-                    "devices": {
-                        "results": [
-                            {
-                                "request": "nic",
-                                "driver": DRIVER,
-                                "pool": "node-a",
-                                "device": f"vf-{i}",
-                            }
-                        ]
-                    }
-                }
-            },
-        }
-        for i in range(CLAIMS)
-    ]
-    return slice_, claims
+    return vf_slice(CLAIMS), [allocated_claim(i, uid=uid_of(i)) for i in range(CLAIMS)]
 
 
 class Host:
@@ -315,15 +272,6 @@ def kills(host, row, rng, rounds):
         assert host.leftovers() == [], "a killed writer's files outlived unprepare"
     assert landed > 0  # some kills did land while claims were prepared
     return rss
-
-
-def fill(path):
-    with path.open("wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(b"x" * 4096)
-            except OSError as e:
-                return e.errno
 
 
 def disk_full(host, row):

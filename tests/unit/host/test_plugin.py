@@ -12,7 +12,6 @@ import stat
 import tempfile
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,6 +19,9 @@ import grpc
 import pytest
 import yaml
 
+from hostlab import DRIVER, uid_of
+from hostlab import allocated_claim as claim_doc
+from hostlab import vf_slice as slice_doc
 from kvdev.errors import PermanentError, UsageError
 from kvdev.host import writer
 from kvdev.host.claimsource import FileClaimSource
@@ -34,57 +36,10 @@ from kvdev.host.proto import (
     registration_pb2_grpc,
 )
 
-DRIVER = "sriov.example.com"
 VERSIONS = {
     "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
     "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
 }
-
-
-def uid_of(i: int) -> str:
-    return str(uuid.UUID(int=0xC1A1 << 64 | i))
-
-
-def slice_doc(count: int) -> dict:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": "node-a-vfs"},
-        "spec": {
-            "driver": DRIVER,
-            "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
-            "nodeName": "node-a",
-            "devices": [
-                {
-                    "name": f"vf-{i}",
-                    "attributes": {
-                        "resource.kubernetes.io/pciBusID": {
-                            "string": f"0000:{0x3B + i // 8:02x}:02.{i % 8}"
-                        }
-                    },
-                }
-                for i in range(count)
-            ],
-        },
-    }
-
-
-def claim_doc(i: int, *, uid: str | None = None, name: str | None = None) -> dict:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name or f"claim-{i}", "namespace": "vms", "uid": uid or uid_of(i)},
-        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "vf"}}]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": "nic", "driver": DRIVER, "pool": "node-a", "device": f"vf-{i}"}
-                    ]
-                }
-            }
-        },
-    }
 
 
 class Env:
