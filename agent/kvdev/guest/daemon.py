@@ -194,7 +194,11 @@ class Reconciler:
     def _tidy(self) -> None:
         """Remove the temporary files of writes a previous agent was killed in the middle of."""
         try:
-            left = remove_leftovers(self.config.state_dir, STATUS_FILE)
+            left = [  # the files the agent itself writes there, and only those
+                path
+                for name in (STATUS_FILE, renames.JOURNAL_FILE)
+                for path in remove_leftovers(self.config.state_dir, name)
+            ]
             left += linkfiles.tidy(str(self.config.link_dir))
         except OSError as e:
             log.warning("cannot remove what an interrupted write left: %s", e)
