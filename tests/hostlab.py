@@ -67,3 +67,13 @@ def fill(path) -> int:
                 f.write(b"x" * 4096)
             except OSError as e:
                 return e.errno
+
+
+class NeverRun:
+    """Stands in for a compiled CEL program that must not be evaluated; counts attempts."""
+
+    runs = 0
+
+    def execute(self, _context):
+        self.runs += 1
+        raise AssertionError("the CEL program was evaluated")

@@ -1,6 +1,6 @@
 """``kvdev-host bundle`` end to end on real files: prepare -> CDI specs -> bundle -> guest reader.
 
-The round trip uses the real metadata writer (``kvdev.host.writer.prepare``) on the example
+The round trip uses the real metadata writer (``kvdev.host.publish.writer.prepare``) on the example
 claims and slices, rebuilds the container tree from its CDI specs, publishes the bundle and
 reads it back with the guest agent's own file reader, belief and matcher.
 """
@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest import files, sources
-from kvdev.guest.matching import MatchState, match
-from kvdev.guest.observed import GuestDevice
-from kvdev.host import writer
+from kvdev.guest.adapters import files
+from kvdev.guest.core import sources
+from kvdev.guest.core.matching import MatchState, match
+from kvdev.guest.core.observed import GuestDevice
 from kvdev.host.cli import main
 from kvdev.host.k8s import load
+from kvdev.host.publish import writer
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging/examples/host"

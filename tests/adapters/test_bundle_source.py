@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kvdev.errors import SchemaError, TransientReadError
-from kvdev.host.bundlesource import read_cdi_dir, read_tree_dir
+from kvdev.host.bundle.source import read_cdi_dir, read_tree_dir
 from kvdev.schema.tree import ROOT
 
 META = "resourceclaims/c/r/d.example.com-metadata.json"

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kvdev.errors import PermanentError
-from kvdev.host import bundlewriter as bw
+from kvdev.host.bundle import writer as bw
 
 A = {"resourceclaims/c/r/d.example.com-metadata.json": b"A\n", "kvdev/guest-hints.json": b"1\n"}
 B = {"resourceclaims/c/r/d.example.com-metadata.json": b"B\n", "kvdev/guest-hints.json": b"2\n"}
@@ -109,7 +109,7 @@ def test_output_that_is_a_file_is_a_permanent_error_naming_it(tmp_path):
 _KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
-from kvdev.host import bundlewriter as bw
+from kvdev.host.bundle import writer as bw
 out = Path(sys.argv[1])
 real_write = os.write
 def slow_write(fd, data):

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from kvdev.guest import files
+from kvdev.guest.adapters import files
 from kvdev.schema.stream import MAX_STREAM_BYTES
 from kvdev.schema.tree import Role
 

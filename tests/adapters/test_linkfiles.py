@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from kvdev.guest import linkfiles
-from kvdev.guest import steps as s
+from kvdev.guest.adapters import linkfiles
+from kvdev.guest.core import steps as s
 
 CONTENT = (
     "# Written by kvdev\n[Match]\nPermanentMACAddress=02:00:00:00:00:01\n\n[Link]\nName=net0\n"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from kvdev.errors import UsageError
-from kvdev.guest import steps
-from kvdev.guest.netlink import LinkEvents, Netlink
-from kvdev.guest.observed import KVDEV_PROTO
+from kvdev.guest.adapters.netlink import LinkEvents, Netlink
+from kvdev.guest.core import steps
+from kvdev.guest.core.observed import KVDEV_PROTO
 
 pytestmark = [
     pytest.mark.netns,

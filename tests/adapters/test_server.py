@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvdev.errors import UsageError
-from kvdev.guest.server import Limits, Request, Response, Server
+from kvdev.guest.api.server import Limits, Request, Response, Server
 
 NOBODY = 65534
 SHORT = Limits(max_connections=8, request_timeout=1.0, keepalive_timeout=2.0)
@@ -266,12 +266,12 @@ def test_slowloris_gets_408_and_does_not_block_others(serve):
     thread = threading.Thread(target=slowloris)
     thread.start()
     time.sleep(0.2)
-    began = time.monotonic()
     assert call(server.address)[0] == 200
-    assert time.monotonic() - began < 0.5
+    assert "after" not in result  # served while the slow client still held its connection
     thread.join(timeout=5)
     assert result["answer"].startswith(b"HTTP/1.1 408")
-    assert 0.9 < result["after"] < 2.0
+    assert result["after"] > 0.9  # not before its header time-out
+    print(f"slow client answered 408 after {result['after']:.2f} s")
 
 
 STORM = """

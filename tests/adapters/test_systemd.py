@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from kvdev.guest import systemd
+from kvdev.guest.adapters import systemd
 
 SYSTEMD_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM", "INVOCATION_ID")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvdev.errors import RetryableError
-from kvdev.guest import udev
+from kvdev.guest.adapters import udev
 
 SYS = Path("/sys")
 PCI_DEVICES = SYS / "bus" / "pci" / "devices"
@@ -220,7 +220,7 @@ def run_in(netns, code):
 
 SCAN = """
     import dataclasses, json
-    from kvdev.guest import udev
+    from kvdev.guest.adapters import udev
     print(json.dumps([dataclasses.asdict(d) for d in udev.scan()]))
 """
 
@@ -247,7 +247,7 @@ def test_veth_pair_is_two_bare_devices(netns):
 
 MONITOR = """
     import json, select, subprocess
-    from kvdev.guest import udev
+    from kvdev.guest.adapters import udev
 
     def ip(*args):
         subprocess.run(["ip", *args], check=True)
@@ -285,7 +285,7 @@ def test_kernel_monitor_sees_a_veth_added(netns):
 
 OVERFLOW = """
     import json, subprocess
-    from kvdev.guest import udev
+    from kvdev.guest.adapters import udev
 
     batch = "".join(f"link add a{i} type veth peer name b{i}\\n" for i in range(30))
     with udev.UdevMonitor(source="kernel", receive_buffer=1) as monitor:
@@ -307,7 +307,7 @@ def test_monitor_reports_dropped_events_as_overflow(netns):
 
 CHURN = """
     import json, subprocess
-    from kvdev.guest import udev
+    from kvdev.guest.adapters import udev
 
     churn = subprocess.Popen(["sh", "-c",
         "while :; do ip link add ca type veth peer name cb; ip link del ca; done"])

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest import files
-from kvdev.guest.sources import Sources, update
+from kvdev.guest.adapters import files
+from kvdev.guest.core.sources import Sources, update
 from kvdev.schema.tree import Role
 
 META = "resourceclaims/vm1-nics/nic/sriov.example.com-metadata.json"
@@ -283,15 +283,17 @@ def pending_bytes(fd):
 def test_many_events_coalesce_and_never_block(root):
     path = put(root / META, COMPLETE)
     with files.Watcher(root) as watcher:
+        assert not os.get_blocking(watcher.fileno())  # drain can never block
         start = time.monotonic()
         for i in range(1000):
             path.write_bytes(b"%d" % i)
-        assert time.monotonic() - start < 5
+        writes = time.monotonic() - start
         assert woken(watcher)
-        assert pending_bytes(watcher.fileno()) == 1
+        assert pending_bytes(watcher.fileno()) == 1  # 1000 events, one byte to read
         start = time.monotonic()
         assert watcher.drain() >= 1
-        assert time.monotonic() - start < 0.5
+        drained = time.monotonic() - start
+        print(f"1000 writes {writes * 1e3:.0f} ms, drain {drained * 1e3:.1f} ms")
         assert quiet(watcher)
         assert pending_bytes(watcher.fileno()) == 0
 

@@ -1,4 +1,4 @@
-"""kvdev.host.writer on real files: modes, idempotence, generations, removal, names, failures."""
+"""kvdev.host.publish.writer on real files: modes, idempotence, generations, removal, names."""
 
 import copy
 import errno
@@ -14,8 +14,8 @@ import yaml
 
 from hostlab import fill
 from kvdev.errors import PermanentError, RetryableError, SchemaError
-from kvdev.host import writer
 from kvdev.host.k8s import ResourceClaim, load
+from kvdev.host.publish import writer
 from kvdev.schema import DEVICE_METADATA, decode_stream
 from kvdev.schema.metadata import NetworkDeviceData
 

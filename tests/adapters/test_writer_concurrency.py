@@ -1,4 +1,4 @@
-"""kvdev.host.writer under contention and crashes: threads and processes on one claim, SIGKILL.
+"""kvdev.host.publish.writer under contention and crashes: threads, processes, SIGKILL.
 
 A reader polls the files all along: it must never see a partial metadata file or CDI spec.
 """
@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from kvdev.errors import SchemaError
-from kvdev.host import writer
 from kvdev.host.k8s import load
+from kvdev.host.publish import writer
 from kvdev.schema import DEVICE_METADATA, decode_stream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ OPS = 25
 WORKER = """
 import random, sys
 from pathlib import Path
-from kvdev.host import writer
+from kvdev.host.publish import writer
 from kvdev.host.k8s import ResourceClaim, load
 examples, plugins, cdi, ops, seed = sys.argv[1:6]
 objs = load(Path(examples, "claims.yaml").read_text(), "c")

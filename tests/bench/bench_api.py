@@ -7,7 +7,7 @@ NICs as veth links; it is measured once it sent READY=1 and its passes settled. 
 the same clients, two floors serve a fixed small JSON body, each in its own process as the
 agent is:
 
-* ``floor_server``: kvdev's own HTTP layer (``kvdev.guest.server.Server``: h11, limits, peer
+* ``floor_server``: kvdev's own HTTP layer (``kvdev.guest.api.server.Server``: h11, limits, peer
   credentials) with a handler that returns a constant: agent minus building the status;
 * ``floor_asyncio``: a bare asyncio-streams Unix-socket server: the interpreter's floor.
 
@@ -185,7 +185,7 @@ def asyncio_floor(path: str) -> None:
 
 def server_floor(path: str) -> None:
     """kvdev's own HTTP server, in its thread as in the agent, with a constant handler."""
-    from kvdev.guest.server import Request, Response, Server  # noqa: PLC0415 - in the child
+    from kvdev.guest.api.server import Request, Response, Server  # noqa: PLC0415 - in the child
 
     response = Response(200, FLOOR_BODY)
 
@@ -396,7 +396,7 @@ def main() -> int:
     warmup = 20 if args.quick else 50  # per client, unmeasured
     with tempfile.TemporaryDirectory(prefix="kvdev-bench-api-") as tmp:
         work = Path(tmp)
-        source = run(sys.executable, "-c", "import kvdev.guest.api as m; print(m.__file__)")
+        source = run(sys.executable, "-c", "import kvdev.guest.api.routes as m; print(m.__file__)")
         results: dict[str, Any] = {"source": str(Path(source.strip()).parents[2])}
         results |= {"requests_per_run": total, "warmup_per_client": warmup, "cpus": os.cpu_count()}
         print(f"GET {PATH}: {total} requests per run, clients {CLIENTS} ...", flush=True)

@@ -5,6 +5,7 @@ built from the pure core's value types, and answer the bridge's asks from a thre
 agent's loop would. The CLI runs as the installed console script (exit codes) or `cli.main`.
 """
 
+import grp
 import json
 import os
 import re
@@ -22,23 +23,29 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest import cli, views
-from kvdev.guest import steps as s
-from kvdev.guest.api import Api
-from kvdev.guest.bridge import Bridge
-from kvdev.guest.matching import Binding, Evidence, Matching, MatchState
-from kvdev.guest.observed import Address, GuestDevice, Link, NetState, Nic
-from kvdev.guest.planning import Blocked, Desired, Plan
-from kvdev.guest.server import Server
-from kvdev.guest.status import ClaimStatus, MetadataState, summarize
-from kvdev.guest.tables import DEVICES_HEADER
+from kvdev.guest.api.bridge import Bridge
+from kvdev.guest.api.routes import Api
+from kvdev.guest.api.server import Server
+from kvdev.guest.cli import main as cli
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
+from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic
+from kvdev.guest.core.planning import Blocked, Desired, Plan
+from kvdev.guest.core.status import ClaimStatus, MetadataState, summarize
+from kvdev.guest.views import encode
+from kvdev.guest.views.tables import DEVICES_HEADER
 from kvdev.schema.described import DescribedDevice
 
 KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
 REF = "vm1-devices/nics/sriov.example.com/node-a/vf-1"
 RDMA_REF = "vm1-devices/nics/rdma/rdma.example.com/node-a/mlx-0"
 MAC = "02:00:00:3b:02:01"
-NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+NOBODY = [  # uid/gid 65534 by number: no passwd or group entry needed
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+]
 STATS = {"eth1": {"rxBytes": 1536, "txBytes": 200, "speedMbps": 25000}}
 STEPS = (
     s.Rename(11, "eth1", REF, "the hints ask for this name", "data0"),
@@ -79,7 +86,9 @@ class Agent:
 
     def __init__(self, path):
         self.path, self.bridge, self.asked = path, Bridge(), []
-        self.server = Server(Api(self.bridge, interface_stats=lambda: STATS).handle, path=path)
+        # A group no host has: the socket keeps our own group, whatever groups this host has.
+        api = Api(self.bridge, interface_stats=lambda: STATS)
+        self.server = Server(api.handle, path=path, group="kvdev-test-no-such-group")
 
     @contextmanager
     def answering(self):
@@ -90,8 +99,10 @@ class Agent:
                 if select.select([self.bridge.fileno()], [], [], 0.05)[0]:
                     for ask in self.bridge.drain():
                         self.asked.append(ask.kind)
-                        snap = views.status_json(self.bridge.snapshot().status)
-                        ask.answer.set_result(views.plan_json(PLAN) if ask.kind == "plan" else snap)
+                        snap = encode.status_json(self.bridge.snapshot().status)
+                        ask.answer.set_result(
+                            encode.plan_json(PLAN) if ask.kind == "plan" else snap
+                        )
 
         thread = threading.Thread(target=loop, daemon=True)
         thread.start()
@@ -299,8 +310,8 @@ def test_wait_returns_when_a_converged_status_is_published_later(agent):
     started = time.monotonic()
     done = run(agent.path, "wait", "--timeout", "20")
     timer.join()
-    assert done.returncode == 0, done.stderr
-    assert 0.4 < time.monotonic() - started < 10
+    assert done.returncode == 0, done.stderr  # exit 1 had it waited out its --timeout
+    assert time.monotonic() - started > 0.4  # it waited for the converged status
     assert done.stdout.startswith("converged after ")
 
 
@@ -315,7 +326,7 @@ def test_wait_times_out_with_exit_1(agent):
     agent.bridge.publish(status(converged=False))
     started = time.monotonic()
     done = run(agent.path, "wait", "--timeout", "1")
-    assert 1 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 1
     assert done.returncode == 1
     assert done.stderr == "kvdev: not converged after 1 s: 1 configured, 1 missing\n"
 
@@ -365,10 +376,12 @@ def as_nobody():
 
 def test_permission_denied_on_the_socket_exits_2(agent, as_nobody):
     agent.path.chmod(0o600)
+    group = grp.getgrgid(agent.path.stat().st_gid).gr_name
+    readers = "only root" if group == "root" else f"members of group {group} and root"
     done = run(agent.path, "status", nobody=True)
     assert (done.returncode, done.stderr) == (
         2,
-        f"kvdev: permission denied on {agent.path} (only root may read)\n",
+        f"kvdev: permission denied on {agent.path} ({readers} may read)\n",
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest import cli
+from kvdev.guest.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging" / "examples"

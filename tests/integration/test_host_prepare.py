@@ -14,7 +14,7 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from kvdev.guest import cli as guest_cli
+from kvdev.guest.cli import main as guest_cli
 from kvdev.host import cli
 from kvdev.schema import DEVICE_METADATA, decode_stream
 from kvdev.schema.tree import ROOT

@@ -7,7 +7,7 @@ version switch and the address-attribute map of whichever pyroute2 is installed.
 import pytest
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 
-from kvdev.guest.netlink import rtnl
+from kvdev.guest.adapters.netlink import _rtnl as rtnl
 
 
 @pytest.mark.parametrize(

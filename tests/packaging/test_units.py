@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest.config import AgentConfig
-from kvdev.guest.planning import LINK_FILE_PREFIX
+from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.core.planning import LINK_FILE_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"

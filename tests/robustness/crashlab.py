@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 
 from agentlab import add_link, ip_json, write_atomically
-from kvdev.guest.planning import LINK_FILE_PREFIX, TEMP_PREFIX
+from kvdev.guest.core.planning import LINK_FILE_PREFIX, TEMP_PREFIX
 
 COUNT = 6
 CLAIM, REQUEST, DRIVER = "crash", "nics", "crash.example.com"

@@ -132,7 +132,7 @@ print(json.dumps({"status": int(head.split()[1]), "body": json.loads(body)}))
 def as_nobody(*groups):
     """A command prefix: run as uid nobody, in ``groups`` only."""
     who = ["--groups", ",".join(map(str, groups))] if groups else ["--clear-groups"]
-    return ["setpriv", "--reuid=nobody", "--regid=nogroup", *who]
+    return ["setpriv", "--reuid=65534", "--regid=65534", *who]
 
 
 def as_user(sock, method, target, *groups):

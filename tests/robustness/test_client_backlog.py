@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kvdev.guest.client import Client, UnreachableError
+from kvdev.guest.cli.client import Client, UnreachableError
 
 pytestmark = [pytest.mark.robustness]
 

@@ -35,7 +35,7 @@ import pytest
 from crashlab import Lab, peers
 
 from agentlab import agent_args, eventually, ip_json, serving, snapshot
-from kvdev.guest.planning import TEMP_PREFIX
+from kvdev.guest.core.planning import TEMP_PREFIX
 
 pytestmark = [
     pytest.mark.robustness,

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from kvdev.guest import files, fspoll, systemd
+from kvdev.guest.adapters import files, fspoll, systemd
 
 pytestmark = [pytest.mark.robustness]
 

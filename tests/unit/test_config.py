@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kvdev.errors import UsageError
-from kvdev.guest.config import AgentConfig, from_toml, merge
+from kvdev.guest.adapters.config import AgentConfig, from_toml, merge
 
 KNOWN = (
     "altnames, config-drive, hints, link-dir, log-level, match-kinds, metadata-root, "

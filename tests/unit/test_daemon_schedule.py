@@ -4,12 +4,12 @@ import time
 
 import pytest
 
-from kvdev.guest import steps as s
-from kvdev.guest.daemon import RETRY_FIRST, RETRY_MAX, VERIFY_PASSES, Outcome
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.planning import Plan
+from kvdev.guest.core.status import Status
 from kvdev.guest.loop import _Clock, _schedule
 from kvdev.guest.loop import _timeout as timeout
-from kvdev.guest.planning import Plan
-from kvdev.guest.status import Status
+from kvdev.guest.reconciler import RETRY_FIRST, RETRY_MAX, VERIFY_PASSES, Outcome
 
 STEP = s.SetUp(3, "eth1", "c/r/d/p/vf-0", "a managed link is up")
 OK = s.StepResult(STEP, ok=True)

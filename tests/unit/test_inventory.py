@@ -2,8 +2,8 @@
 
 import pytest
 
-from kvdev.guest.inventory import device_order, is_matchable, merge
-from kvdev.guest.observed import GuestDevice, Link, Nic
+from kvdev.guest.core.inventory import device_order, is_matchable, merge
+from kvdev.guest.core.observed import GuestDevice, Link, Nic
 
 MAC_A = "02:00:00:00:00:0a"
 MAC_B = "02:00:00:00:00:0b"

@@ -1,7 +1,7 @@
 """guest.matching with plain values: every key, every conflict, evidence included."""
 
-from kvdev.guest.matching import MatchState, hint_for, match
-from kvdev.guest.observed import GuestDevice, Nic
+from kvdev.guest.core.matching import MatchState, hint_for, match
+from kvdev.guest.core.observed import GuestDevice, Nic
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.hints import DeviceHint

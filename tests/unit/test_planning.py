@@ -5,10 +5,10 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdev.guest import steps as s
-from kvdev.guest.matching import Binding, Matching, MatchState
-from kvdev.guest.observed import KVDEV_PROTO, Address, GuestDevice, Link, NetState, Nic, Route
-from kvdev.guest.planning import Policy, altname_for, plan
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.matching import Binding, Matching, MatchState
+from kvdev.guest.core.observed import KVDEV_PROTO, Address, GuestDevice, Link, NetState, Nic, Route
+from kvdev.guest.core.planning import Policy, altname_for, plan
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.hints import DeviceHint
 

@@ -6,8 +6,8 @@ import pytest
 from builders import hint, hints_doc, metadata_doc, stream
 
 from kvdev.errors import Problem
-from kvdev.guest.observed import RawFile
-from kvdev.guest.sources import Sources, update
+from kvdev.guest.core.observed import RawFile
+from kvdev.guest.core.sources import Sources, update
 from kvdev.schema.tree import Role
 
 ROOT = "/run/dra"

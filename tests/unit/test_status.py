@@ -3,11 +3,11 @@
 import pytest
 
 from kvdev.errors import Problem
-from kvdev.guest import steps as s
-from kvdev.guest.matching import Binding, Evidence, Matching, MatchState
-from kvdev.guest.observed import Address, GuestDevice, Link, NetState, Nic
-from kvdev.guest.planning import Blocked, Desired, Plan
-from kvdev.guest.status import (
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
+from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic
+from kvdev.guest.core.planning import Blocked, Desired, Plan
+from kvdev.guest.core.status import (
     ClaimStatus,
     DeviceStatus,
     MetadataState,

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from kvdev.errors import Problem
-from kvdev.guest import steps as s
-from kvdev.guest.matching import Evidence
-from kvdev.guest.planning import Desired, DesiredRoute
-from kvdev.guest.status import DeviceStatus, Phase, Status
-from kvdev.guest.views import STATUS_API_VERSION, device_json, status_json, status_table
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.matching import Evidence
+from kvdev.guest.core.planning import Desired, DesiredRoute
+from kvdev.guest.core.status import DeviceStatus, Phase, Status
+from kvdev.guest.views.encode import STATUS_API_VERSION, device_json, status_json, status_table
 
 REF = "vm1-nics/nic/sriov.example.com/node-a/vf-0"
 DESIRED = Desired(

@@ -21,12 +21,15 @@ from typing import Any
 
 from kvdev import __version__
 from kvdev.errors import UsageError
-from kvdev.guest import config as config_module
-from kvdev.guest import daemon, files, loop, systemd, udev, views
-from kvdev.guest.api import Api
-from kvdev.guest.bridge import Bridge
-from kvdev.guest.netlink import LinkEvents, Netlink
-from kvdev.guest.server import Handler, Server
+from kvdev.guest import loop
+from kvdev.guest.adapters import config as config_module
+from kvdev.guest.adapters import files, systemd, udev
+from kvdev.guest.adapters.netlink import LinkEvents, Netlink
+from kvdev.guest.api.bridge import Bridge
+from kvdev.guest.api.routes import Api
+from kvdev.guest.api.server import Handler, Server
+from kvdev.guest.reconciler import Reconciler, converge
+from kvdev.guest.views import encode
 
 EPILOG = """\
 examples:
@@ -133,14 +136,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kvdev").setLevel(cfg.log_level.upper())  # libraries stay at WARNING
     with ExitStack() as stack:
         net = stack.enter_context(Netlink())
-        reconciler = daemon.Reconciler(cfg, net, udev.scan)
+        reconciler = Reconciler(cfg, net, udev.scan)
         if cfg.once:
-            outcome = daemon.converge(reconciler)
+            outcome = converge(reconciler)
             if args.json:
-                json.dump(views.status_json(outcome.status), sys.stdout, indent=2)
+                json.dump(encode.status_json(outcome.status), sys.stdout, indent=2)
                 sys.stdout.write("\n")
             else:
-                sys.stdout.write(views.status_table(outcome.status))
+                sys.stdout.write(encode.status_table(outcome.status))
             return 0 if outcome.status.converged or cfg.dry_run else 1
         watcher = stack.enter_context(
             files.Watcher(

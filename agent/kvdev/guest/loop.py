@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from types import FrameType
 
 from kvdev.errors import RetryableError
-from kvdev.guest import systemd, views
-from kvdev.guest.bridge import Ask, Bridge
-from kvdev.guest.daemon import (
+from kvdev.guest.adapters import systemd
+from kvdev.guest.api.bridge import Ask, Bridge
+from kvdev.guest.reconciler import (
     RETRY_FIRST,
     RETRY_MAX,
     VERIFY_PASSES,
@@ -34,6 +34,7 @@ from kvdev.guest.daemon import (
     Waitable,
     attempt,
 )
+from kvdev.guest.views import encode
 
 log = logging.getLogger("kvdev.agent")
 
@@ -193,11 +194,11 @@ class _Loop:
         for ask in asks:
             try:
                 if ask.kind == "plan":
-                    ask.answer.set_result(views.plan_json(self.reconciler.preview()))
+                    ask.answer.set_result(encode.plan_json(self.reconciler.preview()))
                     continue
                 self.reconciler.stale_devices = self.reconciler.stale_links = True
                 outcome = self._pass(outcome)
-                ask.answer.set_result(views.status_json(outcome.status))
+                ask.answer.set_result(encode.status_json(outcome.status))
             except Exception as e:  # noqa: BLE001 - the asker gets it; the loop goes on
                 ask.answer.set_exception(e)
         return outcome

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from kvdev import __version__
 from kvdev.errors import UsageError
-from kvdev.host.commands import allocate, bundle, claimstatus, prepare, schedule, serve
+from kvdev.host.commands import allocate, bundle, prepare, schedule, serve, status
 from kvdev.host.commands.common import EXIT_INVALID, Parser
 
-_COMMANDS = (allocate, schedule, prepare, claimstatus, bundle, serve)
+_COMMANDS = (allocate, schedule, prepare, status, bundle, serve)
 
 _MAIN_EPILOG = """\
 the round trip:

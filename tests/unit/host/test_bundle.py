@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from kvdev.errors import SchemaError
-from kvdev.guest import sources
-from kvdev.guest.matching import MatchState, match
-from kvdev.guest.observed import GuestDevice, RawFile
-from kvdev.host import bundle as core
-from kvdev.host.bundle_plan import load_plan
-from kvdev.host.bundle_xml import parse_domain
+from kvdev.guest.core import sources
+from kvdev.guest.core.matching import MatchState, match
+from kvdev.guest.core.observed import GuestDevice, RawFile
+from kvdev.host.bundle import build
+from kvdev.host.bundle.domainxml import parse_domain
+from kvdev.host.bundle.plan import load_plan
 from kvdev.host.commands.bundle import make_bundle
 from kvdev.schema import GUEST_HINTS, Role, check_file, decode_stream, role_of
 
@@ -38,16 +38,16 @@ def example_files():
 
 @pytest.fixture
 def tree():
-    return core.read_tree(example_files(), "ex")
+    return build.read_tree(example_files(), "ex")
 
 
 def domain_bundle(tree, xml: bytes, generation=1):
-    placement = core.place_by_domain(tree, parse_domain(xml, "vm1.xml"), "vm1.xml")
-    return core.build(tree, placement, generation=generation)
+    placement = build.place_by_domain(tree, parse_domain(xml, "vm1.xml"), "vm1.xml")
+    return build.build(tree, placement, generation=generation)
 
 
 def hints_of(bundle):
-    return decode_stream(bundle.files[core.HINTS_FILE], GUEST_HINTS).document
+    return decode_stream(bundle.files[build.HINTS_FILE], GUEST_HINTS).document
 
 
 def by_ref(bundle):
@@ -142,9 +142,9 @@ def test_metadata_files_are_copied_byte_for_byte_and_others_dropped(tree):
     bundle = domain_bundle(tree, (LIBVIRT / "vm1-domain.xml").read_bytes())
     files = example_files()
     meta = {r for r in files if role_of(r) is Role.DEVICE_METADATA}
-    assert set(bundle.files) == {*meta, core.HINTS_FILE}
+    assert set(bundle.files) == {*meta, build.HINTS_FILE}
     assert all(bundle.files[r] == files[r] for r in meta)
-    assert bundle.files[core.HINTS_FILE] != files[core.HINTS_FILE]
+    assert bundle.files[build.HINTS_FILE] != files[build.HINTS_FILE]
     assert [str(w) for w in tree.warnings] == [
         "ex/kvdev/guest-hints.json: not copied (guest hints, replaced by the bundle's)"
     ]
@@ -238,7 +238,7 @@ def test_mdev_hostdev_keeps_its_uuid_and_no_host_pci():
 
 def test_guest_plan_pins_names_and_routes(tree):
     plan = load_plan((LIBVIRT / "vm1-plan.yaml").read_bytes(), "plan.yaml")
-    bundle = core.build(tree, core.place_by_plan(tree, plan, "plan.yaml"))
+    bundle = build.build(tree, build.place_by_plan(tree, plan, "plan.yaml"))
     hints = {h.device: h for h in hints_of(bundle).devices}
     vf1 = hints["vf-1"]
     assert (vf1.guest.pci_address, vf1.network.interface_name, vf1.network.mtu) == (
@@ -327,7 +327,7 @@ def test_invalid_plan_names_file_and_field(body, message):
 def test_plan_entries_must_each_pick_one_device(tree, body, message):
     plan = load_plan((PLAN_HEAD + body).encode(), "plan.yaml")
     with pytest.raises(SchemaError) as e:
-        core.place_by_plan(tree, plan, "plan.yaml")
+        build.place_by_plan(tree, plan, "plan.yaml")
     assert str(e.value) == message
 
 
@@ -338,7 +338,7 @@ def test_plan_asking_one_name_twice_is_refused_by_the_hints_rules(tree):
     )
     plan = load_plan((PLAN_HEAD + body).encode(), "plan.yaml")
     with pytest.raises(SchemaError, match=r"asks for interface name 'data0', as devices\[1\]"):
-        core.build(tree, core.place_by_plan(tree, plan, "plan.yaml"))
+        build.build(tree, build.place_by_plan(tree, plan, "plan.yaml"))
 
 
 def test_plan_as_json_and_yaml_unquoted_addresses_stay_strings():
@@ -372,7 +372,7 @@ def test_invalid_metadata_file_fails_the_bundle_naming_it():
     files = example_files()
     files["resourceclaims/x/r/d.example.com-metadata.json"] = b'{"apiVersion": 1}'
     with pytest.raises(SchemaError) as e:
-        core.read_tree(files, "ex")
+        build.read_tree(files, "ex")
     assert str(e.value) == (
         "ex/resourceclaims/x/r/d.example.com-metadata.json: stream[0]: apiVersion: "
         "must be a non-empty string"
@@ -381,15 +381,15 @@ def test_invalid_metadata_file_fails_the_bundle_naming_it():
 
 def test_bad_name_in_a_metadata_path_is_refused():
     with pytest.raises(SchemaError, match=r"request directory: 'R_1' is not a DNS label"):
-        core.read_tree({"resourceclaims/x/R_1/d.example.com-metadata.json": b"{}"})
+        build.read_tree({"resourceclaims/x/R_1/d.example.com-metadata.json": b"{}"})
 
 
 def test_generation_grows_only_when_the_content_changes(tree):
     xml = (LIBVIRT / "vm1-domain.xml").read_bytes()
-    placement = core.place_by_domain(tree, parse_domain(xml))
+    placement = build.place_by_domain(tree, parse_domain(xml))
     first = make_bundle(tree, placement, None)
     again = make_bundle(tree, placement, first.files)
-    changed = make_bundle(tree, core.Placement({}), again.files)
-    gens = [core.hints_generation(b.files[core.HINTS_FILE]) for b in (first, again, changed)]
+    changed = make_bundle(tree, build.Placement({}), again.files)
+    gens = [build.hints_generation(b.files[build.HINTS_FILE]) for b in (first, again, changed)]
     assert gens == [1, 1, 2]
     assert again.files == first.files

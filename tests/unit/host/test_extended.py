@@ -2,8 +2,8 @@
 
 import pytest
 
-from kvdev.host.cluster import cluster_state
-from kvdev.host.extended import (
+from kvdev.host.allocation.cluster import cluster_state
+from kvdev.host.allocation.extended import (
     claim_name,
     class_mapping,
     status_for,

@@ -4,7 +4,7 @@ import warnings
 import pytest
 
 from kvdev.errors import SchemaError, Severity
-from kvdev.host.inputs import load_files
+from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import (
     DeviceClass,
     DeviceTaintRule,

@@ -1,4 +1,4 @@
-"""kvdev.host.metadata: allocated claim + slices -> KEP-5304 DeviceMetadata (pure)."""
+"""kvdev.host.publish.metadata: allocated claim + slices -> KEP-5304 DeviceMetadata (pure)."""
 
 import copy
 import json
@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from kvdev.errors import SchemaError
-from kvdev.host.claimstatus import apply_configuration, device_status
 from kvdev.host.k8s import ResourceClaim, load
-from kvdev.host.metadata import (
+from kvdev.host.publish.devicestatus import apply_configuration, device_status
+from kvdev.host.publish.metadata import (
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,

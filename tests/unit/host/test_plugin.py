@@ -23,10 +23,9 @@ from hostlab import DRIVER, uid_of
 from hostlab import allocated_claim as claim_doc
 from hostlab import vf_slice as slice_doc
 from kvdev.errors import PermanentError, UsageError
-from kvdev.host import writer
-from kvdev.host.claimsource import FileClaimSource
-from kvdev.host.plugin import ClaimRef, Plugin, _KeyedLocks
-from kvdev.host.plugin_server import PluginServer, Sockets
+from kvdev.host.plugin.claimsource import FileClaimSource
+from kvdev.host.plugin.server import PluginServer, Sockets
+from kvdev.host.plugin.service import ClaimRef, Plugin, _KeyedLocks
 from kvdev.host.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -35,6 +34,7 @@ from kvdev.host.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from kvdev.host.publish import writer
 
 VERSIONS = {
     "v1": (dra_v1_pb2, dra_v1_pb2_grpc),

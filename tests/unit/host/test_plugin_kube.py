@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from kvdev.errors import PermanentError, RetryableError, SchemaError
-from kvdev.host import writer
-from kvdev.host.claimsource import ClaimNotFoundError
-from kvdev.host.claimsource_kube import KubeClaimSource
-from kvdev.host.plugin import Plugin
-from kvdev.host.plugin_server import PluginServer, Sockets
+from kvdev.host.plugin.claimsource import ClaimNotFoundError
+from kvdev.host.plugin.kube import KubeClaimSource
+from kvdev.host.plugin.server import PluginServer, Sockets
+from kvdev.host.plugin.service import Plugin
 from kvdev.host.proto import dra_v1_pb2, dra_v1_pb2_grpc
+from kvdev.host.publish import writer
 
 DRIVER = "sriov.example.com"
 UID = "6c8f7f2e-1d0a-4c59-a3c3-5b0c8f8f0001"

@@ -16,6 +16,13 @@ from typing import Any
 
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.groups import GroupKey
+from kvdev.host.allocation.plans import (
+    AllocationFailedError,
+    ClaimPlan,
+    Selection,
+    check_limit,
+    plan_claim,
+)
 from kvdev.host.allocation.pools import (
     DeviceID,
     NodeInfo,
@@ -23,13 +30,6 @@ from kvdev.host.allocation.pools import (
     Pool,
     PoolIndex,
     gather_pools,
-)
-from kvdev.host.allocation.prepare import (
-    AllocationFailedError,
-    ClaimPlan,
-    Selection,
-    check_limit,
-    plan_claim,
 )
 from kvdev.host.allocation.search import Pick, Search
 from kvdev.host.k8s.claim import AllocationResult, ResourceClaim

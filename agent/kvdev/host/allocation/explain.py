@@ -19,6 +19,13 @@ from fractions import Fraction
 
 from kvdev.host.allocation.constraints import EMPTY
 from kvdev.host.allocation.features import Features
+from kvdev.host.allocation.plans import (
+    AllocationFailedError,
+    ClaimPlan,
+    Request,
+    Selection,
+    plan_claim,
+)
 from kvdev.host.allocation.pools import (
     Candidate,
     DeviceID,
@@ -27,13 +34,6 @@ from kvdev.host.allocation.pools import (
     device_visible,
     gather_pools,
     slice_visible,
-)
-from kvdev.host.allocation.prepare import (
-    AllocationFailedError,
-    ClaimPlan,
-    Request,
-    Selection,
-    plan_claim,
 )
 from kvdev.host.allocation.search import Search, State
 from kvdev.host.k8s.claim import ResourceClaim

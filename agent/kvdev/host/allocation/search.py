@@ -25,8 +25,7 @@ from kvdev.host.allocation.capacity import (
 from kvdev.host.allocation.constraints import EMPTY, Memory, Values, admit, attribute_values
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.groups import GroupKey, device_groups, narrow
-from kvdev.host.allocation.pools import Candidate, DeviceID, Pool, PoolID
-from kvdev.host.allocation.prepare import (
+from kvdev.host.allocation.plans import (
     RESULTS_LIMIT,
     AllocationFailedError,
     ClaimPlan,
@@ -34,6 +33,7 @@ from kvdev.host.allocation.prepare import (
     Selection,
     alt_size,
 )
+from kvdev.host.allocation.pools import Candidate, DeviceID, Pool, PoolID
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})

@@ -16,8 +16,9 @@ from typing import Any, TextIO
 
 from kvdev.errors import KvdevError, SchemaError
 from kvdev.host.allocation.allocator import Allocated, AllocationError, Features, allocate
+from kvdev.host.allocation.cluster import ClusterState, cluster_state
 from kvdev.host.allocation.explain import REASONS, RequestReport, explain
-from kvdev.host.cluster import ClusterState, cluster_state
+from kvdev.host.allocation.extended import status_for
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -29,8 +30,7 @@ from kvdev.host.commands.common import (
     parse_feature_gates,
     print_objects,
 )
-from kvdev.host.extended import status_for
-from kvdev.host.inputs import load_files
+from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim
 from kvdev.host.k8s.claim import AllocationResult
 

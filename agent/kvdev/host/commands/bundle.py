@@ -2,7 +2,8 @@
 
 Reads the container-side metadata tree (``--from-tree``, or rebuilt from CDI specs with
 ``--from-cdi``), the guest placement (``--domain-xml`` or ``--guest-plan``), builds the bundle
-(``kvdev.host.bundle``) and publishes it atomically in ``--out`` (``kvdev.host.bundlewriter``).
+(``kvdev.host.bundle.build``) and publishes it atomically in ``--out``
+(``kvdev.host.bundle.writer``).
 Prints a summary: per device its guest PCI address and how it was matched, and the unpinned
 ones. Exit 0 published (or unchanged), 2 usage error or invalid input, 1 an I/O failure.
 """
@@ -16,10 +17,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvdev.errors import KvdevError, PermanentError, RetryableError, SchemaError
-from kvdev.host import bundle as core
-from kvdev.host import bundlesource, bundlewriter
-from kvdev.host.bundle_plan import load_plan
-from kvdev.host.bundle_xml import parse_domain
+from kvdev.host.bundle import build, source, writer
+from kvdev.host.bundle.domainxml import parse_domain
+from kvdev.host.bundle.plan import load_plan
 from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser
 
 EXIT_IO = 1
@@ -87,28 +87,30 @@ def register(commands: Commands) -> None:
     p.set_defaults(run=_run)
 
 
-def _placement(args: argparse.Namespace, tree: core.Tree) -> core.Placement:
+def _placement(args: argparse.Namespace, tree: build.Tree) -> build.Placement:
     if args.domain_xml is not None:
-        data = bundlesource.read_file(args.domain_xml)
-        return core.place_by_domain(
+        data = source.read_file(args.domain_xml)
+        return build.place_by_domain(
             tree, parse_domain(data, str(args.domain_xml)), str(args.domain_xml)
         )
     if args.guest_plan is not None:
-        data = bundlesource.read_file(args.guest_plan)
-        return core.place_by_plan(tree, load_plan(data, str(args.guest_plan)), str(args.guest_plan))
-    return core.Placement({})
+        data = source.read_file(args.guest_plan)
+        return build.place_by_plan(
+            tree, load_plan(data, str(args.guest_plan)), str(args.guest_plan)
+        )
+    return build.Placement({})
 
 
 def make_bundle(
-    tree: core.Tree, placement: core.Placement, previous: Mapping[str, bytes] | None
-) -> core.Bundle:
+    tree: build.Tree, placement: build.Placement, previous: Mapping[str, bytes] | None
+) -> build.Bundle:
     """The bundle, its hints' generation carried on from ``previous`` (+1 when content changes)."""
-    old = previous.get(core.HINTS_FILE) if previous else None
-    generation = (core.hints_generation(old) if old is not None else None) or 0
-    same = core.build(tree, placement, generation=max(generation, 1))
+    old = previous.get(build.HINTS_FILE) if previous else None
+    generation = (build.hints_generation(old) if old is not None else None) or 0
+    same = build.build(tree, placement, generation=max(generation, 1))
     if generation == 0 or dict(same.files) == dict(previous or {}):
         return same  # the first generation, or unchanged: no second build
-    return core.build(tree, placement, generation=generation + 1)
+    return build.build(tree, placement, generation=generation + 1)
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -117,18 +119,18 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_INVALID
     try:
         if args.from_tree is not None:
-            files, root = bundlesource.read_tree_dir(args.from_tree), str(args.from_tree)
+            files, root = source.read_tree_dir(args.from_tree), str(args.from_tree)
         else:
-            files, root = bundlesource.read_cdi_dir(args.from_cdi, args.claim_uid), ""
-        tree = core.read_tree(files, root)
+            files, root = source.read_cdi_dir(args.from_cdi, args.claim_uid), ""
+        tree = build.read_tree(files, root)
         placement = _placement(args, tree)
-        built: list[core.Bundle] = []
+        built: list[build.Bundle] = []
 
         def make(previous: Mapping[str, bytes] | None) -> Mapping[str, bytes]:
             built.append(make_bundle(tree, placement, previous))
             return built[-1].files
 
-        published = bundlewriter.publish(args.out, make)
+        published = writer.publish(args.out, make)
     except SchemaError as e:
         err.write("".join(f"kvdev-host bundle: {p}\n" for p in e.problems))
         return EXIT_INVALID
@@ -147,7 +149,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def summary(result: core.Bundle, published: bundlewriter.Published) -> dict[str, Any]:
+def summary(result: build.Bundle, published: writer.Published) -> dict[str, Any]:
     """The ``-o json`` summary."""
     return {
         "root": str(published.root),
@@ -171,7 +173,7 @@ def summary(result: core.Bundle, published: bundlewriter.Published) -> dict[str,
     }
 
 
-def text_summary(result: core.Bundle, published: bundlewriter.Published) -> str:
+def text_summary(result: build.Bundle, published: writer.Published) -> str:
     """The ``-o text`` summary: a table, then the unpinned devices and unused plan items."""
     rows = [("DEVICE", "GUEST PCI", "MATCHED BY", "FROM", "TAG")]
     rows += [

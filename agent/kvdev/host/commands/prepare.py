@@ -2,7 +2,7 @@
 
 Reads allocated ResourceClaims and the ResourceSlices of their devices from files (as
 ``allocate`` does), and network data from the claims' ``status.devices[]`` or a file, then
-calls ``kvdev.host.writer``. Every claim is checked before anything is written. Exit 0 ok,
+calls ``kvdev.host.publish.writer``. Every claim is checked before anything is written. Exit 0 ok,
 1 a file could not be written or removed (the message names it), 2 usage error or invalid
 input (the object and field are named).
 """
@@ -20,11 +20,11 @@ import yaml
 from pydantic import ValidationError
 
 from kvdev.errors import KvdevError, Problem, SchemaError
-from kvdev.host import writer
 from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, add_files_argument
-from kvdev.host.inputs import load_files
+from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
-from kvdev.host.metadata import build_metadata, claim_identity, network_from_status
+from kvdev.host.publish import writer
+from kvdev.host.publish.metadata import build_metadata, claim_identity, network_from_status
 from kvdev.schema.metadata import NetworkDeviceData
 from kvdev.schema.stream import problems_from
 

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel
 
 from kvdev.errors import KvdevError, SchemaError
+from kvdev.host.allocation.extended import status_for
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -30,8 +31,7 @@ from kvdev.host.commands.common import (
     parse_feature_gates,
     print_objects,
 )
-from kvdev.host.extended import status_for
-from kvdev.host.inputs import load_files
+from kvdev.host.commands.inputs import load_files
 from kvdev.host.scheduling import Placement, ScheduleResult, schedule
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

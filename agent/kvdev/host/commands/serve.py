@@ -4,7 +4,8 @@ Parses the options, builds the claim source (a directory of files, or the Kubern
 the writer layout and the ``PluginServer``, and waits for a signal; then it stops gracefully
 (registration socket first, in-flight calls finish) and removes its sockets. Exit 0 after a
 clean stop, 1 when it cannot serve (a socket in use, an unwritable directory), 2 usage error
-or invalid options. The services live in ``kvdev.host.plugin`` and ``kvdev.host.plugin_server``.
+or invalid options. The services live in ``kvdev.host.plugin.service`` and
+``kvdev.host.plugin.server``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from types import FrameType
 from typing import TextIO
 
 from kvdev.errors import KvdevError, SchemaError, UsageError
-from kvdev.host.claimsource import ClaimSource, FileClaimSource
-from kvdev.host.claimsource_kube import KubeClaimSource
 from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser
 from kvdev.host.commands.prepare import layout_from
-from kvdev.host.plugin import Plugin
-from kvdev.host.plugin_server import DEFAULT_REGISTRY_DIR, PluginServer, Sockets
+from kvdev.host.plugin.claimsource import ClaimSource, FileClaimSource
+from kvdev.host.plugin.kube import KubeClaimSource
+from kvdev.host.plugin.server import DEFAULT_REGISTRY_DIR, PluginServer, Sockets
+from kvdev.host.plugin.service import Plugin
 
 EXIT_CANNOT_SERVE = 1
 

@@ -8,7 +8,7 @@ Python's int conversion is an error naming the source, and a stream whose YAML a
 to more values than the text has characters (an alias bomb: ~10 lines can stand for 10**9
 values) is refused before anything walks or serializes the expansion.
 
-Takes text, does no I/O (see ``kvdev.host.inputs`` for files).
+Takes text, does no I/O (see ``kvdev.host.commands.inputs`` for files).
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from kvdev.host.allocation.allocator import (
     Selection,
     allocate,
 )
+from kvdev.host.allocation.extended import SpecialClaim, special_claim
 from kvdev.host.allocation.pools import selector_matches
-from kvdev.host.extended import SpecialClaim, special_claim
 from kvdev.host.k8s import Pod, ResourceClaim
 from kvdev.host.k8s.claim import AllocationResult, ResourceClaimSpec
 from kvdev.host.k8s.resource import DeviceClass

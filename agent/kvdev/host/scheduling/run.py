@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kvdev.host.allocation.cluster import apply_taint_rules
+from kvdev.host.allocation.extended import SpecialClaim, class_mapping
 from kvdev.host.allocation.features import Features
-from kvdev.host.cluster import apply_taint_rules
-from kvdev.host.extended import SpecialClaim, class_mapping
 from kvdev.host.k8s import (
     DeviceClass,
     DeviceTaintRule,

@@ -74,30 +74,29 @@ runtime cost counts the actual list sizes), can be refused here. In exchange not
 passes runs long: a bound expression does at most ~1e6 steps (~0.2 s in the library).
 
 Compilation is cached by expression text (:func:`compile_selector` returns the same
-:class:`Selector`, or raises the same :class:`CelCompileError`, for the same text). Each
-:class:`DeviceView` caches its converted CEL context (building one costs ~20-25 us, the bulk
-of a first evaluation; later evaluations on the same view cost ~0.3-4 us).
+:class:`Selector`, or raises the same :class:`CelCompileError`, for the same text;
+:func:`compile_uncached` bypasses the cache). Each :class:`DeviceView` caches its converted CEL
+context (building one costs ~20-25 us, the bulk of a first evaluation; later evaluations on the same
+view cost ~0.3-4 us).
 """
 
 from __future__ import annotations
 
-from kvdev.host.allocation.cel.compiler import (
+from kvdev.host.allocation.cel._compiler import (
     MAX_EXPRESSION_LENGTH,
     Selector,
     compile_selector,
+    compile_uncached,
 )
-from kvdev.host.allocation.cel.compiler import (  # not public: the benchmark times it uncached
-    _compile as _compile,
-)
-from kvdev.host.allocation.cel.cost import COST_LIMIT
-from kvdev.host.allocation.cel.errors import (
+from kvdev.host.allocation.cel._cost import COST_LIMIT
+from kvdev.host.allocation.cel._errors import (
     CelCompileError,
     CelCostLimitError,
     CelError,
     CelRuntimeError,
 )
-from kvdev.host.allocation.cel.values import Semver
-from kvdev.host.allocation.cel.view import DeviceView, device_view
+from kvdev.host.allocation.cel._values import Semver
+from kvdev.host.allocation.cel._view import DeviceView, device_view
 
 __all__ = [
     "COST_LIMIT",
@@ -110,5 +109,6 @@ __all__ = [
     "Selector",
     "Semver",
     "compile_selector",
+    "compile_uncached",
     "device_view",
 ]

@@ -1,0 +1,55 @@
+"""systemd ``.link`` files kvdev owns: read the current ones, write and remove them atomically.
+
+Only files named ``10-kvdev-*.link`` in the policy's directory (``/run/systemd/network`` by
+default, so they vanish with the agent's package at the next boot if it is removed) are ever
+read or touched (and the temporary files of their atomic writes, which ``tidy`` removes when a
+killed agent left them behind).
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+from kvdev._atomic import fsync_directory, remove_leftovers, write_atomic
+from kvdev.guest.core.planning import LINK_FILE_PREFIX
+from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
+
+
+def read(directory: str) -> dict[str, str]:
+    """Path -> content of every kvdev link file in ``directory`` (empty if it is missing)."""
+    out: dict[str, str] = {}
+    base = Path(directory)
+    if not base.is_dir():
+        return out
+    for path in sorted(base.glob(f"{LINK_FILE_PREFIX}*.link")):
+        try:
+            out[str(path)] = path.read_text()
+        except OSError:
+            continue  # vanished or unreadable: planning will simply rewrite it
+    return out
+
+
+def tidy(directory: str) -> list[Path]:
+    """Remove what link-file writes killed mid-way left in ``directory``; the files removed."""
+    return remove_leftovers(directory, f"{LINK_FILE_PREFIX}*.link")
+
+
+def apply(step: Step) -> StepResult:
+    """Write or remove one link file; never raises for an OS error."""
+    if not isinstance(step, WriteLinkFile | RemoveLinkFile):
+        return StepResult(step, ok=False, error="not a link-file step")
+    try:
+        if isinstance(step, WriteLinkFile):
+            path = Path(step.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, step.content.encode(), mode=0o644)
+        else:
+            path = Path(step.path)
+            if path.parent.is_dir():  # a directory that is gone took the file with it
+                path.unlink(missing_ok=True)
+                fsync_directory(path.parent)
+    except OSError as e:
+        retryable = e.errno in {errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EINTR}
+        return StepResult(step, ok=False, error=f"{step.path}: {e.strerror}", retryable=retryable)
+    return StepResult(step, ok=True)

@@ -1,0 +1,78 @@
+"""The rename journal: the names links had before kvdev moved them to temporary names.
+
+A trade of names (a swap, a cycle) passes through ``planning.temp_name``; an agent killed in the
+middle leaves links on those names. Before applying such renames the agent records each link's
+name in ``<state-dir>/renames.json`` (atomically, durably), so a later pass can give a link whose
+device no longer asks for a name a name the trade freed. The journal is dropped once no link in
+it holds its temporary name (the file is removed then).
+
+Only this module reads or writes that file; it decides nothing (``planning`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kvdev._atomic import write_atomic
+from kvdev.guest.core.observed import NetState
+from kvdev.guest.core.planning import temp_name
+from kvdev.guest.core.steps import Rename, Step
+
+log = logging.getLogger("kvdev.agent")
+
+JOURNAL_FILE = "renames.json"
+
+
+def load(state_dir: Path) -> dict[int, str]:
+    """The journal in ``state_dir``: ifindex -> name before the trade (empty if none or bad)."""
+    path = state_dir / JOURNAL_FILE
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        log.warning("ignoring the rename journal %s: %s", path, e)
+        return {}
+    if not isinstance(body, dict):
+        log.warning("ignoring the rename journal %s: not a JSON object", path)
+        return {}
+    return {
+        int(key): name
+        for key, name in body.items()
+        if isinstance(key, str) and key.isdecimal() and isinstance(name, str) and name
+    }
+
+
+def record(journal: Mapping[int, str], steps: Sequence[Step]) -> dict[int, str]:
+    """The journal once ``steps`` move links to temporary names (the first name recorded wins)."""
+    out = dict(journal)
+    for step in steps:
+        if isinstance(step, Rename) and step.new_name == temp_name(step.ifindex):
+            out.setdefault(step.ifindex, step.ifname)
+    return out
+
+
+def prune(journal: Mapping[int, str], state: NetState) -> dict[int, str]:
+    """The journal while a link in it still holds its temporary name, else nothing.
+
+    While the trade is unfinished every name in it counts: finished renames freed some.
+    """
+    unfinished = any(
+        (link := state.link(ifindex)) is not None and link.ifname == temp_name(ifindex)
+        for ifindex in journal
+    )
+    return dict(journal) if unfinished else {}
+
+
+def save(state_dir: Path, journal: Mapping[int, str]) -> None:
+    """Write the journal (remove the file when empty). Raises OSError."""
+    path = state_dir / JOURNAL_FILE
+    if not journal:
+        path.unlink(missing_ok=True)
+        return
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+    body = {str(ifindex): name for ifindex, name in sorted(journal.items())}
+    write_atomic(path, (json.dumps(body, sort_keys=True) + "\n").encode(), mode=0o644)

@@ -1,0 +1,249 @@
+"""Watching what the agent reads: a file descriptor that is readable when it may have changed.
+
+The only importer of watchdog (inotify). It watches the metadata root recursively, the root's
+parent (a bundle's ``current`` link swapped to a new generation is a rename there), and the
+directories of the hints and config-drive files. Where inotify cannot see the writer (a 9p or
+virtiofs shared folder written by the host, NFS, ...), it also polls cheap stat data
+(``kvdev.guest.adapters.fspoll``). Either way it only says "something may have changed": the loop
+re-reads everything (level-triggered).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Self
+
+from watchdog import events
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+
+from kvdev.guest.adapters import fspoll
+from kvdev.schema.tree import Role, role_of
+
+log = logging.getLogger("kvdev.agent")
+
+
+def _not_the_stop_race(record: logging.LogRecord) -> bool:
+    """Drop watchdog's "queue_events() called when the thread is inactive" error.
+
+    watchdog logs it when a watch is unscheduled while its thread has just read an event: a
+    benign race that ``rearm`` meets on every bundle swap. Nothing is lost: the pass that
+    follows a re-arm reads everything again.
+    """
+    return "called when the thread is inactive" not in record.getMessage()
+
+
+logging.getLogger("watchdog.observers.inotify").addFilter(_not_the_stop_race)
+
+# What can change what read_sources returns. Not opens or no-write closes: our own reads must
+# not wake us. Not DirModifiedEvent: it doubles every event in a directory, for the directory
+# itself (an ancestor of a target). Attribute changes have their own classes from watchdog 7.
+_EVENTS: list[type[events.FileSystemEvent]] = [
+    cls
+    for name in (
+        *("FileCreated", "FileMoved", "FileDeleted", "FileModified", "FileClosed", "FileAttrib"),
+        *("DirCreated", "DirMoved", "DirDeleted", "DirAttrib"),
+    )
+    if isinstance(cls := getattr(events, f"{name}Event", None), type)
+]
+_Identity = tuple[int, int]  # st_dev, st_ino of a watched directory
+
+
+class _Handler(events.FileSystemEventHandler):
+    def __init__(self, wake: Callable[[events.FileSystemEvent], None]) -> None:
+        self._wake = wake
+
+    def on_any_event(self, event: events.FileSystemEvent) -> None:
+        self._wake(event)
+
+
+def _nearest_dir(path: Path) -> tuple[Path, _Identity]:
+    """``path`` if it is a directory, else its nearest ancestor that is; and its identity."""
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR((st := candidate.stat()).st_mode):
+                return candidate, (st.st_dev, st.st_ino)
+    return Path(path.anchor or "/"), (0, 0)  # not even "/" can be looked up
+
+
+class Watcher:
+    """Make a file descriptor readable when what ``read_sources`` reads may have changed.
+
+    Watches ``root`` recursively, its parent, and the directories of ``hints`` and
+    ``config_drive`` for files and directories created, modified, closed after writing, moved,
+    deleted or changed in their attributes. A target that does not exist yet is watched through
+    its nearest existing ancestor. A ``root`` that is a symbolic link is watched where it points;
+    the rename that swaps it (in the parent) wakes the loop, and the next ``drain()`` re-arms on
+    the new target. ``poll``: seconds between stat polls (0 = never, None = ``auto``: poll every
+    ``fspoll.DEFAULT_INTERVAL`` when a target is on a file system inotify cannot see remote
+    writers on; decided again whenever the watches change). However many events arrive, the
+    pipe behind ``fileno()`` holds at most one byte.
+
+    Use it from one thread (the selector loop), as a context manager: register it with a
+    selector; when readable, ``drain()`` and then ``read_sources`` again. ``drain()`` re-arms
+    first (a target that has appeared or was replaced is then watched itself), so a read after
+    it misses nothing. inotify says nothing when a watched directory is moved away and drops
+    events when its queue overflows: drain and read on a timer too.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        hints: Path | None = None,
+        config_drive: Path | None = None,
+        *,
+        poll: float | None = 0.0,
+    ) -> None:
+        self._root = Path(os.path.normpath(root.absolute()))
+        self._poll_setting = poll
+        self._poller: fspoll.Poller | None = None
+        self._files = [Path(os.path.normpath(p.absolute())) for p in (hints, config_drive) if p]
+        self._handler = _Handler(self._on_event)
+        self._observer: BaseObserver | None = None
+        self._armed: dict[tuple[Path, bool], _Identity] = {}
+        self._lock = threading.Lock()  # guards _pending and the pipe
+        self._pending = 0
+        self._pipe: tuple[int, int] | None = None
+        self.error: OSError | None = None
+        """Why arming a watch failed last time (None once it succeeds); retried by rearm()."""
+
+    def __enter__(self) -> Self:
+        self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._observer = Observer()
+            self._observer.start()
+            self.rearm()  # arming the first watches also starts the poller when one is due
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def fileno(self) -> int:
+        """The read end of the wake-up pipe: readable when something may have changed."""
+        assert self._pipe is not None, "use Watcher as a context manager"
+        return self._pipe[0]
+
+    def drain(self) -> int:
+        """Re-arm, empty the pipe, and return how many events arrived since the last drain."""
+        self.rearm()
+        with self._lock:
+            with contextlib.suppress(BlockingIOError):
+                while self._pipe and os.read(self._pipe[0], 64):
+                    pass
+            count, self._pending = self._pending, 0
+        return count
+
+    def rearm(self) -> bool:
+        """Watch each target, or its nearest existing ancestor; True when the watches changed.
+
+        A failure (inotify limits, a directory gone while armed) is kept in ``error`` and
+        tried again on the next call.
+        """
+        for attempt in range(3):  # a directory may vanish while it is armed: look again
+            wanted = self._wanted()
+            if not (observer := self._observer) or (
+                wanted == self._armed and all(e.is_alive() for e in observer.emitters)
+            ):
+                return attempt > 0
+            observer.unschedule_all()
+            self._armed = {}
+            try:
+                for path, recursive in wanted:
+                    observer.schedule(
+                        self._handler, path, recursive=recursive, event_filter=_EVENTS
+                    )
+            except OSError as e:
+                self.error = e
+            else:
+                self._armed, self.error = wanted, None
+            self._repoll()
+        return True
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between polls now (0: not polling)."""
+        return self._poller.interval if self._poller is not None else 0.0
+
+    def _repoll(self) -> None:
+        """Start, stop or re-time the poller for the setting and where the targets are now."""
+        if self._observer is None:
+            return
+        files = tuple(self._files)
+        interval, fs = fspoll.effective_interval(self._poll_setting, (self._root, *files))
+        if interval == self.poll_interval:
+            return
+        if self._poller is not None:
+            self._poller.stop()
+            self._poller = None
+        if interval > 0:
+            if fs is not None:
+                log.info("%s is on %s: polling it every %g s", self._root, fs, interval)
+            self._poller = fspoll.Poller(
+                lambda: fspoll.snapshot(self._root, files), interval, self._poke
+            )
+            self._poller.start()
+
+    def close(self) -> None:
+        """Stop watching and polling and close the pipe; closing twice is harmless."""
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.stop()
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()  # also releases the inotify instance of an observer never started
+            if observer.ident is not None:
+                observer.join()
+        self._armed.clear()
+        with self._lock:
+            pipe, self._pipe = self._pipe, None
+        for fd in pipe or ():
+            os.close(fd)
+
+    def _wanted(self) -> dict[tuple[Path, bool], _Identity]:
+        """(directory, recursive) -> identity of every watch the targets need now."""
+        wanted: dict[tuple[Path, bool], _Identity] = {}
+        targets = [(self._root, True), (self._root.parent, False)]
+        for target, recursive in [*targets, *((f.parent, False) for f in self._files)]:
+            path, identity = _nearest_dir(target)
+            wanted[path, recursive and path == target] = identity
+        tops = [path for path, recursive in wanted if recursive]
+        return {
+            (path, recursive): identity
+            for (path, recursive), identity in wanted.items()
+            if recursive or not any(path.is_relative_to(top) for top in tops)
+        }
+
+    def _matters(self, path: Path, *, is_dir: bool) -> bool:
+        """A target or its ancestor; under the root, a directory or a file kvdev reads.
+
+        A writer's temporary file (``.x-metadata.json.tmp``) wakes nobody; the rename that
+        puts it in place does.
+        """
+        if any(t.is_relative_to(path) for t in (self._root, *self._files)):
+            return True
+        if not path.is_relative_to(self._root):
+            return False
+        return is_dir or role_of(path.relative_to(self._root).as_posix()) is not Role.UNRELATED
+
+    def _on_event(self, event: events.FileSystemEvent) -> None:
+        """On watchdog's thread: count a relevant event; wake the loop once until drained."""
+        paths = [Path(os.fsdecode(p)) for p in (event.src_path, event.dest_path) if p]
+        if any(self._matters(p, is_dir=event.is_directory) for p in paths):
+            self._poke()
+
+    def _poke(self) -> None:
+        """Count a change; wake the loop once until drained (from any thread)."""
+        with self._lock:
+            self._pending += 1
+            if self._pending == 1 and self._pipe:
+                with contextlib.suppress(BlockingIOError):  # full: the loop is awake already
+                    os.write(self._pipe[1], b"\x00")

@@ -1,0 +1,166 @@
+"""The hand-over between the reconcile loop (main thread) and the local API (server thread).
+
+The loop ``publish``es each new status; the API reads the latest ``Snapshot`` and the recent
+``Event``s without locks held for long, and long-polls for new events. The API ``ask``s the
+loop to do what only the loop may do (a full reconcile, a dry-run plan: pyroute2 handles are
+bound to the loop's thread); the loop sees a readable ``fileno()``, ``drain()``s the requests
+and answers each through its future. Nothing here blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvdev.guest.core.status import Change, Status, changes
+
+EVENTS_KEPT = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A numbered state change, with the wall-clock time it was published."""
+
+    seq: int
+    time: float
+    type: str
+    subject: str
+    phase: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The latest status and when things happened (wall-clock seconds)."""
+
+    status: Status
+    published_at: float
+    started_at: float
+    converged_since: float  # when ``converged`` last flipped (or the first publish)
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A request from the API to the loop; the loop resolves ``answer``."""
+
+    kind: str  # "reconcile" | "plan"
+    answer: concurrent.futures.Future[object]
+
+
+class Bridge:
+    """Thread-safe: ``publish``/``drain`` on the loop's thread, the rest on the API's."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._started = clock()
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._events: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        self._seq = 0
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._asks: queue.SimpleQueue[Ask] = queue.SimpleQueue()
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # ------------------------------------------------------------------ loop side
+
+    def publish(self, status: Status) -> None:
+        """Make ``status`` the latest; record what changed; wake long-polls."""
+        now = self._clock()
+        with self._lock:
+            before = self._snapshot
+            found = changes(before.status if before else None, status)
+            flipped = before is None or before.status.converged != status.converged
+            if flipped:  # so that long-polls see "ready" and convergence, even with no devices
+                what = "Converged" if status.converged else "NotConverged"
+                kind = "Ready" if before is None else "ConvergenceChanged"
+                found.append(Change(kind, "", what, status.summary()))
+            for c in found:
+                self._seq += 1
+                self._events.append(Event(self._seq, now, c.type, c.subject, c.phase, c.message))
+            errors = [d.reason for d in status.devices if d.phase.value == "Error"]
+            errors += [str(p) for p in status.file_errors]
+            last_error = errors[-1] if errors else (before.last_error if before else None)
+            self._snapshot = Snapshot(
+                status,
+                now,
+                self._started,
+                now if flipped else (before.converged_since if before else now),
+                last_error,
+            )
+            waiters, self._waiters = (
+                (self._waiters, []) if found else (self._waiters, self._waiters)
+            )
+        if found:
+            for loop, event in waiters:
+                loop.call_soon_threadsafe(event.set)
+
+    def fileno(self) -> int:
+        """Readable when the API has asked for something."""
+        return self._read_fd
+
+    def drain(self) -> list[Ask]:
+        """Every pending request, oldest first."""
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        out = []
+        while True:
+            try:
+                out.append(self._asks.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self) -> None:
+        """Close the wake-up pipe."""
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    # ------------------------------------------------------------------ API side
+
+    def snapshot(self) -> Snapshot | None:
+        """The latest published state (None before the first pass)."""
+        with self._lock:
+            return self._snapshot
+
+    @property
+    def started_at(self) -> float:
+        """When this agent process started (wall clock): event numbers restart with it."""
+        return self._started
+
+    def events_since(self, seq: int) -> tuple[list[Event], int]:
+        """Events numbered above ``seq``, and the number to ask from next time."""
+        with self._lock:
+            return [e for e in self._events if e.seq > seq], self._seq
+
+    async def wait_events(self, seq: int, wait_seconds: float) -> tuple[list[Event], int]:
+        """Like ``events_since``, waiting up to ``wait_seconds`` for at least one event."""
+        event = asyncio.Event()
+        with self._lock:
+            waiting = self._seq <= seq
+            if waiting:
+                self._waiters.append((asyncio.get_running_loop(), event))
+        if waiting:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), wait_seconds)
+            with self._lock:
+                self._waiters = [w for w in self._waiters if w[1] is not event]
+        return self.events_since(seq)
+
+    async def ask(self, kind: str, wait_seconds: float) -> object:
+        """Have the loop do ``kind``; its answer, or TimeoutError after ``wait_seconds``."""
+        answer: concurrent.futures.Future[object] = concurrent.futures.Future()
+        self._asks.put(Ask(kind, answer))
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake already
+            os.write(self._write_fd, b"!")
+        return await asyncio.wait_for(asyncio.wrap_future(answer), wait_seconds)

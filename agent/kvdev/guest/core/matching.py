@@ -1,0 +1,269 @@
+"""Pure matching: each described device to at most one guest device, with the evidence.
+
+Keys, strongest first; a device bound by one phase is not a candidate in the later ones:
+
+1. **pinned**: a guest hint's ``guest.pciAddress``; or **tag**: a hint's ``guest.tag`` looked
+   up in the config drive's ``devices[]`` (which gives the guest PCI address). A pin is
+   authoritative: a pinned device that is not there is ``missing``, never matched otherwise.
+2. **mac**: ``networkData.hardwareAddress`` against each NIC's permanent MAC, else current MAC.
+3. **vendor-device**: the PCI vendor:device ID, only when exactly one described device and
+   exactly one remaining guest device share it. With several on each side the order of
+   host and guest addresses is not trustworthy (VFs are known to be reordered), so that is
+   ``ambiguous``, resolved by pinning addresses or tags in the hints.
+
+Two candidates, or two described devices wanting one guest device, is ``ambiguous`` for
+the devices involved only; duplicate MACs never stop the run. A guest device no described
+device binds is ``unmanaged`` and must never be touched.
+
+No I/O here: all inputs are values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvdev.guest.core.observed import GuestDevice, Nic
+from kvdev.schema.configdrive import TaggedDevice
+from kvdev.schema.described import DescribedDevice
+from kvdev.schema.fields import base_request
+from kvdev.schema.hints import DeviceHint
+
+
+class MatchState(enum.Enum):
+    """Outcome for one described device."""
+
+    BOUND = "Bound"
+    MISSING = "Missing"
+    AMBIGUOUS = "Ambiguous"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One reason for a binding: which key matched, and on what value."""
+
+    kind: str  # pinned | tag | permanent-mac | mac | vendor-device
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What became of one described device."""
+
+    device: DescribedDevice
+    state: MatchState
+    guest: GuestDevice | None = None
+    evidence: tuple[Evidence, ...] = ()
+    candidates: tuple[str, ...] = ()  # guest device keys considered, when not bound
+    reason: str = ""  # why it is missing or ambiguous
+    hint: DeviceHint | None = None
+
+    @property
+    def nic(self) -> Nic | None:
+        """The bound guest device's network interface, if it has exactly one."""
+        if self.guest is not None and len(self.guest.nics) == 1:
+            return self.guest.nics[0]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """All bindings, in the order of the described devices, and the unmanaged guest devices."""
+
+    bindings: tuple[Binding, ...]
+    unmanaged: tuple[GuestDevice, ...]
+
+
+def hint_for(device: DescribedDevice, hints: Iterable[DeviceHint]) -> DeviceHint | None:
+    """The most specific hint selecting ``device`` (None if none, or if two tie)."""
+    scored = []
+    for h in hints:
+        claim_ok = (
+            h.claim.pod_claim_name == device.pod_claim_name
+            if h.claim.pod_claim_name is not None
+            else h.claim.resource_claim_name == device.claim and device.pod_claim_name is None
+        )
+        request_ok = h.request in {device.request, base_request(device.request)}
+        narrow = [(h.driver, device.driver), (h.pool, device.pool), (h.device, device.name)]
+        if claim_ok and request_ok and all(want in {None, got} for want, got in narrow):
+            scored.append((sum(want is not None for want, _ in narrow), h))
+    scored.sort(key=lambda pair: -pair[0])
+    if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
+        return None
+    return scored[0][1]
+
+
+def match(
+    described: Sequence[DescribedDevice],
+    guest: Sequence[GuestDevice],
+    hints: Sequence[DeviceHint] = (),
+    tagged: Sequence[TaggedDevice] = (),
+) -> Matching:
+    """Bind described devices to guest devices; see the module docstring for the rules."""
+    by_key = {g.key: g for g in guest}
+    results: dict[int, Binding] = {}
+    chosen = {i: hint_for(d, hints) for i, d in enumerate(described)}
+
+    # Phase 1: pins and tags.
+    wants: dict[int, tuple[str, Evidence] | Binding] = {}
+    for i, d in enumerate(described):
+        hint = chosen[i]
+        if hint is not None and hint.guest is not None:
+            wanted = _pinned(d, hint, tagged, by_key)
+            if wanted is not None:
+                wants[i] = wanted
+    _settle(described, wants, by_key, chosen, results)
+
+    # Phase 2: MACs, among guest devices not yet bound.
+    free = _free(guest, results)
+    wants = {}
+    for i, d in enumerate(described):
+        if i not in results and d.mac is not None:
+            wanted = _by_mac(d, free)
+            if wanted is not None:
+                wants[i] = wanted
+    _settle(described, wants, by_key, chosen, results)
+
+    # Phase 3: vendor:device, one to one only.
+    free = _free(guest, results)
+    wants = {}
+    _by_vendor_device(described, free, results, wants)
+    _settle(described, wants, by_key, chosen, results)
+
+    bindings = tuple(
+        results.get(i) or Binding(d, MatchState.MISSING, reason=_missing_reason(d), hint=chosen[i])
+        for i, d in enumerate(described)
+    )
+    bound = {b.guest.key for b in bindings if b.guest is not None}
+    return Matching(bindings, tuple(g for g in guest if g.key not in bound))
+
+
+def _free(guest: Sequence[GuestDevice], results: dict[int, Binding]) -> list[GuestDevice]:
+    taken = {b.guest.key for b in results.values() if b.guest is not None}
+    return [g for g in guest if g.key not in taken]
+
+
+def _pinned(
+    d: DescribedDevice,
+    hint: DeviceHint,
+    tagged: Sequence[TaggedDevice],
+    by_key: dict[str, GuestDevice],
+) -> tuple[str, Evidence] | Binding | None:
+    assert hint.guest is not None
+    pin = hint.guest.pci_address
+    tag = hint.guest.tag
+    tag_addresses = sorted(
+        {t.pci_address for t in tagged if tag in t.tags and t.pci_address is not None}
+    )
+    if tag is not None and len(tag_addresses) > 1:
+        return Binding(
+            d,
+            MatchState.AMBIGUOUS,
+            candidates=tuple(tag_addresses),
+            hint=hint,
+            reason=f"tag {tag!r} is on several config-drive devices",
+        )
+    if pin is not None:
+        if tag_addresses and tag_addresses[0] != pin:
+            return Binding(
+                d,
+                MatchState.AMBIGUOUS,
+                candidates=(pin, tag_addresses[0]),
+                hint=hint,
+                reason=f"hint pins {pin} but tag {tag!r} is at {tag_addresses[0]}",
+            )
+        if pin not in by_key:
+            return Binding(
+                d,
+                MatchState.MISSING,
+                hint=hint,
+                reason=f"pinned to guest PCI address {pin}, which the guest does not have",
+            )
+        return pin, Evidence("pinned", f"guest PCI address {pin} from the hints")
+    if tag_addresses and tag_addresses[0] in by_key:
+        return tag_addresses[0], Evidence("tag", f"tag {tag!r} at {tag_addresses[0]}")
+    return None  # an unresolvable tag is no evidence: fall through to the MAC
+
+
+def _by_mac(d: DescribedDevice, free: Sequence[GuestDevice]) -> tuple[str, Evidence] | Binding:
+    for kind, attr in (("permanent-mac", "permanent_mac"), ("mac", "mac")):
+        hits = [g for g in free if any(getattr(n, attr) == d.mac for n in g.nics)]
+        if len(hits) == 1:
+            return hits[0].key, Evidence(kind, f"{d.mac} on {hits[0].nics[0].ifname}")
+        if len(hits) > 1:
+            return Binding(
+                d,
+                MatchState.AMBIGUOUS,
+                candidates=tuple(g.key for g in hits),
+                reason=f"{len(hits)} guest devices have MAC {d.mac}",
+            )
+    return Binding(d, MatchState.MISSING, reason=f"no guest NIC has MAC {d.mac}")
+
+
+def _by_vendor_device(
+    described: Sequence[DescribedDevice],
+    free: Sequence[GuestDevice],
+    results: dict[int, Binding],
+    wants: dict[int, tuple[str, Evidence] | Binding],
+) -> None:
+    waiting: defaultdict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, d in enumerate(described):
+        if i not in results and d.mac is None and d.vendor_id and d.device_id:
+            waiting[(d.vendor_id, d.device_id)].append(i)
+    for (vendor, dev), indices in waiting.items():
+        pool = [g for g in free if (g.vendor_id, g.device_id) == (vendor, dev)]
+        if len(indices) == 1 and len(pool) == 1:
+            wants[indices[0]] = (pool[0].key, Evidence("vendor-device", f"only {vendor}:{dev}"))
+        elif pool:
+            for i in indices:
+                wants[i] = Binding(
+                    described[i],
+                    MatchState.AMBIGUOUS,
+                    candidates=tuple(g.key for g in pool),
+                    reason=f"{len(indices)} described and {len(pool)} guest devices are "
+                    f"{vendor}:{dev}; pin guest addresses or tags in the hints",
+                )
+
+
+def _settle(
+    described: Sequence[DescribedDevice],
+    wants: dict[int, tuple[str, Evidence] | Binding],
+    by_key: dict[str, GuestDevice],
+    chosen: dict[int, DeviceHint | None],
+    results: dict[int, Binding],
+) -> None:
+    """Record one phase's outcomes; two devices wanting one guest device are both ambiguous."""
+    claimants: defaultdict[str, list[int]] = defaultdict(list)
+    for i, want in wants.items():
+        if isinstance(want, Binding):
+            if want.state is not MatchState.MISSING or want.hint is not None:
+                results[i] = want  # definitive: ambiguous, or a pinned device that is absent
+        else:
+            claimants[want[0]].append(i)
+    for key, indices in claimants.items():
+        for i in indices:
+            d, evidence = described[i], wants[i]
+            assert not isinstance(evidence, Binding)
+            if len(indices) == 1:
+                results[i] = Binding(
+                    d, MatchState.BOUND, by_key[key], (evidence[1],), hint=chosen[i]
+                )
+            else:
+                others = ", ".join(described[j].ref for j in indices if j != i)
+                results[i] = Binding(
+                    d,
+                    MatchState.AMBIGUOUS,
+                    candidates=(key,),
+                    hint=chosen[i],
+                    reason=f"{key} is also wanted by {others}",
+                )
+
+
+def _missing_reason(d: DescribedDevice) -> str:
+    if d.mac is not None:
+        return f"no guest NIC has MAC {d.mac}"
+    if d.vendor_id and d.device_id:
+        return f"no unbound guest device is {d.vendor_id}:{d.device_id}"
+    return "nothing to match on: no hint, no MAC, no PCI vendor:device ID"

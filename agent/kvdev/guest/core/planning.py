@@ -1,0 +1,391 @@
+"""Pure planning: what each bound interface should look like, and the steps to get there.
+
+For every described device bound to a guest NIC, the desired state is:
+
+* an **altname** derived from the claim (the pod's claim name for template claims), the base
+  request and the device, always, so people and scripts have a stable handle;
+* a **name**, only when a hint asks for one. A name held by a link that is not itself being
+  renamed away blocks the rename (reported, never forced); renames that trade names go
+  through temporary names. A ``.link`` file keeps the name across reboots and re-plugs;
+* an **MTU**, when a hint sets one and the driver's bounds allow it;
+* **addresses**: ``networkData.ips`` plus the hint's; **routes**: the hint's;
+* the link **up**.
+
+A link still on its own temporary name (an agent killed mid-trade) whose device no longer asks
+for a name gets a name the trade freed: its own old one if free, else another (the caller
+journals the names a trade starts from: ``restore``).
+
+The plan is the difference between that and what netlink observed: a converged system plans
+nothing. kvdev removes only addresses and routes carrying its protocol mark (``KVDEV_PROTO``)
+on links it manages; a device that leaves the metadata keeps its configuration.
+
+No I/O here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kvdev.guest.core.matching import Binding, Matching, MatchState
+from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState
+from kvdev.guest.core.steps import (
+    AddAddress,
+    AddAltname,
+    AddRoute,
+    RemoveAddress,
+    RemoveLinkFile,
+    RemoveRoute,
+    Rename,
+    SetDown,
+    SetMtu,
+    SetUp,
+    Step,
+    WriteLinkFile,
+)
+from kvdev.schema.fields import base_request
+
+ALTNAME_MAX_BYTES = 127  # ALTIFNAMSIZ (128) minus the NUL
+TEMP_PREFIX = "kvtmp"
+LINK_FILE_PREFIX = "10-kvdev-"
+_DEFAULT_METRIC = {4: 0, 6: 1024}  # what the kernel stores when no metric is given
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Site choices that are not in the metadata."""
+
+    link_dir: str = "/run/systemd/network"
+    altnames: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredRoute:
+    """A route kvdev wants through an interface."""
+
+    destination: str
+    gateway: str | None = None
+    metric: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Desired:
+    """What one bound interface should look like."""
+
+    device: str
+    ifindex: int
+    ifname: str
+    altname: str | None
+    mtu: int | None
+    addresses: tuple[str, ...]
+    routes: tuple[DesiredRoute, ...]
+    link_file: tuple[str, str] | None = None  # (path, content) when a rename is wanted
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Something wanted that kvdev will not do, and why."""
+
+    device: str
+    ifname: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The steps to apply, in order, with the desired state they aim at."""
+
+    steps: tuple[Step, ...]
+    desired: tuple[Desired, ...]
+    blocked: tuple[Blocked, ...]
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to do."""
+        return not self.steps
+
+
+def altname_for(binding: Binding) -> str:
+    """``<claim>.<request>.<device>``; shortened with a hash past the kernel's 127 bytes."""
+    d = binding.device
+    name = f"{d.pod_claim_name or d.claim}.{base_request(d.request)}.{d.name}"
+    if len(name.encode()) <= ALTNAME_MAX_BYTES:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[: ALTNAME_MAX_BYTES - 11]}-{digest}"
+
+
+def _family(address: str) -> int:
+    return 6 if ":" in address else 4
+
+
+def _metric(route: DesiredRoute) -> int:
+    return route.metric if route.metric is not None else _DEFAULT_METRIC[_family(route.destination)]
+
+
+def _link_file(binding: Binding, link: Link, name: str, policy: Policy) -> tuple[str, str]:
+    if link.permanent_mac:
+        match = f"PermanentMACAddress={link.permanent_mac}"
+    elif binding.guest is not None and binding.guest.pci_address:
+        match = f"Path=pci-{binding.guest.pci_address}"
+    else:
+        match = f"MACAddress={link.mac}"
+    content = (
+        f"# Written by kvdev for {binding.device.ref}; kvdev removes it when no longer wanted.\n"
+        f"[Match]\n{match}\n\n[Link]\nName={name}\n"
+    )
+    return f"{policy.link_dir}/{LINK_FILE_PREFIX}{name}.link", content
+
+
+def temp_name(ifindex: int) -> str:
+    """The name a link holds while it trades names with others."""
+    return f"{TEMP_PREFIX}{ifindex}"
+
+
+def _desire(
+    binding: Binding,
+    link: Link,
+    policy: Policy,
+    blocked: list[Blocked],
+    restore: Mapping[int, str],
+) -> Desired:
+    net = binding.hint.network if binding.hint is not None else None
+    ref = binding.device.ref
+    mtu = net.mtu if net is not None else None
+    if mtu is not None and not (link.min_mtu or 0) <= mtu <= (link.max_mtu or mtu):
+        blocked.append(
+            Blocked(
+                ref,
+                link.ifname,
+                f"MTU {mtu} is outside the driver's range {link.min_mtu}..{link.max_mtu}",
+            )
+        )
+        mtu = None
+    addresses = tuple(dict.fromkeys([*binding.device.ips, *((net.addresses or []) if net else [])]))
+    routes = tuple(
+        DesiredRoute(r.destination, r.gateway, r.metric)
+        for r in ((net.routes or []) if net else [])
+    )
+    name = net.interface_name if net is not None and net.interface_name else link.ifname
+    name = restore.get(link.ifindex, name) if name == temp_name(link.ifindex) else name
+    return Desired(
+        device=ref,
+        ifindex=link.ifindex,
+        ifname=name,
+        altname=altname_for(binding) if policy.altnames else None,
+        mtu=mtu,
+        addresses=addresses,
+        routes=routes,
+        link_file=(
+            _link_file(binding, link, name, policy)
+            if net is not None and net.interface_name
+            else None
+        ),
+    )
+
+
+def _renames(
+    desired: list[Desired], state: NetState, blocked: list[Blocked]
+) -> tuple[list[Step], set[int], list[Desired]]:
+    """Rename steps (down, temporary names when names are traded, final names).
+
+    Returns the steps, the links they take down, and the desired states with blocked renames
+    replaced by the current name.
+    """
+    holders = {lk.ifname: lk.ifindex for lk in state.links}
+    holders.update({alt: lk.ifindex for lk in state.links for alt in lk.altnames})
+    moving = {d.ifindex: d for d in desired if d.ifname != _name(state, d)}
+    ok = _feasible(moving, holders)
+    blocked.extend(
+        Blocked(d.device, _name(state, d), _blocked_reason(d, ifindex, holders, moving, state))
+        for ifindex, d in moving.items()
+        if ifindex not in ok
+    )
+    traded = any(holders.get(d.ifname) in ok for d in ok.values())
+    steps: list[Step] = []
+    downed: set[int] = set()
+    for ifindex, d in sorted(ok.items()):
+        link = state.link(ifindex)
+        assert link is not None
+        if link.up:
+            steps.append(SetDown(ifindex, link.ifname, d.device, "a link must be down to rename"))
+            downed.add(ifindex)
+        if traded:
+            temp = temp_name(ifindex)
+            steps.append(Rename(ifindex, link.ifname, d.device, "free the name for a trade", temp))
+    for ifindex, d in sorted(ok.items()):
+        current = temp_name(ifindex) if traded else _name(state, d)
+        steps.append(Rename(ifindex, current, d.device, "the hints ask for this name", d.ifname))
+    kept = [
+        _keep_name(d, state) if d.ifindex in moving and d.ifindex not in ok else d for d in desired
+    ]
+    return steps, downed, kept
+
+
+def _feasible(moving: dict[int, Desired], holders: dict[str, int]) -> dict[int, Desired]:
+    """Renames that can go ahead: the name is free, or held by a link that moves too.
+
+    Chains and trades work; anything depending on a blocked rename is blocked in turn.
+    """
+    ok = dict(moving)
+    changed = True
+    while changed:
+        changed = False
+        for ifindex, d in list(ok.items()):
+            holder = holders.get(d.ifname)
+            if holder is not None and (holder == ifindex or holder not in ok):
+                del ok[ifindex]
+                changed = True
+    return ok
+
+
+def _blocked_reason(
+    d: Desired, ifindex: int, holders: dict[str, int], moving: dict[int, Desired], state: NetState
+) -> str:
+    holder = holders[d.ifname]
+    owner = state.link(holder)
+    owner_name = owner.ifname if owner else str(holder)
+    if holder == ifindex:
+        why = f"an altname of {owner_name}"
+    elif holder in moving:
+        why = f"held by {owner_name}, whose own rename is blocked"
+    else:
+        why = f"held by {owner_name}, which kvdev does not rename"
+    return f"name {d.ifname!r} is {why}"
+
+
+def _name(state: NetState, d: Desired) -> str:
+    link = state.link(d.ifindex)
+    return link.ifname if link is not None else d.ifname
+
+
+def _keep_name(d: Desired, state: NetState) -> Desired:
+    return Desired(d.device, d.ifindex, _name(state, d), d.altname, d.mtu, d.addresses, d.routes)
+
+
+def _link_steps(d: Desired, link: Link, state: NetState, was_downed: bool) -> list[Step]:
+    steps: list[Step] = []
+    at = (d.ifindex, d.ifname, d.device)
+    if d.altname and d.altname not in link.altnames and d.altname != link.ifname:
+        steps.append(AddAltname(*at, "stable handle for the described device", d.altname))
+    if d.mtu is not None and link.mtu != d.mtu:
+        steps.append(SetMtu(*at, f"MTU is {link.mtu}", d.mtu))
+    if not link.up or was_downed:
+        steps.append(SetUp(*at, "a managed link is up"))
+    have = {a.address: a for a in state.addresses if a.ifindex == d.ifindex}
+    if was_downed:  # the kernel drops IPv6 addresses and all routes of a link taken down
+        have = {k: a for k, a in have.items() if _family(k) == 4}
+    steps.extend(
+        RemoveAddress(*at, "kvdev added it and the metadata no longer lists it", a.address)
+        for a in have.values()
+        if a.proto == KVDEV_PROTO and a.address not in d.addresses
+    )
+    steps.extend(AddAddress(*at, "listed in the metadata", a) for a in d.addresses if a not in have)
+    wanted = {(r.destination, r.gateway, _metric(r)) for r in d.routes}
+    routes = [r for r in state.routes if r.ifindex == d.ifindex and not was_downed]
+    present = set()
+    for r in routes:
+        key = (
+            r.destination,
+            r.gateway,
+            r.metric if r.metric is not None else _DEFAULT_METRIC[_family(r.destination)],
+        )
+        present.add(key)
+        if r.protocol == KVDEV_PROTO and key not in wanted:
+            steps.append(
+                RemoveRoute(
+                    *at,
+                    "kvdev added it and the hints no longer list it",
+                    r.destination,
+                    r.gateway,
+                    r.metric,
+                )
+            )
+    steps.extend(
+        AddRoute(*at, "listed in the hints", r.destination, r.gateway, r.metric)
+        for r in d.routes
+        if (r.destination, r.gateway, _metric(r)) not in present
+    )
+    return steps
+
+
+def plan(
+    matching: Matching,
+    state: NetState,
+    link_files: Mapping[str, str] | None = None,
+    policy: Policy | None = None,
+    restore: Mapping[int, str] | None = None,
+) -> Plan:
+    """Diff the desired state of every bound NIC against the observed state.
+
+    ``restore``: ifindex -> the name the link had before a trade that may have been
+    interrupted (see ``temp_name``).
+    """
+    policy = policy or Policy()
+    back = _restorations(matching, state, restore or {})
+    blocked: list[Blocked] = []
+    desired: list[Desired] = []
+    for b in matching.bindings:
+        nic = b.nic
+        link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
+        if link is not None:
+            desired.append(_desire(b, link, policy, blocked, back))
+    steps, downed, desired = _renames(desired, state, blocked)
+    for d in desired:
+        link = state.link(d.ifindex)
+        assert link is not None
+        steps.extend(_link_steps(d, link, state, d.ifindex in downed))
+    steps.extend(_file_steps(desired, link_files or {}, policy))
+    return Plan(tuple(steps), tuple(desired), tuple(blocked))
+
+
+def _restorations(
+    matching: Matching, state: NetState, journal: Mapping[int, str]
+) -> dict[int, str]:
+    """For links left on their temporary names: a name the interrupted trade freed.
+
+    Each gets its own old name when nothing holds it, else the first other freed name; names
+    a hint asks for are never handed out.
+    """
+    stuck = sorted(lk.ifindex for lk in state.links if lk.ifname == temp_name(lk.ifindex))
+    held = {lk.ifname for lk in state.links} | {a for lk in state.links for a in lk.altnames}
+    held |= {
+        b.hint.network.interface_name
+        for b in matching.bindings
+        if b.hint is not None and b.hint.network is not None and b.hint.network.interface_name
+    }
+    free = sorted(set(journal.values()) - held)
+    out = {}
+    for ifindex in stuck:
+        if journal.get(ifindex) in free:
+            out[ifindex] = journal[ifindex]
+            free.remove(journal[ifindex])
+    for ifindex in stuck:
+        if ifindex not in out and ifindex in journal and free:
+            out[ifindex] = free.pop(0)
+    return out
+
+
+def _file_steps(desired: list[Desired], existing: Mapping[str, str], policy: Policy) -> list[Step]:
+    steps: list[Step] = []
+    wanted = {d.link_file[0]: (d, d.link_file[1]) for d in desired if d.link_file}
+    for path, (d, content) in sorted(wanted.items()):
+        if existing.get(path) != content:
+            steps.append(
+                WriteLinkFile(
+                    d.ifindex,
+                    d.ifname,
+                    d.device,
+                    "keep the name across reboots and re-plugs",
+                    path,
+                    content,
+                )
+            )
+    prefix = f"{policy.link_dir}/{LINK_FILE_PREFIX}"
+    steps.extend(
+        RemoveLinkFile(0, "", "", "no managed interface wants this name any more", path)
+        for path in sorted(existing)
+        if path.startswith(prefix) and path not in wanted
+    )
+    return steps

@@ -1,0 +1,140 @@
+"""What the agent currently believes about its input files: the last good content of each.
+
+``update`` folds one scan (``RawFile`` values, already read) into the previous belief. A file's
+valid content stays in force until valid content replaces it, or until a complete directory
+listing shows the file gone. Invalid or unreadable content never replaces it: it becomes that
+file's current error instead. So a torn or failed read is never taken for "no devices", and a
+bad edit leaves the last good state in force while status shows what is wrong with the new one.
+
+Pure: no I/O and no clocks. Each ``update`` is one scan, counted; entries say in which scan
+their content was read, which is what status can show instead of a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from kvdev.errors import Problem
+from kvdev.guest.core.check import check_raw
+from kvdev.guest.core.observed import RawFile
+from kvdev.schema import ConfigDriveMetadata, FileResult, GuestHints, Role
+from kvdev.schema.configdrive import TaggedDevice
+from kvdev.schema.described import DescribedDevice
+from kvdev.schema.hints import DeviceHint
+from kvdev.schema.metadata import DeviceMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One input file as the agent believes it.
+
+    Attributes:
+        source: the file's path, as the reader gave it (the key).
+        role: what the file is.
+        used: the result of the last valid content, which is in force; None when the file
+            has not been valid since it appeared.
+        used_since: the scan that first read the content in force.
+        rejected: the result of the current content when it is invalid or unreadable; None
+            when the current content is the one in force.
+        rejected_since: the first scan of the current run of bad reads.
+    """
+
+    source: str
+    role: Role
+    used: FileResult | None = None
+    used_since: int | None = None
+    rejected: FileResult | None = None
+    rejected_since: int | None = None
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """Why the current content is not used (empty when it is)."""
+        return self.rejected.errors if self.rejected is not None else ()
+
+    @property
+    def generation(self) -> int | None:
+        """``metadata.generation`` of the content in force, for the kinds that carry one."""
+        doc = self.used.document if self.used is not None else None
+        if isinstance(doc, DeviceMetadata | GuestHints):
+            return doc.metadata.generation
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Every input file the agent knows, in path order, and how many scans made this view.
+
+    ``Sources()`` is the belief before the first scan: nothing known.
+    """
+
+    scan: int = 0
+    entries: tuple[Entry, ...] = ()
+
+    def entry(self, source: str) -> Entry | None:
+        """The entry of one file, if it is known."""
+        return next((e for e in self.entries if e.source == source), None)
+
+    def described(self) -> tuple[DescribedDevice, ...]:
+        """Every described device of the DeviceMetadata content in force, in path order."""
+        return tuple(d for r in self._used(Role.DEVICE_METADATA) for d in r.described)
+
+    def hints(self) -> tuple[DeviceHint, ...]:
+        """The device hints of the GuestHints content in force."""
+        return tuple(
+            h
+            for r in self._used(Role.GUEST_HINTS)
+            if isinstance(r.document, GuestHints)
+            for h in r.document.devices
+        )
+
+    def tagged(self) -> tuple[TaggedDevice, ...]:
+        """The tagged devices of the config-drive content in force."""
+        return tuple(
+            t
+            for r in self._used(Role.CONFIG_DRIVE)
+            if isinstance(r.document, ConfigDriveMetadata)
+            for t in r.document.tagged()
+        )
+
+    def errors(self) -> dict[str, tuple[Problem, ...]]:
+        """Per file (path order), why its current content is not used; only files with errors."""
+        return {e.source: e.problems for e in self.entries if e.rejected is not None}
+
+    def _used(self, role: Role) -> Iterator[FileResult]:
+        for e in self.entries:
+            if e.role is role and e.used is not None:
+                yield e.used
+
+
+def update(previous: Sources, raws: Sequence[RawFile], *, listing_complete: bool) -> Sources:
+    """Fold one scan into the previous belief.
+
+    Args:
+        previous: the belief before this scan.
+        raws: the files this scan found (read, or with the reason they could not be read).
+            Unrelated files are ignored.
+        listing_complete: True when every directory listing of the scan succeeded, so a known
+            file missing from ``raws`` is gone. When False such a file is kept as it was.
+
+    Returns:
+        The new belief: valid files replace their entry (and clear its error); invalid or
+        unreadable ones keep the content in force and record the error.
+    """
+    scan = previous.scan + 1
+    before = {e.source: e for e in previous.entries}
+    now = {} if listing_complete else dict(before)
+    for raw in raws:
+        if raw.role is not Role.UNRELATED:
+            now[raw.source] = _fold(before.get(raw.source), raw, check_raw(raw), scan)
+    return Sources(scan, tuple(sorted(now.values(), key=lambda e: e.source.split("/"))))
+
+
+def _fold(old: Entry | None, raw: RawFile, result: FileResult, scan: int) -> Entry:
+    if result.ok:
+        unchanged = old is not None and old.used == result
+        return Entry(raw.source, raw.role, result, old.used_since if old and unchanged else scan)
+    if old is None:
+        return Entry(raw.source, raw.role, rejected=result, rejected_since=scan)
+    since = old.rejected_since if old.rejected is not None else scan
+    return Entry(raw.source, raw.role, old.used, old.used_since, result, since)

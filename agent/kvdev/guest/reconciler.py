@@ -1,0 +1,265 @@
+"""One reconcile pass: the only module that sees both the pure core and the adapters.
+
+``Reconciler.reconcile`` is one level-triggered pass: read every input file (keeping the last
+good content of each), observe udev and netlink (again only when their events say so), match,
+plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once``);
+``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
+The first pass that may change things also removes the temporary files a killed agent's atomic
+writes (``status.json``, ``.link`` files) left behind: this agent is their only writer. Before
+links move to temporary names their names go to the rename journal (``renames``), so an
+interrupted trade can be undone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kvdev._atomic import remove_leftovers, write_atomic
+from kvdev.errors import RetryableError
+from kvdev.guest.adapters import files, linkfiles, rename_journal
+from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.core import inventory, sources
+from kvdev.guest.core.matching import Matching, match
+from kvdev.guest.core.observed import GuestDevice, NetState
+from kvdev.guest.core.planning import Plan, Policy, plan
+from kvdev.guest.core.status import ClaimStatus, MetadataState, Status, summarize
+from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
+from kvdev.guest.views import encode
+from kvdev.schema.metadata import DeviceMetadata
+
+log = logging.getLogger("kvdev.agent")
+
+STATUS_FILE = "status.json"
+RETRY_FIRST, RETRY_MAX = 0.25, 30.0
+VERIFY_PASSES = 3  # passes in a row that still find work before backing off
+FIRST_PASS_TRIES = 5  # 0.25 + 0.5 + 1 + 2 s of retries before giving up at start
+
+
+class NetlinkPort(Protocol):
+    """What the loop needs from netlink."""
+
+    def read_state(self) -> NetState:
+        """Observe links, addresses and routes."""
+        ...
+
+    def apply(self, steps: Sequence[Step]) -> list[StepResult]:
+        """Apply steps, one result each."""
+        ...
+
+
+class Waitable(Protocol):
+    """An event source: a file descriptor to select on and a way to empty it."""
+
+    def fileno(self) -> int:
+        """The descriptor that becomes readable on an event."""
+        ...
+
+    def drain(self) -> object:
+        """Consume every pending event without blocking."""
+        ...
+
+
+@dataclass
+class Outcome:
+    """What one pass did."""
+
+    status: Status
+    plan: Plan
+    results: list[StepResult]
+    failed: bool = False  # the pass itself failed for now (observation interrupted ...)
+
+    @property
+    def changed(self) -> bool:
+        """True when a step took effect (permanent failures alone wait for new input)."""
+        return any(r.ok for r in self.results)
+
+    @property
+    def retry(self) -> bool:
+        """True when the pass, or one of its steps, failed in a way that may pass."""
+        return self.failed or any(not r.ok and r.retryable for r in self.results)
+
+
+@dataclass
+class Reconciler:
+    """One level-triggered reconcile pass at a time."""
+
+    config: AgentConfig
+    net: NetlinkPort
+    scan_devices: Callable[[], tuple[GuestDevice, ...]]
+    prepare: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
+    belief: sources.Sources = field(default_factory=sources.Sources)
+    passes: int = 0
+    stale_devices: bool = True  # set by udev events: the next pass rescans devices
+    stale_links: bool = True  # set by netlink events and by our own changes: re-dump
+    _devices: tuple[GuestDevice, ...] = ()
+    _state: NetState = field(default_factory=NetState)
+    _saved: str = ""
+    _journal: dict[int, str] | None = None  # the rename journal; None until first read
+
+    def reconcile(self) -> Outcome:
+        """Observe, plan, apply (unless dry-run), and summarize.
+
+        Files are read on every pass. The udev scan and the netlink dumps are redone only when
+        their own events (or our own changes) say they may differ: the kernel announces every
+        change there, and an overrun counts as an event.
+        """
+        cfg = self.config
+        if self.passes == 0 and not cfg.dry_run:
+            self._tidy()
+        matching, the_plan, restore = self._observe_and_plan()
+        if not cfg.dry_run:
+            self._keep_journal(restore)
+        results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
+        self.stale_links = self.stale_links or bool(results)
+        self.passes += 1
+        errors = [p for problems in self.belief.errors().values() for p in problems]
+        status = summarize(
+            matching,
+            the_plan,
+            results,
+            MetadataState(tuple(errors), tuple(self._claims())),
+            reconcile=self.passes,
+            dry_run=cfg.dry_run,
+            state=self._state if not results else None,
+        )
+        for r in results:
+            if not r.ok:
+                log.warning(
+                    "%s failed (%s): %s",
+                    type(r.step).__name__,
+                    "will retry" if r.retryable else "permanent",
+                    r.error,
+                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                )
+        self._save(status)
+        return Outcome(status, the_plan, results)
+
+    def preview(self) -> Plan:
+        """What a pass would do now, from a fresh observation; changes nothing."""
+        self.stale_devices = self.stale_links = True
+        return self._observe_and_plan()[1]
+
+    def _observe_and_plan(self) -> tuple[Matching, Plan, dict[int, str]]:
+        """Read, observe, match and plan; also the rename journal pruned for this state."""
+        cfg = self.config
+        self.prepare()
+        raws, complete = files.read_sources(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
+        self.belief = sources.update(self.belief, raws, listing_complete=complete)
+        if self.stale_links:
+            self._state = self.net.read_state()
+            self.stale_links = False
+        if self.stale_devices:
+            self._devices = self.scan_devices()
+            self.stale_devices = False
+        guest = inventory.merge(self._devices, self._state.links, allow_kinds=cfg.match_kinds)
+        matching = match(self.belief.described(), guest, self.belief.hints(), self.belief.tagged())
+        policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
+        restore = rename_journal.prune(self._loaded_journal(), self._state)
+        the_plan = plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy, restore)
+        return matching, the_plan, restore
+
+    def _loaded_journal(self) -> dict[int, str]:
+        """The rename journal, read from the state directory once."""
+        if self._journal is None:
+            self._journal = rename_journal.load(self.config.state_dir)
+        return self._journal
+
+    def _keep_journal(self, journal: dict[int, str]) -> None:
+        """Make ``journal`` the rename journal, on disk too when it changed."""
+        if journal == self._journal:
+            return
+        try:
+            rename_journal.save(self.config.state_dir, journal)
+        except OSError as e:
+            log.warning("cannot save the rename journal in %s: %s", self.config.state_dir, e)
+        self._journal = journal
+
+    def _claims(self) -> list[ClaimStatus]:
+        """Per metadata file in force: the claim and the generation acted on."""
+        out = []
+        for entry in self.belief.entries:
+            doc = entry.used.document if entry.used is not None else None
+            if isinstance(doc, DeviceMetadata):
+                meta = doc.metadata
+                out.append(
+                    ClaimStatus(
+                        meta.name, meta.namespace, doc.pod_claim_name, meta.generation, entry.source
+                    )
+                )
+        return out
+
+    def _tidy(self) -> None:
+        """Remove the temporary files of writes a previous agent was killed in the middle of."""
+        try:
+            left = [  # the files the agent itself writes there, and only those
+                path
+                for name in (STATUS_FILE, rename_journal.JOURNAL_FILE)
+                for path in remove_leftovers(self.config.state_dir, name)
+            ]
+            left += linkfiles.tidy(str(self.config.link_dir))
+        except OSError as e:
+            log.warning("cannot remove what an interrupted write left: %s", e)
+            return
+        for path in left:
+            log.info("removed %s, left by a write that was interrupted", path)
+
+    def _save(self, status: Status) -> None:
+        """Keep the last status in ``<state-dir>/status.json`` (written only when it changes)."""
+        body = encode.status_json(status)
+        body.pop("reconcile")
+        text = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        if text == self._saved:
+            return
+        try:
+            self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+            write_atomic(self.config.state_dir / STATUS_FILE, text.encode(), mode=0o644)
+        except OSError as e:
+            log.warning("cannot save the status in %s: %s", self.config.state_dir, e.strerror)
+            return
+        self._saved = text
+
+    def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
+        kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
+        self._keep_journal(
+            rename_journal.record(self._loaded_journal(), kernel)
+        )  # before any rename
+        results = self.net.apply(kernel) if kernel else []
+        results.extend(linkfiles.apply(s) for s in steps if s not in kernel)
+        return results
+
+
+def converge(reconciler: Reconciler, passes: int = VERIFY_PASSES) -> Outcome:
+    """Reconcile until a pass changes nothing (at most ``passes`` times): ``--once``."""
+    outcome = attempt(reconciler, None)
+    for _ in range(passes - 1):
+        if not (outcome.changed or outcome.failed) or reconciler.config.dry_run:
+            break
+        outcome = attempt(reconciler, outcome)
+    return outcome
+
+
+def attempt(reconciler: Reconciler, previous: Outcome | None) -> Outcome:
+    """One pass; an observation that fails for now (a dump interrupted ...) is retried later.
+
+    With no previous outcome (the first pass) a failure is retried here a few times, then
+    raised: systemd restarts the unit.
+    """
+    delay = RETRY_FIRST
+    for attempt in range(FIRST_PASS_TRIES):
+        try:
+            return reconciler.reconcile()
+        except RetryableError as e:
+            log.warning("pass failed, will retry: %s", e)
+            reconciler.stale_devices = reconciler.stale_links = True
+            if previous is not None:
+                return Outcome(previous.status, previous.plan, [], failed=True)
+            if attempt == FIRST_PASS_TRIES - 1:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,160 @@
+"""Renderings of a ``Status``: a table for people and a JSON-ready dict for scripts.
+
+Pure. The JSON keys are camelCase; fields may be added, never renamed (``apiVersion``
+changes otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kvdev.guest.core.planning import Plan
+from kvdev.guest.core.status import DeviceStatus, Status
+from kvdev.guest.core.steps import Step
+
+STATUS_API_VERSION: Final = "kvdev.io/v1alpha1"
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": type(step).__name__, "ifname": step.ifname}
+    for key in ("altname", "new_name", "mtu", "address", "destination", "gateway", "metric"):
+        value = getattr(step, key, None)
+        if value is not None:
+            out[key.replace("new_name", "newName")] = value
+    out["reason"] = step.reason
+    return out
+
+
+def device_json(d: DeviceStatus) -> dict[str, Any]:
+    """One device, as the API and ``--json`` show it."""
+    out: dict[str, Any] = {
+        "ref": d.ref,
+        "phase": d.phase.value,
+        "claim": d.claim,
+        "podClaimName": d.pod_claim_name,
+        "request": d.request,
+        "driver": d.driver,
+        "pool": d.pool,
+        "device": d.name,
+        "generation": d.generation,
+        "guestPciAddress": d.guest_pci_address,
+        "interface": d.ifname,
+        "mac": d.mac,
+        "evidence": [{"kind": e.kind, "detail": e.detail} for e in d.evidence],
+        "candidates": list(d.candidates),
+        "reason": d.reason,
+    }
+    if d.desired is not None:
+        out["desired"] = {
+            "interface": d.desired.ifname,
+            "altname": d.desired.altname,
+            "mtu": d.desired.mtu,
+            "addresses": list(d.desired.addresses),
+            "routes": [
+                {"destination": r.destination, "gateway": r.gateway, "metric": r.metric}
+                for r in d.desired.routes
+            ],
+        }
+    if d.pending_steps:
+        out["pendingSteps"] = [_step_json(s) for s in d.pending_steps]
+    if d.guest is not None:
+        g = d.guest
+        out["guest"] = {
+            "pciAddress": g.pci_address,
+            "vendorId": g.vendor_id,
+            "deviceId": g.device_id,
+            "class": g.class_id,
+            "driver": g.driver,
+            "numaNode": g.numa_node,
+            "devNodes": list(g.dev_nodes),
+        }
+    if d.observed is not None:
+        lk = d.observed
+        out["observed"] = {
+            "interface": lk.ifname,
+            "ifindex": lk.ifindex,
+            "mac": lk.mac,
+            "permanentMac": lk.permanent_mac,
+            "mtu": lk.mtu,
+            "up": lk.up,
+            "operState": lk.oper_state,
+            "altnames": list(lk.altnames),
+            "addresses": list(d.observed_addresses),
+        }
+    return out
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """What a pass would do now (``GET /v1/plan``)."""
+    return {
+        "apiVersion": STATUS_API_VERSION,
+        "kind": "Plan",
+        "steps": [{"device": s.device, **_step_json(s)} for s in plan.steps],
+        "blocked": [
+            {"device": b.device, "interface": b.ifname, "reason": b.reason} for b in plan.blocked
+        ],
+    }
+
+
+def claims_json(status: Status) -> list[dict[str, Any]]:
+    """The metadata files in force, with the generation the agent acted on."""
+    return [
+        {
+            "claim": c.claim,
+            "namespace": c.namespace,
+            "podClaimName": c.pod_claim_name,
+            "observedGeneration": c.generation,
+            "source": c.source,
+        }
+        for c in status.claims
+    ]
+
+
+def status_json(status: Status) -> dict[str, Any]:
+    """The whole status."""
+    return {
+        "apiVersion": STATUS_API_VERSION,
+        "kind": "AgentStatus",
+        "reconcile": status.reconcile,
+        "converged": status.converged,
+        "dryRun": status.dry_run,
+        "summary": status.summary(),
+        "counts": status.counts,
+        "devices": [device_json(d) for d in status.devices],
+        "unmanaged": list(status.unmanaged),
+        "metadataErrors": [str(p) for p in status.file_errors],
+        "claims": claims_json(status),
+    }
+
+
+def status_table(status: Status) -> str:
+    """Aligned columns, one row per described device, then unmanaged NICs and errors."""
+    header = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "MATCHED BY", "DETAIL")
+    rows = [header]
+    rows.extend(
+        (
+            d.ref,
+            d.phase.value,
+            d.ifname or "-",
+            d.guest_pci_address or "-",
+            d.mac or "-",
+            ",".join(e.kind for e in d.evidence) or "-",
+            d.reason
+            or (
+                "addresses " + ",".join(d.desired.addresses)
+                if d.desired and d.desired.addresses
+                else ""
+            ),
+        )
+        for d in status.devices
+    )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    lines = [
+        "  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]).rstrip()
+        for r in rows
+    ]
+    if status.unmanaged:
+        lines.append(f"unmanaged (never touched): {', '.join(status.unmanaged)}")
+    lines.extend(f"metadata error: {p}" for p in status.file_errors)
+    lines.append(("dry run: " if status.dry_run else "") + status.summary())
+    return "\n".join(lines) + "\n"

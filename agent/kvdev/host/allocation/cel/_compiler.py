@@ -1,0 +1,204 @@
+"""Compiling selectors: :class:`Selector`, :func:`compile_selector` and its cache.
+
+Compilation rewrites ``cel.bind`` (the library has none), compiles with the library, runs the
+static analysis and rejects undeclared references (functions and variables outside the
+supported environment).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Final
+
+import cel
+
+from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
+from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
+from kvdev.host.allocation.cel._functions import FUNCTIONS
+from kvdev.host.allocation.cel._tokens import matching_brackets, tokenize, top_level_commas
+from kvdev.host.allocation.cel._values import type_name
+
+if TYPE_CHECKING:
+    from kvdev.host.allocation.cel._view import DeviceView
+
+MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # upstream CELSelectorExpressionMaxLength (bytes)
+
+# Functions and type names of the library's own standard environment that selectors may use.
+_BUILTIN_FUNCTIONS: Final = frozenset(
+    {
+        "size",
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "int",
+        "uint",
+        "double",
+        "string",
+        "bytes",
+        "dyn",
+        "type",
+        "duration",
+        "timestamp",
+        "getDate",
+        "getDayOfMonth",
+        "getDayOfWeek",
+        "getDayOfYear",
+        "getFullYear",
+        "getHours",
+        "getMilliseconds",
+        "getMinutes",
+        "getMonth",
+        "getSeconds",
+    }
+)
+_TYPE_NAMES: Final = frozenset(
+    {"int", "uint", "double", "string", "bytes", "bool", "list", "map", "null_type", "type"}
+)
+
+
+def _rewrite_bind(source: str) -> str:
+    """``cel.bind(v, init, body)`` -> ``[init].map(v, body)[0]``, innermost first."""
+    for _ in range(MAX_EXPRESSION_LENGTH):
+        tokens = tokenize(source)
+        match = matching_brackets(tokens)
+        found = None
+        for k in range(len(tokens) - 3):
+            if (
+                tokens[k].text == "cel"
+                and tokens[k + 1].text == "."
+                and tokens[k + 2].text == "bind"
+                and tokens[k + 3].text == "("
+                and (k == 0 or tokens[k - 1].text != ".")
+            ):
+                found = k  # keep the last one: it is never an ancestor of an earlier one
+        if found is None:
+            return source
+        open_ = found + 3
+        close = match[open_]
+        commas = top_level_commas(tokens, match, open_ + 1, close)
+        if len(commas) != 2 or commas[0] != open_ + 2 or tokens[open_ + 1].kind != "id":
+            raise CelCompileError("CEL compile error: cel.bind() needs (name, init, body)")
+        var = tokens[open_ + 1].text
+        init = source[tokens[commas[0]].end : tokens[commas[1]].start]
+        body = source[tokens[commas[1]].end : tokens[close].start]
+        replacement = f"([{init}].map({var}, {body})[0])"
+        source = source[: tokens[found].start] + replacement + source[tokens[close].end :]
+    raise CelCompileError("CEL compile error: too many cel.bind()")  # pragma: no cover
+
+
+class Selector:
+    """A compiled CEL selector expression. Create with :func:`compile_selector`."""
+
+    __slots__ = ("_analysis", "_program", "expression")
+
+    def __init__(self, expression: str, program: cel.Program, analysis: Analysis) -> None:
+        self.expression = expression
+        self._program = program
+        self._analysis = analysis
+
+    def __repr__(self) -> str:
+        return f"Selector({self.expression!r})"
+
+    @property
+    def estimated_cost(self) -> int:
+        """The static worst-case cost estimate (compared with :data:`COST_LIMIT`)."""
+        return self._analysis.cost
+
+    def matches(self, device: DeviceView) -> bool:
+        """Evaluate the selector against one device.
+
+        Raises:
+            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
+            CelRuntimeError: evaluation failed or did not produce a bool.
+        """
+        if self._analysis.cost > COST_LIMIT:
+            raise CelCostLimitError(
+                f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
+                f"(estimated cost {self._analysis.cost} > {COST_LIMIT})"
+            )
+        try:
+            ctx = device.context(self._analysis.domains)
+            result = self._program.execute(ctx)
+        except Exception as exc:  # whatever the library raises is an evaluation failure
+            raise CelRuntimeError(_runtime_message(self.expression, exc)) from exc
+        if not isinstance(result, bool):
+            raise CelRuntimeError(
+                f"CEL runtime error: {_quote(self.expression)}: expression must evaluate to bool, "
+                f"got {type_name(result)}"
+            )
+        return result
+
+
+def _quote(expression: str, limit: int = 200) -> str:
+    """The expression for an error message, shortened if long."""
+    return repr(expression if len(expression) <= limit else expression[:limit] + "...")
+
+
+def _parse_detail(source: str, exc: BaseException, limit: int = 300) -> str:
+    """The library's parse error without its copy of the whole expression, lines shortened."""
+    text = str(exc).removeprefix(f"Failed to parse expression '{source}': ")
+    return "\n".join(
+        line if len(line) <= limit else line[:limit] + "..." for line in text.splitlines()[:3]
+    )
+
+
+def _runtime_message(expression: str, exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        detail = f"no such key: {exc.args[0] if exc.args else ''}"
+        hint = " (guard the reference with has())"
+    else:
+        detail = str(exc) or type(exc).__name__
+        hint = ""
+    return f"CEL runtime error: {_quote(expression)}: {detail}{hint}"
+
+
+def compile_selector(expression: str) -> Selector:
+    """Compile a selector expression once; later calls with the same text return the same object.
+
+    Raises:
+        CelCompileError: empty, longer than 10 KiB, syntax error, undeclared reference.
+    """
+    compiled = _compile_cached(expression)
+    if isinstance(compiled, CelCompileError):
+        raise compiled
+    return compiled
+
+
+@functools.lru_cache(maxsize=16384)
+def _compile_cached(expression: str) -> Selector | CelCompileError:
+    try:
+        return compile_uncached(expression)
+    except CelCompileError as exc:
+        return exc
+
+
+def compile_uncached(expression: str) -> Selector:
+    """Compile ``expression`` without the cache (what :func:`compile_selector` caches)."""
+    if not expression.strip():
+        raise CelCompileError("CEL compile error: expression is empty")
+    if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
+        raise CelCompileError(
+            f"CEL compile error: expression is longer than {MAX_EXPRESSION_LENGTH} bytes"
+        )
+    source = _rewrite_bind(expression)
+    try:
+        program = cel.compile(source)
+    except (ValueError, RuntimeError) as exc:
+        raise CelCompileError(
+            f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"
+        ) from exc
+    analysis = analyze(tokenize(source))
+    allowed = {"device", *analysis.bound_vars, *_TYPE_NAMES}
+    undeclared = [v for v in program.variables() if v not in allowed]
+    undeclared += [
+        f
+        for f in program.functions()
+        if f[:1].isalpha() and f not in _BUILTIN_FUNCTIONS and f not in FUNCTIONS
+    ]
+    if undeclared:
+        raise CelCompileError(
+            f"CEL compile error: {_quote(expression)}: "
+            f"undeclared reference to {', '.join(undeclared)}"
+        )
+    return Selector(expression, program, analysis)

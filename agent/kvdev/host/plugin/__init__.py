@@ -1,0 +1,6 @@
+"""The kubelet DRA plugin: registration and the DRAPlugin gRPC services on Unix sockets.
+
+``service`` answers NodePrepareResources / NodeUnprepareResources (through
+``kvdev.host.publish.writer``), ``server`` runs the two gRPC servers, ``claimsource`` is the seam
+that fetches a claim's objects (from files), ``kube`` the same from the Kubernetes API.
+"""
