@@ -101,7 +101,9 @@ def test_write_under_a_regular_file_fails_without_raising(tmp_path):
     path = blocker / "10-kvdev-net0.link"
     step = write_step(path)
     result = linkfiles.apply(step)
-    assert result == s.StepResult(step, ok=False, error=f"{path}: File exists", retryable=False)
+    assert result == s.StepResult(
+        step, ok=False, error=f"cannot write {path}: File exists", retryable=False
+    )
     assert blocker.read_text() == "not a directory\n"
 
 
@@ -109,14 +111,22 @@ def test_write_deeper_under_a_regular_file_fails_without_raising(tmp_path):
     (tmp_path / "f").write_text("")
     path = tmp_path / "f" / "sub" / "10-kvdev-net0.link"
     result = linkfiles.apply(write_step(path))
-    assert (result.ok, result.error, result.retryable) == (False, f"{path}: Not a directory", False)
+    assert (result.ok, result.error, result.retryable) == (
+        False,
+        f"cannot write {path}: Not a directory",
+        False,
+    )
 
 
 def test_write_over_a_directory_fails_without_raising(tmp_path):
     path = tmp_path / "10-kvdev-net0.link"
     (path / "inside").mkdir(parents=True)
     result = linkfiles.apply(write_step(path))
-    assert (result.ok, result.error, result.retryable) == (False, f"{path}: Is a directory", False)
+    assert (result.ok, result.error, result.retryable) == (
+        False,
+        f"cannot write {path}: Is a directory",
+        False,
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["10-kvdev-net0.link"]  # no temporary left
 
 

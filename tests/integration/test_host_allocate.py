@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from kvdev.host import cli
-from kvdev.host.allocation.allocator import Allocated, AllocationError, Unschedulable
+from kvdev.host.allocation.allocator import Allocated, Failed, Unschedulable
 from kvdev.host.k8s import ResourceClaim, load
 from kvdev.host.k8s.claim import AllocationResult
 
@@ -104,7 +104,7 @@ def outcome_from(code, stdout):
     if code == 1:
         assert data["reason"] == "unschedulable"
         return Unschedulable()
-    return AllocationError(data["reason"], data["message"])
+    return Failed(data["reason"], data["message"])
 
 
 def _problem(case, outcome):

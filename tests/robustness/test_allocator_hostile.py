@@ -26,7 +26,7 @@ from hostile_inputs import DRIVER, NODE, all_cases, resource_slice
 from kvdev.errors import SchemaError
 from kvdev.host.allocation.allocator import (
     Allocated,
-    AllocationError,
+    Failed,
     NodeInfo,
     Unschedulable,
     allocate,
@@ -56,7 +56,7 @@ def in_process(case):
         return "allocated", ""
     if isinstance(outcome, Unschedulable):
         return "unschedulable", ""
-    assert isinstance(outcome, AllocationError)
+    assert isinstance(outcome, Failed)
     return outcome.keyword, outcome.message
 
 

@@ -1,9 +1,11 @@
-"""File-system steps of the host writer: atomic writes, removal, directories, the claim lock.
+"""File-system steps of the host's writers: atomic writes, removal, directories, the lock.
 
 Owns the modes (files 0644, directories 0755 whatever the umask), fsync of every directory
-change, the flock protocol (a lock file that may be unlinked by its holder), and turning
-``OSError`` into kvdev's errors with the path in the message (``ENOSPC`` and friends are
-retryable, the rest permanent). It knows nothing of claims or metadata (``writer`` does).
+change and the flock protocol (a lock file that may be unlinked by its holder), for both host
+writers: ``publish.writer`` (a claim's metadata files and CDI specs) and ``bundle.writer`` (a
+guest bundle). Every ``OSError`` becomes a kvdev error through ``kvdev.errors.os_error``, the
+one errno map of both halves, with the path in the message. It knows nothing of claims,
+metadata or bundles.
 """
 
 from __future__ import annotations
@@ -17,19 +19,10 @@ from pathlib import Path
 from typing import Final
 
 from kvdev._atomic import fsync_directory, write_atomic
-from kvdev.errors import PermanentError, RetryableError
+from kvdev.errors import os_error
 
 FILE_MODE: Final = 0o644
 DIR_MODE: Final = 0o755
-_RETRYABLE: Final = {errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR, errno.EBUSY}
-
-
-def io_error(action: str, path: Path, e: OSError) -> Exception:
-    """The kvdev error for an ``OSError`` on ``path``: retryable when space may come back."""
-    what = f"cannot {action} {path}: {e.strerror or e}"
-    if e.errno in _RETRYABLE:
-        return RetryableError(what)
-    return PermanentError(what)
 
 
 def mkdirs(path: Path) -> None:
@@ -45,16 +38,16 @@ def mkdirs(path: Path) -> None:
         except FileExistsError:
             continue
         except OSError as e:
-            raise io_error("create directory", directory, e) from e
+            raise os_error(e, "create directory", directory) from e
         try:
             directory.chmod(DIR_MODE)
             fsync_directory(directory.parent)
         except OSError as e:
-            raise io_error("set up directory", directory, e) from e
+            raise os_error(e, "set up directory", directory) from e
 
 
 @contextlib.contextmanager
-def claim_lock(lock: Path) -> Iterator[Path]:
+def locked(lock: Path) -> Iterator[Path]:
     """Hold an exclusive flock on ``lock`` (created in an existing or new 0755 directory).
 
     The holder may unlink the lock file before it lets go: a waiter that then gets the lock
@@ -65,7 +58,7 @@ def claim_lock(lock: Path) -> Iterator[Path]:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
         except OSError as e:
-            raise io_error("open lock file", lock, e) from e
+            raise os_error(e, "open lock file", lock) from e
         try:
             os.fchmod(fd, FILE_MODE)  # whatever the umask
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -85,7 +78,7 @@ def write(path: Path, data: bytes) -> None:
     try:
         write_atomic(path, data, mode=FILE_MODE)
     except OSError as e:
-        raise io_error("write", path, e) from e
+        raise os_error(e, "write", path) from e
 
 
 def read(path: Path) -> bytes | None:
@@ -95,7 +88,7 @@ def read(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise io_error("read", path, e) from e
+        raise os_error(e, "read", path) from e
 
 
 def remove(path: Path) -> bool:
@@ -107,7 +100,7 @@ def remove(path: Path) -> bool:
     except OSError as e:
         if e.errno == errno.EROFS and not path.exists() and not path.is_symlink():
             return False  # a read-only file system says EROFS even for a missing file
-        raise io_error("remove", path, e) from e
+        raise os_error(e, "remove", path) from e
     fsync_directory(path.parent)
     return True
 
@@ -123,7 +116,7 @@ def prune(directory: Path, stop: Path) -> None:
         except OSError as e:
             if e.errno in {errno.ENOTEMPTY, errno.EEXIST}:
                 return
-            raise io_error("remove directory", here, e) from e
+            raise os_error(e, "remove directory", here) from e
         here = here.parent
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from kvdev.host.allocation.allocator import (
     Allocated,
-    AllocationError,
+    Failed,
     Features,
     NodeInfo,
     Unschedulable,
@@ -107,7 +107,7 @@ def _outcome_kind(outcome, expect):
         return None if isinstance(outcome, Unschedulable) else f"want unschedulable, got {outcome}"
     if "error" in expect:
         want = expect["error"]
-        ok = isinstance(outcome, AllocationError) and (
+        ok = isinstance(outcome, Failed) and (
             outcome.keyword == want
             or (want == "cel-cost-limit" and outcome.keyword == "cel-runtime-error")
         )

@@ -11,7 +11,7 @@ import pytest
 from hostlab import NeverRun
 from kvdev.errors import SchemaError
 from kvdev.host.allocation import search
-from kvdev.host.allocation.allocator import AllocationError, NodeInfo, allocate
+from kvdev.host.allocation.allocator import Failed, NodeInfo, allocate
 from kvdev.host.allocation.cel import COST_LIMIT, CelCostLimitError, compile_selector, device_view
 from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice, load, parse_quantity
 
@@ -97,7 +97,7 @@ def test_selector_errors_name_the_claim_class_field_and_device():
         }
     )
     out = allocate(NodeInfo("n", {}), [claim], classes=[cls], slices=[a_device()])
-    assert isinstance(out, AllocationError)
+    assert isinstance(out, Failed)
     assert out.keyword == "cel-runtime-error"
     assert out.message.startswith(
         "claim ns/cl: class c: spec.selectors[0].cel.expression: device d.example.com/p/dev-0: "
@@ -130,7 +130,7 @@ def test_a_search_past_its_budget_fails_with_search_limit(monkeypatch):
         }
     )
     out = allocate(NodeInfo("n", {}), [claim], classes=[cls], slices=[a_device()])
-    assert isinstance(out, AllocationError)
+    assert isinstance(out, Failed)
     assert out.keyword == "search-limit"
     assert "claims ns/cl: gave up after 500 device checks over 60 devices" in out.message
 

@@ -3,15 +3,16 @@
 Only files named ``10-kvdev-*.link`` in the policy's directory (``/run/systemd/network`` by
 default, so they vanish with the agent's package at the next boot if it is removed) are ever
 read or touched (and the temporary files of their atomic writes, which ``tidy`` removes when a
-killed agent left them behind).
+killed agent left them behind). A failed write is retryable or permanent by the errno map of
+every kvdev writer (``kvdev.errors.os_error``).
 """
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 from kvdev._atomic import fsync_directory, remove_leftovers, write_atomic
+from kvdev.errors import os_error
 from kvdev.guest.core.planning import LINK_FILE_PREFIX
 from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
 
@@ -49,7 +50,7 @@ def apply(step: Step) -> StepResult:
             if path.parent.is_dir():  # a directory that is gone took the file with it
                 path.unlink(missing_ok=True)
                 fsync_directory(path.parent)
-    except OSError as e:
-        retryable = e.errno in {errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EINTR}
-        return StepResult(step, ok=False, error=f"{step.path}: {e.strerror}", retryable=retryable)
+    except OSError as e:  # the errno map every kvdev writer uses
+        error = os_error(e, "write" if isinstance(step, WriteLinkFile) else "remove", step.path)
+        return StepResult(step, ok=False, error=str(error), retryable=error.retryable)
     return StepResult(step, ok=True)

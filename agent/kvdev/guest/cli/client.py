@@ -2,10 +2,12 @@
 
 An adapter. It owns connecting to the socket (stdlib ``http.client`` over ``AF_UNIX``, Host
 ``kvdev``), one request per connection, decoding the JSON answer, and turning every way that
-can fail into an ``AgentError`` whose text is the one line ``kvdev`` prints: no socket, a
-socket nobody listens on, permission denied, no answer in time, a broken answer, or the
-agent's own JSON error (``ApiError``, with its HTTP status). It knows nothing of what the
-endpoints mean; the CLI does.
+can fail into an ``AgentError`` whose text is the one line ``kvdev`` prints: no socket
+(``NotRunningError``), a socket nobody listens on, no answer in time or a broken answer
+(``UnreachableError``), permission denied (``AccessDeniedError``), the agent busy
+(``AgentBusyError``, HTTP 503) or the agent's own JSON error (``ApiError``, with its HTTP
+status). Each is also a ``PermanentError`` or a ``RetryableError`` (``kvdev.errors``). It
+knows nothing of what the endpoints mean; the CLI does.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
-from kvdev.errors import KvdevError
+from kvdev.errors import KvdevError, PermanentError, RetryableError
 
 DEFAULT_SOCKET: Final = "/run/kvdev/agent.sock"
 SOCKET_ENV: Final = "KVDEV_SOCKET"
@@ -35,24 +37,39 @@ BACKLOG_RETRY: Final = 0.02  # seconds between connects while the agent's backlo
 
 
 class AgentError(KvdevError):
-    """The agent could not be asked, or refused; ``str()`` is the line to print."""
+    """The agent could not be asked, or refused; ``str()`` is the line to print.
+
+    Never raised itself: each subclass is also permanent or retryable.
+    """
 
 
-class NotRunningError(AgentError):
+class NotRunningError(AgentError, RetryableError):
     """The socket file does not exist (yet): the agent is not running."""
 
 
-class UnreachableError(AgentError):
-    """The socket exists but did not give a usable answer (permission, refused, time, garbage)."""
+class UnreachableError(AgentError, RetryableError):
+    """The socket exists but gave no usable answer (nobody listening, time-out, garbage)."""
 
 
-class ApiError(AgentError):
-    """The agent answered with an error (HTTP status >= 400); ``body`` is its JSON."""
+class AccessDeniedError(AgentError, PermanentError):
+    """The socket's permissions refuse this user."""
+
+
+class AnsweredError(AgentError):
+    """The agent answered with an error status; ``body`` is its JSON (base of the next two)."""
 
     def __init__(self, status: int, message: str, body: Mapping[str, Any]) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class ApiError(AnsweredError, PermanentError):
+    """The agent answered with an error (HTTP status >= 400, but 503); ``body`` is its JSON."""
+
+
+class AgentBusyError(AnsweredError, RetryableError):
+    """The agent answered 503: busy (all connections taken) or no first pass yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +183,8 @@ class Client:
         message = answer.body.get("message")
         if not isinstance(message, str) or not message:
             message = f"the agent answered HTTP {answer.status}"
+        if answer.status == 503:
+            raise AgentBusyError(answer.status, message, answer.body)
         raise ApiError(answer.status, message, answer.body)
 
     def _late(self, wait: float) -> str:
@@ -180,7 +199,7 @@ class Client:
         if e.errno in {errno.EACCES, errno.EPERM}:
             group = _group_of(path)
             readers = "only root" if group == "root" else f"members of group {group} and root"
-            return UnreachableError(f"permission denied on {path} ({readers} may read)")
+            return AccessDeniedError(f"permission denied on {path} ({readers} may read)")
         if e.errno == errno.ECONNREFUSED:
             return UnreachableError(
                 f"agent not running: nothing listens on {path} (a stale socket?)"

@@ -39,7 +39,7 @@ from kvdev.host.k8s.resource import DeviceClass, ResourceSlice
 
 __all__ = [
     "Allocated",
-    "AllocationError",
+    "Failed",
     "Features",
     "NodeInfo",
     "Outcome",
@@ -66,14 +66,18 @@ class Unschedulable:
 
 
 @dataclass(frozen=True, slots=True)
-class AllocationError:
-    """The allocator failed: a keyword from the fixture README and a message."""
+class Failed:
+    """The allocator could not answer (invalid input, a CEL error, a limit): a keyword and why.
+
+    An outcome, not an exception: ``allocate`` returns it. The keyword is one of the fixture
+    README's (``invalid-pool``, ``cel-runtime`` ...).
+    """
 
     keyword: str
     message: str
 
 
-Outcome = Allocated | Unschedulable | AllocationError
+Outcome = Allocated | Unschedulable | Failed
 
 
 def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
@@ -117,7 +121,7 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
             selection=selection or Selection(feats),
         )
     except AllocationFailedError as e:
-        return AllocationError(e.keyword, e.message)
+        return Failed(e.keyword, e.message)
 
 
 def _allocate(  # noqa: PLR0913 - the public entry's inputs, resolved

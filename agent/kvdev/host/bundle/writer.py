@@ -22,24 +22,22 @@ Must not: interpret the files it writes.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from kvdev._atomic import fsync_directory
-from kvdev.errors import PermanentError, RetryableError
+from kvdev.errors import PermanentError, os_error
+from kvdev.host import fs
 
 CURRENT: Final = "current"
 GEN_PREFIX: Final = ".gen-"
 PARTIAL: Final = ".partial"
 LOCK: Final = ".lock"
-_PERMANENT: Final = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +48,6 @@ class Published:
     directory: Path
     changed: bool
     removed: tuple[Path, ...] = ()
-
-
-def _io_error(e: OSError, what: str) -> PermanentError | RetryableError:
-    where = e.filename if e.filename is not None else what
-    msg = f"{where}: {e.strerror or e}"
-    return PermanentError(msg) if e.errno in _PERMANENT else RetryableError(msg)
 
 
 def _generation(name: str) -> int | None:
@@ -98,24 +90,14 @@ def current(out: Path) -> tuple[Path | None, dict[str, bytes] | None]:
         if e.errno == errno.EINVAL:
             msg = f"{link}: exists and is not a symbolic link; not a bundle directory"
             raise PermanentError(msg) from e
-        raise _io_error(e, str(link)) from e
+        raise os_error(e, "read", link) from e
     if "/" in target or _generation(target) is None:
         msg = f"{link}: points to {target!r}, not to a {GEN_PREFIX}<N> directory beside it"
         raise PermanentError(msg)
     try:
         return out / target, read_generation(out / target)
     except OSError as e:
-        raise _io_error(e, str(out / target)) from e
-
-
-@contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+        raise os_error(e, "read", e.filename or out / target) from e
 
 
 def _write_tree(directory: Path, files: Mapping[str, bytes]) -> None:
@@ -163,15 +145,16 @@ def publish(
 
     Raises:
         PermanentError: ``out`` is not a bundle directory, a path is not relative, or the file
-            system refuses (read-only, full, permission); the message names the path.
-        RetryableError: another I/O failure.
+            system refuses (read-only, permission, not a directory); the message names the path.
+        RetryableError: the file system is full, or another failure that may pass
+            (``kvdev.errors.RETRYABLE_ERRNOS``).
     """
     try:
-        out.mkdir(parents=True, exist_ok=True, mode=0o755)
-        with _locked(out):
+        fs.mkdirs(out)
+        with fs.locked(out / LOCK):
             return _publish_locked(out, make)
     except OSError as e:
-        raise _io_error(e, str(out)) from e
+        raise os_error(e, "publish into", e.filename or out) from e
 
 
 def _publish_locked(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from kvdev.errors import KvdevError, SchemaError
-from kvdev.host.allocation.allocator import Allocated, AllocationError, Features, allocate
+from kvdev.host.allocation.allocator import Allocated, Failed, Features, allocate
 from kvdev.host.allocation.cluster import ClusterState, cluster_state
 from kvdev.host.allocation.explain import REASONS, RequestReport, explain
 from kvdev.host.allocation.extended import status_for
@@ -237,7 +237,7 @@ def run_allocate(
         "features": features,
     }
     outcome = allocate(state.node, state.pending, **inputs)
-    if isinstance(outcome, AllocationError):
+    if isinstance(outcome, Failed):
         return _fail(outcome.keyword, outcome.message, output, out, err, EXIT_INVALID)
     reports = explain(state.node, state.pending, **inputs) if explain_ else None
     if reports is not None:

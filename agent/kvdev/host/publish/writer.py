@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from kvdev.errors import Problem, SchemaError
-from kvdev.host.fs import claim_lock, io_error, mkdirs, prune, read, remove, remove_temps, write
+from kvdev.errors import Problem, SchemaError, os_error
+from kvdev.host.fs import locked, mkdirs, prune, read, remove, remove_temps, write
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.publish import cdi
 from kvdev.host.publish.metadata import (
@@ -206,7 +206,7 @@ def _apply(
     cdi_dir = layout.cdi_dir.absolute()
     if not requests and not (claim_dir / RECORD_FILE).exists():
         return Prepared(ident.namespace, ident.name, ident.uid, (), ())  # none of ours
-    with claim_lock(layout.metadata_root / f".{dir_name}.lock") as lock:
+    with locked(layout.metadata_root / f".{dir_name}.lock") as lock:
         planned: list[tuple[Path, bytes | None, bytes]] = []  # path, old bytes, new bytes
         for item in requests:
             path = claim_dir / item.request / METADATA_FILE
@@ -314,7 +314,7 @@ def unprepare(namespace: str, name: str, uid: str, layout: Layout) -> tuple[Path
         removed.extend(_remove_specs(layout, cdi_dir, uid))
         if not layout.metadata_root.is_dir():  # still so: no prepare wrote a spec meanwhile
             return tuple(removed)
-    with claim_lock(layout.metadata_root / f".{dir_name}.lock") as lock:
+    with locked(layout.metadata_root / f".{dir_name}.lock") as lock:
         recorded_uid, files = _read_record(layout, claim_dir)
         if recorded_uid is None:
             files = _derived(claim_dir, uid)
@@ -354,7 +354,7 @@ def _remove_specs(layout: Layout, cdi_dir: Path, uid: str) -> tuple[Path, ...]:
     except FileNotFoundError:
         return ()
     except OSError as e:
-        raise io_error("list", cdi_dir, e) from e
+        raise os_error(e, "list", cdi_dir) from e
     removed = []
     for file_name in names:
         if file_name.startswith(f".{prefix}") and file_name.endswith(".tmp"):

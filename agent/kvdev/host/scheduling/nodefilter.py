@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kvdev.host.allocation import allocator
 from kvdev.host.allocation.allocator import (
     Allocated,
-    AllocationError,
     Features,
     Selection,
     allocate,
@@ -190,7 +190,7 @@ class NodeFilter:
                 features=self.features,
                 selection=self.selection,
             )
-            if isinstance(outcome, AllocationError):
+            if isinstance(outcome, allocator.Failed):
                 return Failed(f"{outcome.keyword}: {outcome.message}")
             if not isinstance(outcome, Allocated):
                 return CANNOT_ALLOCATE
