@@ -1,10 +1,9 @@
 """guest.planning with plain values; a fake link table proves plans converge."""
 
-import dataclasses
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, Address, GuestDevice, Link, NetState, Nic, Route
@@ -44,45 +43,14 @@ def link(ifindex, ifname, **kw):
     return Link(ifindex, ifname, **{**base, **kw})
 
 
-def fake_apply(state: NetState, steps) -> NetState:  # noqa: C901 - one branch per step type
-    links = {lk.ifindex: lk for lk in state.links}
-    addresses = list(state.addresses)
-    routes = list(state.routes)
-    for step in steps:
-        lk = links.get(step.ifindex)
-        if isinstance(step, s.AddAltname):
-            links[lk.ifindex] = dataclasses.replace(lk, altnames=(*lk.altnames, step.altname))
-        elif isinstance(step, s.SetDown):
-            links[lk.ifindex] = dataclasses.replace(lk, up=False)
-            addresses = [a for a in addresses if a.ifindex != lk.ifindex or ":" not in a.address]
-            routes = [r for r in routes if r.ifindex != lk.ifindex]
-        elif isinstance(step, s.Rename):
-            assert not lk.up, "renamed an up link"
-            assert all(o.ifname != step.new_name for o in links.values()), "name clash"
-            links[lk.ifindex] = dataclasses.replace(lk, ifname=step.new_name)
-        elif isinstance(step, s.SetMtu):
-            links[lk.ifindex] = dataclasses.replace(lk, mtu=step.mtu)
-        elif isinstance(step, s.SetUp):
-            links[lk.ifindex] = dataclasses.replace(lk, up=True)
-        elif isinstance(step, s.AddAddress):
-            if all(a.address != step.address or a.ifindex != lk.ifindex for a in addresses):
-                addresses.append(Address(lk.ifindex, step.address, KVDEV_PROTO))
-        elif isinstance(step, s.RemoveAddress):
-            addresses = [
-                a for a in addresses if (a.ifindex, a.address) != (lk.ifindex, step.address)
-            ]
-        elif isinstance(step, s.AddRoute):
-            routes.append(
-                Route(lk.ifindex, step.destination, step.gateway, step.metric, KVDEV_PROTO)
-            )
-        elif isinstance(step, s.RemoveRoute):
-            routes = [
-                r
-                for r in routes
-                if (r.ifindex, r.destination, r.gateway)
-                != (lk.ifindex, step.destination, step.gateway)
-            ]
-    return NetState(tuple(links.values()), tuple(addresses), tuple(routes))
+def fake_apply(state: NetState, steps) -> NetState:
+    """The state after the kernel (in memory) applied ``steps``; every one must succeed."""
+    kernel = MemoryNetlink(state)
+    results = kernel.apply(
+        [x for x in steps if not isinstance(x, s.WriteLinkFile | s.RemoveLinkFile)]
+    )
+    assert [r.error for r in results if not r.ok] == []
+    return kernel.state
 
 
 def files_after(files, steps):

@@ -225,9 +225,8 @@ class Reconciler:
 
     def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
         kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
-        self._keep_journal(
-            rename_journal.record(self._loaded_journal(), kernel)
-        )  # before any rename
+        journal = rename_journal.record(self._loaded_journal(), kernel)
+        self._keep_journal(journal)  # before any rename
         results = self.net.apply(kernel) if kernel else []
         results.extend(linkfiles.apply(s) for s in steps if s not in kernel)
         return results

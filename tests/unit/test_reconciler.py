@@ -1,0 +1,249 @@
+"""The reconcile pass itself, without root: a ``Reconciler`` over an in-memory kernel.
+
+The bundled example tree and config drive are copied into ``tmp_path``; the kernel is a
+``MemoryNetlink`` holding the example's three NICs (as veth links, the kind the agent is told
+to match, as in the network-namespace tests); state and ``.link`` files go to ``tmp_path`` too.
+The example's GPU is left out: nothing here has PCI devices, so it could only be Missing.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvdev.errors import RetryableError
+from kvdev.guest import reconciler as reconciler_module
+from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.adapters.memory import MemoryNetlink
+from kvdev.guest.adapters.rename_journal import JOURNAL_FILE
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.observed import Link, NetState
+from kvdev.guest.core.planning import temp_name
+from kvdev.guest.reconciler import STATUS_FILE, Reconciler, attempt, converge
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
+MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
+
+
+def example_kernel():
+    links = tuple(
+        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth", max_mtu=65535)
+        for i, mac in MACS.items()
+    )
+    return MemoryNetlink(NetState(links))
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
+    shutil.rmtree(tree / "resourceclaims/vm1-devices/gpu")  # no PCI device here to bind it
+    drive = tmp_path / "meta_data.json"
+    shutil.copy(EXAMPLES / "config-drive/openstack/latest/meta_data.json", drive)
+    return AgentConfig(
+        metadata_root=tree,
+        config_drive=drive,
+        state_dir=tmp_path / "state",
+        link_dir=tmp_path / "network",
+        match_kinds=("veth",),
+    )
+
+
+def names(kernel):
+    return {lk.ifindex: lk.ifname for lk in kernel.state.links}
+
+
+def link(kernel, ifindex):
+    return kernel.state.link(ifindex)
+
+
+def test_a_pass_configures_the_example_in_memory_and_then_changes_nothing(cfg):
+    kernel = example_kernel()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert outcome.status.converged
+    assert names(kernel) == {1: "data0", 2: "data1", 3: "fast0"}
+    assert (link(kernel, 1).mtu, link(kernel, 1).up) == (9000, True)
+    addresses = {(a.ifindex, a.address) for a in kernel.state.addresses}
+    assert {(1, "10.1.0.5/24"), (2, "10.1.0.6/24"), (3, "198.51.100.7/24")} <= addresses
+    assert any(r.destination == "10.3.0.0/16" for r in kernel.state.routes)
+    again = Reconciler(cfg, kernel, scan_devices=tuple)
+    before = len(kernel.applied)
+    assert again.reconcile().results == []
+    assert len(kernel.applied) == before  # converged: nothing sent to the kernel
+
+
+def test_link_file_steps_go_to_disk_and_kernel_steps_to_netlink(cfg):
+    kernel = example_kernel()
+    converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert not any(isinstance(x, s.WriteLinkFile | s.RemoveLinkFile) for x in kernel.applied)
+    written = sorted(p.name for p in cfg.link_dir.iterdir())
+    assert written == ["10-kvdev-data0.link", "10-kvdev-data1.link", "10-kvdev-fast0.link"]
+    assert f"MACAddress={MACS[1]}" in (cfg.link_dir / "10-kvdev-data0.link").read_text()
+
+
+def test_the_status_is_saved_and_written_only_when_it_changes(cfg):
+    kernel = example_kernel()
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    converge(r)
+    path = cfg.state_dir / STATUS_FILE
+    saved = json.loads(path.read_text())
+    assert (saved["kind"], saved["converged"]) == ("AgentStatus", True)
+    assert "reconcile" not in saved  # the pass counter would rewrite it on every pass
+    inode = path.stat().st_ino
+    r.reconcile()
+    assert path.stat().st_ino == inode  # same content: not replaced
+
+
+def test_the_first_pass_removes_only_what_interrupted_writes_left(cfg):
+    cfg.state_dir.mkdir()
+    cfg.link_dir.mkdir()
+    left = [
+        cfg.state_dir / ".status.json.k1l2.tmp",
+        cfg.state_dir / ".renames.json.x9.tmp",
+        cfg.link_dir / ".10-kvdev-data0.link.ab12.tmp",
+    ]
+    kept = [cfg.state_dir / ".other.json.q.tmp", cfg.link_dir / ".50-mine.link.z.tmp"]
+    for path in left + kept:
+        path.write_text("half")
+    r = Reconciler(cfg, example_kernel(), scan_devices=tuple)
+    r.reconcile()
+    assert [p.exists() for p in left] == [False, False, False]
+    assert [p.exists() for p in kept] == [True, True]
+    (cfg.state_dir / ".status.json.later.tmp").write_text("half")
+    r.reconcile()  # only the first pass tidies: later temporaries may be a write in progress
+    assert (cfg.state_dir / ".status.json.later.tmp").exists()
+
+
+def test_a_dry_run_tidies_nothing_and_changes_nothing(cfg):
+    cfg.state_dir.mkdir()
+    (cfg.state_dir / ".status.json.k1.tmp").write_text("half")
+    kernel = example_kernel()
+    outcome = converge(Reconciler(dry(cfg), kernel, scan_devices=tuple))
+    assert kernel.applied == []
+    assert names(kernel) == {1: "eth1", 2: "eth2", 3: "eth3"}
+    assert outcome.plan.steps  # it says what it would do
+    assert (cfg.state_dir / ".status.json.k1.tmp").exists()
+    assert not cfg.link_dir.exists()
+
+
+def dry(cfg):
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(cfg, dry_run=True)
+
+
+def swap_names(cfg):
+    """Hints that ask vf-1 (now eth1) to be eth2 and vf-2 (now eth2) to be eth1: a trade."""
+    path = cfg.hints_path
+    hints = json.loads(path.read_text())
+    for device, name in (("vf-1", "eth2"), ("vf-2", "eth1")):
+        entry = next(d for d in hints["devices"] if d.get("device") == device)
+        entry["network"]["interfaceName"] = name
+    path.write_text(json.dumps(hints))
+
+
+def test_the_rename_journal_is_on_disk_before_any_link_takes_a_temporary_name(cfg):
+    swap_names(cfg)
+    journal = cfg.state_dir / JOURNAL_FILE
+    seen = []
+
+    def check_journal(step):
+        if isinstance(step, s.Rename) and step.new_name == temp_name(step.ifindex):
+            on_disk = json.loads(journal.read_text())  # must exist already
+            seen.append(on_disk.get(str(step.ifindex)) == step.ifname)
+        # None: then apply it
+
+    kernel = example_kernel()
+    kernel.fault = check_journal
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert seen
+    assert all(seen)  # each link's name before the trade was on disk before it moved
+    assert names(kernel)[1] == "eth2"
+    assert names(kernel)[2] == "eth1"
+    assert outcome.status.converged
+    assert not journal.exists()  # dropped once no link holds a temporary name
+
+
+def test_a_link_left_on_its_temporary_name_gets_a_freed_name_back(cfg):
+    swap_names(cfg)
+    kernel = example_kernel()
+
+    def crash_after_the_first_temporary_rename(step):
+        if isinstance(step, s.Rename) and step.new_name != temp_name(step.ifindex):
+            return s.StepResult(step=step, ok=False, error="killed", retryable=True)
+        return None
+
+    kernel.fault = crash_after_the_first_temporary_rename
+    Reconciler(cfg, kernel, scan_devices=tuple).reconcile()  # the trade stops half-way
+    assert any(n.startswith(temp_name(i)) for i, n in names(kernel).items())
+    kernel.fault = None
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))  # a new agent
+    assert outcome.status.converged
+    assert names(kernel)[1] == "eth2"
+    assert names(kernel)[2] == "eth1"
+
+
+def test_a_retryable_step_failure_asks_for_a_retry_and_the_next_pass_applies_it(cfg):
+    kernel = example_kernel()
+    refused = []
+
+    def busy_once(step):
+        if isinstance(step, s.SetMtu) and not refused:
+            refused.append(step)
+            return s.StepResult(step=step, ok=False, error="busy", retryable=True)
+        return None
+
+    kernel.fault = busy_once
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    first = r.reconcile()
+    assert first.retry
+    assert not first.status.converged
+    outcome = converge(r)
+    assert outcome.status.converged
+    assert link(kernel, refused[0].ifindex).mtu == refused[0].mtu
+
+
+def test_the_first_pass_backs_off_and_retries_an_interrupted_observation(cfg, monkeypatch):
+    slept = []
+    monkeypatch.setattr(reconciler_module.time, "sleep", slept.append)
+    kernel = example_kernel()
+    kernel.fail_reads = 3
+    outcome = attempt(Reconciler(cfg, kernel, scan_devices=tuple), None)
+    assert slept == [0.25, 0.5, 1.0]
+    assert kernel.reads == 4
+    assert not outcome.failed
+
+
+def test_a_first_pass_that_keeps_failing_raises_for_systemd_to_restart(cfg, monkeypatch):
+    monkeypatch.setattr(reconciler_module.time, "sleep", lambda _s: None)
+    kernel = example_kernel()
+    kernel.fail_reads = 100
+    with pytest.raises(RetryableError):
+        attempt(Reconciler(cfg, kernel, scan_devices=tuple), None)
+    assert kernel.reads == reconciler_module.FIRST_PASS_TRIES
+
+
+def test_a_later_pass_that_fails_keeps_the_last_status_and_does_not_sleep(cfg, monkeypatch):
+    monkeypatch.setattr(reconciler_module.time, "sleep", pytest.fail)
+    kernel = example_kernel()
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    good = r.reconcile()
+    kernel.fail_reads = 1
+    r.stale_links = True
+    again = attempt(r, good)
+    assert again.failed
+    assert again.retry
+    assert again.status is good.status
+
+
+def test_hot_plugged_link_is_configured_on_the_next_pass(cfg):
+    kernel = example_kernel()
+    kernel.remove_link(3)
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    converge(r)
+    assert 3 not in names(kernel)
+    kernel.add_link(Link(ifindex=9, ifname="eth9", mac=MACS[3], kind="veth"))
+    r.stale_links = True  # what the netlink event would say
+    converge(r)
+    assert names(kernel)[9] == "fast0"
