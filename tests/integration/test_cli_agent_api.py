@@ -33,7 +33,7 @@ from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic
 from kvdev.guest.core.planning import Blocked, Desired, Plan
 from kvdev.guest.core.status import ClaimStatus, MetadataState, summarize
 from kvdev.guest.views import encode
-from kvdev.guest.views.tables import DEVICES_HEADER
+from kvdev.guest.views.tables import DEVICES_COLUMNS
 from kvdev.schema.described import DescribedDevice
 
 KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
@@ -187,7 +187,7 @@ def test_devices_table_has_the_header_and_aligned_columns(agent):
         "DEVICE                                               PHASE       INTERFACE  GUEST PCI     "
         "DRIVER     NUMA  MAC                ADDRESSES    RX/TX        SPEED"
     )
-    starts = [header.index(h) for h in DEVICES_HEADER]
+    starts = [header.index(h) for h in DEVICES_COLUMNS]
     cells = [REF, "Configured", "eth1", "0000:07:00.0", "mlx5_core", "0", MAC, "10.1.0.5/24"]
     cells += ["1.5KiB/200B", "25Gb/s"]
     assert [vf[at : at + len(c)] for at, c in zip(starts, cells, strict=True)] == cells

@@ -29,7 +29,7 @@ from kvdev.guest.api.bridge import Bridge
 from kvdev.guest.api.routes import Api
 from kvdev.guest.api.server import Handler, Server
 from kvdev.guest.reconciler import Reconciler, converge
-from kvdev.guest.views import encode
+from kvdev.guest.views import encode, tables
 
 EPILOG = """\
 examples:
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.dump(encode.status_json(outcome.status), sys.stdout, indent=2)
                 sys.stdout.write("\n")
             else:
-                sys.stdout.write(encode.status_table(outcome.status))
+                sys.stdout.write(tables.pass_text(encode.status_json(outcome.status)))
             return 0 if outcome.status.converged or cfg.dry_run else 1
         watcher = stack.enter_context(
             files.Watcher(

@@ -1,7 +1,7 @@
-"""Renderings of a ``Status``: a table for people and a JSON-ready dict for scripts.
+"""A ``Status`` or ``Plan`` as the JSON-ready dicts the API answers and ``status.json`` keeps.
 
 Pure. The JSON keys are camelCase; fields may be added, never renamed (``apiVersion``
-changes otherwise).
+changes otherwise). What people read is drawn from these dicts by ``tables``.
 """
 
 from __future__ import annotations
@@ -125,36 +125,3 @@ def status_json(status: Status) -> dict[str, Any]:
         "metadataErrors": [str(p) for p in status.file_errors],
         "claims": claims_json(status),
     }
-
-
-def status_table(status: Status) -> str:
-    """Aligned columns, one row per described device, then unmanaged NICs and errors."""
-    header = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "MATCHED BY", "DETAIL")
-    rows = [header]
-    rows.extend(
-        (
-            d.ref,
-            d.phase.value,
-            d.ifname or "-",
-            d.guest_pci_address or "-",
-            d.mac or "-",
-            ",".join(e.kind for e in d.evidence) or "-",
-            d.reason
-            or (
-                "addresses " + ",".join(d.desired.addresses)
-                if d.desired and d.desired.addresses
-                else ""
-            ),
-        )
-        for d in status.devices
-    )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
-    lines = [
-        "  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]).rstrip()
-        for r in rows
-    ]
-    if status.unmanaged:
-        lines.append(f"unmanaged (never touched): {', '.join(status.unmanaged)}")
-    lines.extend(f"metadata error: {p}" for p in status.file_errors)
-    lines.append(("dry run: " if status.dry_run else "") + status.summary())
-    return "\n".join(lines) + "\n"

@@ -1,22 +1,22 @@
-"""What ``kvdev`` prints for the agent's API answers, and how it finds a device among them.
+"""What people read of the agent's state, and how ``kvdev`` finds a device among it.
 
 Pure: JSON-ready dicts in (exactly as ``GET /v1/status``, ``/v1/devices`` and ``/v1/plan``
-answer them, see ``api``), text out. It owns the human renderings of ``kvdev status``,
-``devices``, ``explain`` and ``plan``, and ``find_devices``, the lookup behind ``explain`` by
-ref, interface name, altname, MAC or guest PCI address. Missing or null fields print as ``-``:
-the API may add fields and an older agent may lack some.
+answer them and ``encode`` makes them), text out. It owns the human renderings of
+``kvdev status``, ``devices``, ``explain`` and ``plan`` and of ``kvdev-agent --once``
+(``pass_text``), and ``find_devices``, the lookup behind ``explain`` by ref, interface name,
+altname, MAC or guest PCI address. Every device table is drawn from one set of columns
+(``COLUMNS``), so a header is spelled, and a cell computed, one way everywhere. Missing or null
+fields print as ``-``: the API may add fields and an older agent may lack some.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 PHASE_ORDER: Final = ("Configured", "Pending", "Missing", "Ambiguous", "Error", "Unmanaged")
 _PHASE_COLOR: Final = {"Configured": "32", "Pending": "33", "Missing": "31", "Ambiguous": "31"}
-_HEADER = "DEVICE PHASE INTERFACE GUEST_PCI DRIVER NUMA MAC ADDRESSES RX/TX SPEED"
-DEVICES_HEADER: Final = tuple(h.replace("_", " ") for h in _HEADER.split())
 _SHORT_PCI = re.compile(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 Json = Mapping[str, Any]
@@ -157,32 +157,67 @@ def status_text(body: Json, color: bool = False) -> str:
 # --------------------------------------------------------------------------- devices
 
 
-def devices_table(items: Sequence[Json], color: bool = False) -> str:
-    """``kvdev devices``: one aligned row per described device."""
+def _traffic(d: Json) -> str:
+    stats = d.get("interfaceStats") or {}
+    if not stats:
+        return "-"
+    return f"{human_bytes(stats.get('rxBytes'))}/{human_bytes(stats.get('txBytes'))}"
+
+
+def _detail(d: Json) -> str:
+    """Why a device is not configured, else the addresses it was given."""
+    if d.get("reason"):
+        return str(d["reason"])
+    addresses = _get(d, "desired", "addresses")
+    return "addresses " + ",".join(addresses) if addresses else ""
+
+
+COLUMNS: Final[Mapping[str, Callable[[Json], str]]] = {
+    "DEVICE": lambda d: _s(d.get("ref")),
+    "PHASE": lambda d: _s(d.get("phase")),
+    "INTERFACE": lambda d: _s(_get(d, "observed", "interface") or d.get("interface")),
+    "GUEST PCI": lambda d: _s(d.get("guestPciAddress")),
+    "DRIVER": lambda d: _s(_get(d, "guest", "driver")),
+    "NUMA": lambda d: _s(_get(d, "guest", "numaNode")),
+    "MAC": lambda d: _s(d.get("mac")),
+    "MATCHED BY": lambda d: _s([e.get("kind") for e in d.get("evidence") or []]),
+    "ADDRESSES": lambda d: _s(_get(d, "observed", "addresses")),
+    "RX/TX": _traffic,
+    "SPEED": lambda d: human_speed(_get(d, "interfaceStats", "speedMbps")),
+    "DETAIL": _detail,
+}
+DEVICES_COLUMNS: Final = (
+    *("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "DRIVER", "NUMA", "MAC", "ADDRESSES"),
+    *("RX/TX", "SPEED"),
+)
+PASS_COLUMNS: Final = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "MATCHED BY", "DETAIL")
+
+
+def devices_table(
+    items: Sequence[Json], color: bool = False, columns: Sequence[str] = DEVICES_COLUMNS
+) -> str:
+    """One aligned row per described device, in ``columns`` (``kvdev devices``' by default)."""
     if not items:
         return "no devices described\n"
-    rows: list[tuple[str, ...]] = [DEVICES_HEADER]
+    rows: list[tuple[str, ...]] = [tuple(columns)]
+    rows.extend(tuple(COLUMNS[c](d) for c in columns) for d in items)
     colors: dict[int, list[str]] = {}
-    for n, d in enumerate(items, start=1):
-        stats = d.get("interfaceStats") or {}
-        traffic = f"{human_bytes(stats.get('rxBytes'))}/{human_bytes(stats.get('txBytes'))}"
-        rows.append(
-            (
-                _s(d.get("ref")),
-                _s(d.get("phase")),
-                _s(_get(d, "observed", "interface") or d.get("interface")),
-                _s(d.get("guestPciAddress")),
-                _s(_get(d, "guest", "driver")),
-                _s(_get(d, "guest", "numaNode")),
-                _s(d.get("mac")),
-                _s(_get(d, "observed", "addresses")),
-                "-" if not stats else traffic,
-                human_speed(stats.get("speedMbps")),
-            )
-        )
-        if color:
-            colors[n] = ["", _phase_code(str(d.get("phase")))]
+    if color and "PHASE" in columns:
+        at = list(columns).index("PHASE")
+        for n, d in enumerate(items, start=1):
+            colors[n] = [""] * at + [_phase_code(str(d.get("phase")))]
     return table(rows, colors)
+
+
+def pass_text(body: Json, color: bool = False) -> str:
+    """``kvdev-agent --once``: the devices after the pass, what was left alone, the summary."""
+    devices = body.get("devices") or []
+    lines = devices_table(devices, color, PASS_COLUMNS).splitlines() if devices else []
+    if body.get("unmanaged"):
+        lines.append(f"unmanaged (never touched): {', '.join(body['unmanaged'])}")
+    lines.extend(f"metadata error: {e}" for e in body.get("metadataErrors") or [])
+    lines.append(("dry run: " if body.get("dryRun") else "") + _s(body.get("summary")))
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- explain
