@@ -1,0 +1,249 @@
+"""Which files a claim's preparation leaves on the host, with which bytes (no file is touched).
+
+Owns the host layout (upstream's, K/DRA ``kubeletplugin/metadata.go``)::
+
+    <plugin-data-dir>/dra-device-metadata/<ns>_<claim>/<request>/metadata.json
+    <plugin-data-dir>/dra-device-metadata/<ns>_<claim>/.kvdev-prepared.json   (what was written)
+    <plugin-data-dir>/dra-device-metadata/.<ns>_<claim>.lock                   (per-claim flock)
+    <cdi-dir>/<driver>_metadata_<claimUID>_<request>.json
+
+and the decisions: a metadata file keeps its generation when its content is the same (or
+takes the old one + 1, or 1 when new), the record's bytes, which recorded paths are this
+writer's. ``planned_files`` is the whole "what" of ``writer.prepare``/``update``: given the
+bytes now on disk it returns every file with the bytes it must hold. Every path component
+comes from a validated name; input never supplies a path. ``writer`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from kvdev.errors import Problem, SchemaError
+from kvdev.host.k8s import ResourceClaim
+from kvdev.host.publish import cdi
+from kvdev.host.publish.metadata import (
+    CLAIM_DIR_MAX,
+    ClaimIdentity,
+    RequestMetadata,
+    driver_results,
+    same_content,
+    with_generation,
+)
+from kvdev.schema.fields import base_request, check_dns_label, check_dns_subdomain
+from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.stream import DEVICE_METADATA, decode_stream, encode_stream
+
+METADATA_DIR: Final = "dra-device-metadata"
+METADATA_FILE: Final = "metadata.json"
+RECORD_FILE: Final = ".kvdev-prepared.json"
+RECORD_KIND: Final = "PreparedClaim"
+RECORD_API: Final = "kvdev.io/v1alpha1"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where one driver's files go."""
+
+    driver: str  # validated DNS subdomain
+    plugin_data_dir: Path  # default Path("/var/lib/kubelet/plugins") / driver
+    cdi_dir: Path  # default Path("/var/run/cdi")
+
+    def __post_init__(self) -> None:
+        try:
+            check_dns_subdomain(self.driver, 63)
+            cdi.check_vendor(self.driver)
+        except ValueError as e:
+            raise SchemaError([Problem(f"driver name: {e}", path="driver")]) from e
+
+    @classmethod
+    def default(cls, driver: str) -> Layout:
+        """``/var/lib/kubelet/plugins/<driver>`` and ``/var/run/cdi``."""
+        return cls(driver, Path("/var/lib/kubelet/plugins") / driver, Path("/var/run/cdi"))
+
+    @property
+    def metadata_root(self) -> Path:
+        """``<plugin-data-dir>/dra-device-metadata``."""
+        return self.plugin_data_dir.absolute() / METADATA_DIR
+
+    def claim_dir(self, dir_name: str) -> Path:
+        """``<metadata-root>/<ns>_<claim>``."""
+        return self.metadata_root / dir_name
+
+    def lock_file(self, dir_name: str) -> Path:
+        """``<metadata-root>/.<ns>_<claim>.lock``: beside the claim directory, which goes."""
+        return self.metadata_root / f".{dir_name}.lock"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One device of the claim as the kubelet plugin reports it."""
+
+    requests: tuple[str, ...]  # the allocation results' request names (incl. "req/sub")
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]  # ("<driver>/metadata=<claimUID>_<baseRequest>",)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What ``prepare``/``update`` produced for one claim."""
+
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[PreparedDevice, ...]  # this driver's devices of the claim, allocation order
+    paths: tuple[Path, ...]  # every file written (metadata files + CDI specs)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFile:
+    """A file a claim's preparation leaves on disk, and the bytes it must hold."""
+
+    path: Path
+    data: bytes
+
+
+# --------------------------------------------------------------------------- names
+
+
+def claim_dir_name(namespace: str, name: str) -> str:
+    """``<ns>_<claim>``, from a checked namespace and name.
+
+    Raises:
+        SchemaError: a name is not a Kubernetes name, or the pair is too long for a directory.
+    """
+    try:
+        check_dns_label(namespace)
+        check_dns_subdomain(name)
+    except ValueError as e:
+        raise SchemaError([Problem(f"claim {namespace}/{name}: {e}")]) from e
+    dir_name = f"{namespace}_{name}"
+    if len(dir_name) > CLAIM_DIR_MAX:
+        msg = f"claim {namespace}/{name}: '<namespace>_<name>' is too long for a directory name"
+        raise SchemaError([Problem(msg)])
+    return dir_name
+
+
+def metadata_path(layout: Layout, dir_name: str, request: str) -> Path:
+    """``<claim dir>/<request>/metadata.json``."""
+    return layout.claim_dir(dir_name) / request / METADATA_FILE
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def record_bytes(ident: ClaimIdentity, files: Sequence[Path]) -> bytes:
+    """The record of what was written for the claim."""
+    body = {
+        "apiVersion": RECORD_API,
+        "kind": RECORD_KIND,
+        "namespace": ident.namespace,
+        "name": ident.name,
+        "uid": ident.uid,
+        "files": [str(f) for f in files],
+    }
+    return (json.dumps(body, indent=2) + "\n").encode()
+
+
+def _ours(path: Path, layout: Layout, claim_dir: Path) -> bool:
+    """A recorded path is one this writer could have written for that claim (a guard)."""
+    if path.parent == layout.cdi_dir.absolute():
+        return path.name.startswith(f"{layout.driver}_{cdi.CLASS}_") and path.suffix == ".json"
+    return path.name == METADATA_FILE and path.parent.parent == claim_dir
+
+
+def parse_record(
+    data: bytes | None, layout: Layout, claim_dir: Path
+) -> tuple[str | None, list[Path]]:
+    """The uid and the files (only those this writer could have written) of a record.
+
+    ``(None, [])`` when there is none or it does not parse.
+    """
+    if data is None:
+        return None, []
+    try:
+        body = json.loads(data)
+        uid, files = str(body["uid"]), [Path(str(f)) for f in body["files"]]
+    except (ValueError, KeyError, TypeError):
+        return None, []
+    return uid, [f for f in files if _ours(f, layout, claim_dir)]
+
+
+# --------------------------------------------------------------------------- the files
+
+
+def _generation(data: bytes | None) -> int:
+    """``metadata.generation`` of an existing stream, read leniently (0 when unknown)."""
+    for line in (data or b"").splitlines():
+        try:
+            value = json.loads(line)["metadata"]["generation"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _current(data: bytes | None) -> DeviceMetadata | None:
+    if data is None:
+        return None
+    try:
+        return decode_stream(data, DEVICE_METADATA).document
+    except SchemaError:
+        return None
+
+
+def planned_files(
+    ident: ClaimIdentity,
+    requests: Sequence[RequestMetadata],
+    layout: Layout,
+    on_disk: Mapping[Path, bytes | None],
+    *,
+    bump: bool,
+) -> tuple[PlannedFile, ...]:
+    """Every file of the claim with its bytes: per request its metadata file and CDI spec.
+
+    ``on_disk`` holds the bytes of each request's metadata file now (None: absent). A file
+    keeps its generation when its content is unchanged, unless ``bump`` (``update``).
+    """
+    dir_name = claim_dir_name(ident.namespace, ident.name)
+    out = []
+    for item in requests:
+        path = metadata_path(layout, dir_name, item.request)
+        old = on_disk.get(path)
+        current = _current(old)
+        generation = _generation(old)
+        if bump or current is None or not same_content(current, item.document):
+            generation += 1
+        document = with_generation(item.document, max(generation, 1))
+        out.append(PlannedFile(path, encode_stream(document, DEVICE_METADATA)))
+        spec = cdi.metadata_spec(
+            layout.driver,
+            ident.uid,
+            item.request,
+            host_path=str(path),
+            claim_name=ident.name,
+            pod_claim_name=ident.pod_claim_name,
+        )
+        out.append(PlannedFile(layout.cdi_dir.absolute() / spec.file_name, spec.to_bytes()))
+    return tuple(out)
+
+
+def prepared_devices(
+    claim: ResourceClaim, layout: Layout, uid: str, requests: Sequence[RequestMetadata]
+) -> tuple[PreparedDevice, ...]:
+    """This driver's devices of the claim in allocation order, each with its CDI device IDs."""
+    written = {r.request for r in requests}
+    order: dict[tuple[str, str, str | None], list[str]] = {}
+    for result in driver_results(claim, layout.driver):
+        order.setdefault((result.pool, result.device, result.share_id), []).append(result.request)
+    out = []
+    for (pool, device, _), names in order.items():
+        bases = dict.fromkeys(base_request(n) for n in names if base_request(n) in written)
+        ids = tuple(cdi.device_id(layout.driver, uid, b) for b in bases)
+        out.append(PreparedDevice(tuple(names), pool, device, ids))
+    return tuple(out)
