@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
-        reconciler.prepare = watcher.rearm
+        reconciler.before_pass = watcher.rearm
         bridge = Bridge()
         stack.callback(bridge.close)
         server = _server(cfg, Api(bridge).handle)

@@ -91,7 +91,7 @@ class Reconciler:
     config: AgentConfig
     net: NetlinkPort
     scan_devices: Callable[[], tuple[GuestDevice, ...]]
-    prepare: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
+    before_pass: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
     belief: sources.Sources = field(default_factory=sources.Sources)
     passes: int = 0
     stale_devices: bool = True  # set by udev events: the next pass rescans devices
@@ -147,7 +147,7 @@ class Reconciler:
     def _observe_and_plan(self) -> tuple[Matching, Plan, dict[int, str]]:
         """Read, observe, match and plan; also the rename journal pruned for this state."""
         cfg = self.config
-        self.prepare()
+        self.before_pass()
         raws, complete = files.read_sources(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
         self.belief = sources.update(self.belief, raws, listing_complete=complete)
         if self.stale_links:

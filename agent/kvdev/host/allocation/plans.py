@@ -1,6 +1,6 @@
 """Turning claims into search plans, and the checks upstream makes before searching.
 
-Owns the ``AllocationFailedError`` error (keyword + message), the prepared (sub)request and claim
+Owns the ``AllocationFailedError`` error (keyword + message), the (sub)request and claim
 plan shapes, class lookup, feature checks, selector/constraint validation, the per-claim
 32-result lower bound, and CEL selector evaluation with its cache (lazy: a selector is
 compiled and run only for the devices the search visits). A ``Selection`` lives for one
@@ -198,7 +198,7 @@ def _request(
 def plan_claim(
     claim: ResourceClaim, classes: Mapping[str, DeviceClass], features: Features
 ) -> ClaimPlan:
-    """Validate one claim and prepare its requests and constraints (All devices not yet set).
+    """Validate one claim and plan its requests and constraints (All devices not yet set).
 
     Raises:
         AllocationFailedError: the claim can never be allocated as written.

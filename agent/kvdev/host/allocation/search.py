@@ -82,7 +82,7 @@ def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bo
 
 
 class Search:
-    """One allocator run's search over prepared claim plans."""
+    """One allocator run's search over claim plans."""
 
     def __init__(
         self,

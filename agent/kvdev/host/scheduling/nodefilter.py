@@ -1,6 +1,6 @@
 """Whether one pod fits on one node, as kube-scheduler's DRA and resource-fit plugins decide.
 
-Owns the prepared pod (``Attempt``: its claims split into allocated and pending, its
+Owns one pod's attempt (``Attempt``: its claims split into allocated and pending, its
 requests), the per-node check and its cache. The check, in order:
 
 1. claims already allocated must be reachable: their ``nodeSelector`` matches the node
@@ -55,7 +55,7 @@ CANNOT_ALLOCATE = "cannot allocate all claims"
 
 @dataclass(slots=True)
 class Attempt:
-    """One pod, prepared for filtering (make it with ``NodeFilter.attempt``)."""
+    """One pod, ready for filtering (make it with ``NodeFilter.attempt``)."""
 
     pod: Pod
     allocated: Sequence[ResourceClaim]

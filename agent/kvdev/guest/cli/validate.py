@@ -1,0 +1,96 @@
+"""``kvdev metadata validate``: check metadata files and trees offline, without the agent.
+
+Owns the subcommand's parser (its help, examples and exit codes) and its run: the files are
+read by the agent's own reader (``adapters.files``: the same bounds and link rules), checked
+and rendered by ``core.check``. It never asks the agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from kvdev.guest.adapters import files
+from kvdev.guest.core import check
+from kvdev.schema.tree import ROOT
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+EPILOG = f"""\
+what is checked:
+  KEP-5304 DeviceMetadata streams (metadata.resource.k8s.io v1beta1/v1alpha1): the first
+  object whose apiVersion kvdev knows is used, unknown versions are skipped; every upstream
+  limit (32 attributes, 64-byte strings, 16 CIDR ips ...); that the file's place in the tree
+  matches its content. kvdev GuestHints (guest.kvdev.io) and a KubeVirt config drive's
+  meta_data.json (its devices[] list) are checked too.
+
+  Errors name the file, the object's position in the stream and the field, e.g.
+    .../nic/sriov.example.com-metadata.json: stream[0]: requests[0].devices[1].networkData.ips[2]:
+    '10.0.0.7' is not a CIDR address (address/prefix, e.g. 10.1.0.5/24)
+
+examples:
+  kvdev metadata validate                         # the agent's default tree, {ROOT}
+  kvdev metadata validate ./tree meta_data.json   # a tree and a config drive file
+  kvdev metadata validate --json ./tree | jq '.files[].devices'
+
+exit status: 0 all valid (warnings allowed), 2 an invalid file or a usage error.
+"""
+
+
+def add_parser(meta: argparse.ArgumentParser, func: Command) -> None:
+    """Add ``validate`` to the ``metadata`` command's parser; ``func`` runs it."""
+    meta_commands = meta.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+    validate = meta_commands.add_parser(
+        "validate",
+        help="check metadata files or whole metadata trees",
+        description="Check DRA device metadata files, kvdev guest hints and config-drive "
+        "metadata against the contract, offline.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    validate.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        type=Path,
+        help=f"a file or a directory tree to check (default: {ROOT})",
+    )
+    validate.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,  # the global option's default applies
+        help="print the report, with normalized content, as JSON",
+    )
+    validate.add_argument(
+        "-v", "--verbose", action="store_true", help="also list files that were ignored"
+    )
+    validate.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default=argparse.SUPPRESS,
+        help="colour the human report (auto: only on a terminal, and not when NO_COLOR is set)",
+    )
+    validate.set_defaults(func=func)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> int:
+    """Check ``args.paths`` (default: the agent's tree); 0 valid, 2 invalid or missing."""
+    paths: list[Path] = args.paths or [Path(ROOT)]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        err.writelines(f"kvdev: {p}: no such file or directory\n" for p in missing)
+        return EXIT_INVALID
+    raws = [raw for p in paths for raw in files.read_path(p)]
+    result = check.build(raws)
+    if args.json:
+        json.dump(check.render_json(result), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(check.render_text(result, color=color, verbose=args.verbose))
+    return EXIT_OK if result.valid else EXIT_INVALID
