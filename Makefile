@@ -5,6 +5,25 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# Root targets (network namespaces, a chroot, QEMU): as root they run here; as a user the same
+# command runs them again under sudo. So `make demo` and `make test` work as root in a container
+# without sudo and as a user with sudo. Every other target runs as whoever calls it.
+ROOT_GOALS := demo test e2e vm-image test-compat bench bench-api robustness robustness-long
+ifneq ($(shell id -u),0)
+ifneq ($(filter $(ROOT_GOALS),$(MAKECMDGOALS)),)
+AS_ROOT := sudo
+endif
+endif
+
+ifdef AS_ROOT
+.PHONY: $(MAKECMDGOALS)
+$(firstword $(MAKECMDGOALS)):
+	@command -v sudo >/dev/null 2>&1 || { echo "make $(MAKECMDGOALS): needs root (network namespaces, a chroot, QEMU), and there is no sudo: run it as root" >&2; exit 2; }
+	sudo $(MAKE) $(MAKECMDGOALS)
+$(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
+	@:
+else
+
 .PHONY: help demo example test quick check lint typecheck imports unit bench bench-api bench-schedule clean proto
 
 help:  ## list the targets
@@ -88,3 +107,5 @@ test-compat: $(STAMP)  ## (root) guest tests on Debian 13's versions and on the 
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build agent/*.egg-info
+
+endif
