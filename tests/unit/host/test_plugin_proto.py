@@ -87,12 +87,16 @@ def test_dra_wire_names_and_numbers(pb2, version):
         "NodeUnprepareResources": "NodeUnprepareResourcesResponse",
     }
     assert _fields(pb2.Claim) == {"namespace": (1, False), "uid": (2, False), "name": (3, False)}
+    # kubelet's v1 Device has `optional string share_id = 5`; v1beta1 has no share.
     assert _fields(pb2.Device) == {
         "request_names": (1, True),
         "pool_name": (2, False),
         "device_name": (3, False),
         "cdi_device_ids": (4, True),
-    }
+    } | ({"share_id": (5, False)} if version == "v1" else {})
+    if version == "v1":
+        share = pb2.Device.DESCRIPTOR.fields_by_name["share_id"]
+        assert share.has_presence  # proto3 `optional`: unset is told apart from ""
     assert _fields(pb2.NodePrepareResourceResponse) == {"devices": (1, True), "error": (2, False)}
     assert _fields(pb2.NodeUnprepareResourceResponse) == {"error": (1, False)}
     assert _fields(pb2.NodePrepareResourcesRequest) == {"claims": (1, True)}

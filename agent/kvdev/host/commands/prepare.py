@@ -223,6 +223,7 @@ def _prepared_json(p: writer.Prepared) -> dict[str, Any]:
                 "device": d.device,
                 "cdiDeviceIDs": list(d.cdi_device_ids),
             }
+            | ({"shareID": d.share_id} if d.share_id is not None else {})
             for d in p.devices
         ],
         "files": [str(f) for f in p.paths],

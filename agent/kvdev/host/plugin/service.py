@@ -172,12 +172,14 @@ def _prepare_all(
         entry = response.claims[ref.uid]
         entry.error = result.error
         for d in result.devices:
-            entry.devices.add(
-                request_names=d.requests,
+            device = entry.devices.add(
+                request_names=d.base_requests,  # kubelet matches containers on base names
                 pool_name=d.pool,
                 device_name=d.device,
                 cdi_device_ids=d.cdi_device_ids,
             )
+            if d.share_id is not None and isinstance(device, dra_v1_pb2.Device):  # v1 only
+                device.share_id = d.share_id
     return response
 
 

@@ -80,12 +80,23 @@ class Layout:
 
 @dataclass(frozen=True, slots=True)
 class PreparedDevice:
-    """One device of the claim as the kubelet plugin reports it."""
+    """One device of the claim as the kubelet plugin reports it.
+
+    ``cdi_device_ids`` holds the metadata CDI device of each request this device is the
+    first device of (as upstream's plugin injects it: the first device per request only, so
+    one container does not get the same file mounted twice at one path).
+    """
 
     requests: tuple[str, ...]  # the allocation results' request names (incl. "req/sub")
     pool: str
     device: str
-    cdi_device_ids: tuple[str, ...]  # ("<driver>/metadata=<claimUID>_<baseRequest>",)
+    cdi_device_ids: tuple[str, ...]  # ("<driver>/metadata=<claimUID>_<baseRequest>",) or ()
+    share_id: str | None = None  # set for a share of a consumable-capacity device
+
+    @property
+    def base_requests(self) -> tuple[str, ...]:
+        """The request names kubelet matches containers against: subrequests stripped."""
+        return tuple(base_request(r) for r in self.requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,14 +247,19 @@ def planned_files(
 def prepared_devices(
     claim: ResourceClaim, layout: Layout, uid: str, requests: Sequence[RequestMetadata]
 ) -> tuple[PreparedDevice, ...]:
-    """This driver's devices of the claim in allocation order, each with its CDI device IDs."""
+    """This driver's devices of the claim in allocation order, each with its CDI device IDs.
+
+    A request's metadata CDI device goes to its first device only (upstream's rule).
+    """
     written = {r.request for r in requests}
     order: dict[tuple[str, str, str | None], list[str]] = {}
     for result in driver_results(claim, layout.driver):
         order.setdefault((result.pool, result.device, result.share_id), []).append(result.request)
     out = []
-    for (pool, device, _), names in order.items():
-        bases = dict.fromkeys(base_request(n) for n in names if base_request(n) in written)
-        ids = tuple(cdi.device_id(layout.driver, uid, b) for b in bases)
-        out.append(PreparedDevice(tuple(names), pool, device, ids))
+    injected: set[str] = set()
+    for (pool, device, share_id), names in order.items():
+        bases = [b for b in dict.fromkeys(base_request(n) for n in names) if b in written]
+        ids = tuple(cdi.device_id(layout.driver, uid, b) for b in bases if b not in injected)
+        injected.update(bases)
+        out.append(PreparedDevice(tuple(names), pool, device, ids, share_id))
     return tuple(out)
