@@ -64,6 +64,8 @@ class Problem:
             whole stream.
         path: field path inside that object, e.g. ``requests[0].devices[1].networkData.ips[2]``.
         severity: ``ERROR`` rejects the document, ``WARNING`` is reported and kept.
+        upstream_invalid: the value breaks a rule every conforming writer follows (upstream's
+            API validation), although upstream's reader accepts it: a driver bug to report.
     """
 
     message: str
@@ -71,6 +73,7 @@ class Problem:
     index: int | None = None
     path: str = ""
     severity: Severity = Severity.ERROR
+    upstream_invalid: bool = False
 
     def __str__(self) -> str:
         where = [self.source] if self.source else []

@@ -239,6 +239,16 @@ def _umount(where):
     subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
 
 
+def bigger_network_data():
+    """Network data that makes the NIC file grow past its first 4 KiB page."""
+    return {
+        (SRIOV, "node-a", f"vf-{i}"): NetworkDeviceData.model_validate(
+            {"interfaceName": "n" * 200, "ips": [f"fd00:{i}:{j + 1}::5/64" for j in range(16)]}
+        )
+        for i in (1, 2)
+    }
+
+
 def test_disk_full_is_retryable_names_the_file_and_keeps_the_old_one(tmp_path):
     full = tmp_path / "full"
     _mount_tmpfs(full, "size=64k,mode=0755")
@@ -246,20 +256,54 @@ def test_disk_full_is_retryable_names_the_file_and_keeps_the_old_one(tmp_path):
         lay = writer.Layout(SRIOV, full / "plugins", full / "cdi")
         writer.prepare(vm1(), slices(), lay)
         old = nic_file(lay).read_bytes()
+        inode = nic_file(lay).stat().st_ino
         filler = full / "filler"
         assert fill(filler) == errno.ENOSPC
+        writer.update(vm1(), slices(), lay)  # the same size, in place: no new block needed
+        assert generation(nic_file(lay)) == 2
         with pytest.raises(RetryableError) as e:
-            writer.update(vm1(), slices(), lay)
+            writer.update(vm1(), slices(), lay, network_data=bigger_network_data())
         assert "No space left on device" in str(e.value)
         assert str(full) in str(e.value)
-        assert nic_file(lay).read_bytes() == old  # the old file is intact
+        assert nic_file(lay).read_bytes() == old.replace(b'"generation": 1', b'"generation": 2')
+        assert nic_file(lay).stat().st_ino == inode  # the space was refused before a byte changed
         leftovers = list(full.rglob("*.tmp"))
         assert leftovers == []  # no partial file anywhere
         filler.unlink()
-        writer.update(vm1(), slices(), lay)  # space back: it works, generation 2
-        assert generation(nic_file(lay)) == 2
+        writer.update(vm1(), slices(), lay, network_data=bigger_network_data())  # space back
+        assert generation(nic_file(lay)) == 3
     finally:
         _umount(full)
+
+
+def test_an_update_reaches_a_container_through_its_single_file_bind_mount(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount")
+    lay = layout(tmp_path)
+    writer.prepare(vm1(), slices(), lay)
+    host = nic_file(lay)
+    inode = host.stat().st_ino
+    view = tmp_path / "container" / f"{SRIOV}-metadata.json"  # what CDI mounts, file on file
+    view.parent.mkdir()
+    view.write_bytes(b"")
+    subprocess.run(["mount", "--bind", str(host), str(view)], check=True)
+    try:
+        assert generation(view) == 1
+        net = {
+            (SRIOV, "node-a", "vf-1"): NetworkDeviceData.model_validate(
+                {"interfaceName": "net1", "ips": ["10.1.0.42/24"]}
+            )
+        }
+        writer.update(vm1(), slices(), lay, network_data=net)
+        assert generation(view) == 2  # the running container sees the new generation
+        assert b"10.1.0.42/24" in view.read_bytes()
+        writer.update(vm1(), slices(), lay, network_data=bigger_network_data())
+        writer.update(vm1(), slices(), lay)  # growing, then shrinking again
+        assert view.read_bytes() == host.read_bytes()
+        assert generation(view) == 4
+        assert host.stat().st_ino == inode
+    finally:
+        _umount(view)
 
 
 def test_read_only_cdi_dir_is_a_permanent_error_naming_it(tmp_path):

@@ -1,6 +1,8 @@
 """kvdev.host.publish.writer under contention and crashes: threads, processes, SIGKILL.
 
-A reader polls the files all along: it must never see a partial metadata file or CDI spec.
+A reader polls the files all along: it must never see a partial CDI spec (replaced by rename),
+nor a partial metadata file that it reads twice the same (rewritten in place, as a bind mount
+needs: one read during the one write may see a mix, which a second read tells).
 """
 
 import json
@@ -82,6 +84,7 @@ class Reader(threading.Thread):
         self.stop = threading.Event()
         self.bad: list[str] = []
         self.seen = 0
+        self.torn = 0  # reads of a metadata file during its in-place write
 
     def run(self):
         while not self.stop.is_set():
@@ -94,7 +97,17 @@ class Reader(threading.Thread):
                     check(data)
                     self.seen += 1
                 except (SchemaError, ValueError) as e:
+                    if path == self.meta and self._read_again(path) != data:
+                        self.torn += 1  # read during the in-place write: the next read tells
+                        continue
                     self.bad.append(f"{path.name}: {e}")
+
+    @staticmethod
+    def _read_again(path):
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
 
     @staticmethod
     def _meta(data):

@@ -57,7 +57,7 @@ def test_json_output_carries_normalized_content():
     assert by_path["kvdev/guest-hints.json"]["role"] == "GuestHints"
 
 
-def test_invalid_file_exits_2_naming_file_object_and_field(tree):
+def test_a_device_kvdev_cannot_act_on_exits_2_naming_file_object_and_field(tree):
     path = tree / NICS
     lines = path.read_text().splitlines()
     first = json.loads(lines[0])
@@ -66,10 +66,24 @@ def test_invalid_file_exits_2_naming_file_object_and_field(tree):
     done = run("metadata", "validate", str(tree))
     assert done.returncode == 2
     assert f"INVALID {path}" in done.stdout
-    assert "stream[0]: requests[0].devices[1].networkData.ips[1]: '10.1.0.7' is not a CIDR" in (
-        done.stdout
-    )
+    ips = "stream[0]: requests[0].devices[1].networkData.ips"
+    assert f"error: {ips}[2]: 'x' is not an IP address" in done.stdout
+    assert f"[upstream] {ips}[1]: '10.1.0.7' is not a CIDR" in done.stdout
     assert "1 invalid" in done.stdout
+
+
+def test_a_value_only_upstreams_writer_rules_refuse_exits_1(tree):
+    path = tree / NICS
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["requests"][0]["devices"][1]["networkData"]["ips"] = ["10.1.0.6/24", "10.1.0.7"]
+    path.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
+    done = run("metadata", "validate", str(tree))
+    assert done.returncode == 1, done.stdout  # usable (as the host address 10.1.0.7/32)
+    assert f"valid   {path}" in done.stdout
+    assert "used as the host address 10.1.0.7/32" in done.stdout
+    report = json.loads(run("metadata", "validate", "--json", str(tree)).stdout)
+    assert (report["valid"], report["conforming"]) == (True, False)
 
 
 def test_non_mac_hardware_address_is_a_warning_not_an_error(tree):

@@ -97,8 +97,16 @@ class Fuzz:
         """The problems the agent must report for ``data`` at ``rel`` (empty when valid)."""
         if len(data) > MAX_STREAM_BYTES:  # the reader refuses it before the checker sees it
             return [f"{self.source(rel)}: cannot read: larger than {MAX_STREAM_BYTES} bytes"]
-        raw = RawFile(self.source(rel), rel, role_of(rel), data)
-        return sorted(str(p) for p in check_raw(raw).errors)
+        result = check_raw(RawFile(self.source(rel), rel, role_of(rel), data))
+        if not result.ok:
+            return sorted(str(p) for p in result.errors)
+        # A device kvdev cannot act on keeps its last good description, and says why.
+        before = self.good.get(rel)  # a new file has no last good content
+        good = check_raw(RawFile(self.source(rel), rel, role_of(rel), before)) if before else None
+        kept = {d.key for d in good.described if d.usable} if good else set()
+        return sorted(
+            str(p) for d in result.described if not d.usable and d.key in kept for p in d.problems
+        )
 
     def prank(self, name, rel):
         """Play ``name`` on ``rel``; the reconcile's status and the error to expect (or None)."""

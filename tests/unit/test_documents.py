@@ -62,11 +62,25 @@ def test_valid_device_metadata():
 
 
 def test_invalid_device_metadata():
-    result = check_file(SRC, Role.DEVICE_METADATA, both(with_device(name="VF0")), LOC)
+    bad = with_device()
+    bad["requests"][0]["devices"][0]["name"] = 7  # Go cannot decode a number into a string
+    result = check_file(SRC, Role.DEVICE_METADATA, both(bad), LOC)
     assert not result.ok
     assert (result.document, result.described, result.api_version) == (None, (), None)
     assert result.location == LOC
-    assert [(p.source, p.index, p.path) for p in result.errors] == [(SRC, 0, f"{DEV0}.name")]
+    assert [(p.source, p.index, p.path) for p in result.errors] == [
+        (SRC, 0, f"{DEV0}.name"),
+        (SRC, 1, f"{DEV0}.name"),  # both versions tried
+    ]
+
+
+def test_a_name_upstream_would_refuse_is_read_with_a_warning():
+    result = check_file(SRC, Role.DEVICE_METADATA, both(with_device(name="VF0")), LOC)
+    assert result.ok
+    assert result.described[0].name == "VF0"
+    assert [(p.index, p.path, p.upstream_invalid) for p in result.warnings] == [
+        (0, f"{DEV0}.name", True)
+    ]
 
 
 def test_described_view_is_normalized():

@@ -32,6 +32,20 @@ def read(data, kind=DEVICE_METADATA):
     return decode_stream(data, kind, source=SRC)
 
 
+def upstream_invalid(got):
+    """(path, message) of each warning that says a conforming writer would not write this."""
+    return [(w.path, w.message) for w in got.warnings if w.upstream_invalid]
+
+
+def decode_objects(data):
+    """The JSON objects of a stream, however they are laid out (one per line or indented)."""
+    decoder, text, pos, out = json.JSONDecoder(), data.decode(), 0, []
+    while (start := text.find("{", pos)) != -1:
+        value, pos = decoder.raw_decode(text, start)
+        out.append(value)
+    return out
+
+
 def one_problem(data, kind=DEVICE_METADATA):
     with pytest.raises(SchemaError) as info:
         decode_stream(data, kind, source=SRC)
@@ -63,12 +77,37 @@ def test_reads_v1alpha1_alone():
     assert (got.api_version, got.index) == (V1ALPHA1, 0)
 
 
-def test_invalid_known_version_does_not_fall_back_to_an_older_one():
-    bad = with_device(name="Bad_Name")
-    p = one_problem(stream(bad, alpha(metadata_doc())))
-    assert (p.index, p.path) == (0, f"{DEV0}.name")
-    p = one_problem(stream({"apiVersion": V2}, bad, alpha(metadata_doc())))
-    assert (p.index, p.path) == (1, f"{DEV0}.name")
+def test_a_value_a_conforming_writer_would_not_write_is_read_with_a_warning():
+    got = read(stream(with_device(name="Bad_Name"), alpha(metadata_doc())))
+    assert (got.api_version, got.index, got.fallback) == (V1BETA1, 0, ())
+    assert got.document.requests[0].devices[0].name == "Bad_Name"
+    [(path, message)] = upstream_invalid(got)
+    assert path == f"{DEV0}.name"
+    assert "'Bad_Name' is not a DNS label" in message
+
+
+def test_a_known_version_that_does_not_decode_falls_back_to_the_next_known_one():
+    broken = metadata_doc()
+    broken["metadata"]["generation"] = "7"  # a string where Go has an int64: it cannot decode
+    got = read(stream({"apiVersion": V2}, broken, alpha(metadata_doc())))
+    assert (got.api_version, got.index, got.skipped) == (V1ALPHA1, 2, (V2,))
+    assert [(p.index, p.path) for p in got.fallback] == [(1, "metadata.generation")]
+    notes = [w.message for w in got.warnings]
+    assert f"read as {V1ALPHA1} (stream[2]): a newer version in the stream is unusable" in notes
+    assert any(m.startswith("not used: Input should be a valid integer") for m in notes)
+
+
+def test_no_known_version_that_decodes_is_an_error_naming_each():
+    broken = metadata_doc()
+    broken["metadata"]["generation"] = "7"
+    older = alpha(metadata_doc())
+    older["requests"] = {"not": "a list"}
+    with pytest.raises(SchemaError) as info:
+        read(stream(broken, older))
+    assert [(p.index, p.path) for p in info.value.problems] == [
+        (0, "metadata.generation"),
+        (1, "requests"),
+    ]
 
 
 @pytest.mark.parametrize("index", [0, 1])
@@ -122,10 +161,12 @@ def test_later_version_with_different_content_is_a_warning():
 
 
 def test_invalid_later_version_is_a_warning():
-    got = read(stream(metadata_doc(), alpha(with_device(pool="Bad/Pool"))))
+    later = alpha(metadata_doc())
+    later["requests"][0]["devices"][0]["pool"] = 7
+    got = read(stream(metadata_doc(), later))
     [w] = got.warnings
     assert (w.severity, w.index, w.path) == (Severity.WARNING, 1, f"{DEV0}.pool")
-    assert w.message.startswith("ignored later version: pool name segment 'Bad'")
+    assert w.message.startswith("ignored later version: Input should be a valid string")
 
 
 def test_unknown_fields_are_warned_about_and_dropped_on_write():
@@ -139,6 +180,7 @@ def test_unknown_fields_are_warned_about_and_dropped_on_write():
     ]
     written = encode_stream(got.document, DEVICE_METADATA, versions=[V1BETA1])
     assert json.loads(written) == with_attrs({"a": {"int": 1}})
+    assert b"futureField" not in written
 
 
 def test_duplicate_keys_warn_and_the_last_wins():
@@ -157,46 +199,97 @@ def test_str_input_is_accepted():
 # --------------------------------------------------------------------------- limits and paths
 
 
-def test_33_attributes_are_rejected_32_accepted():
+def test_33_attributes_are_read_with_a_warning():
     attrs = {f"vendor.example.com/a{i}": {"int": i} for i in range(33)}
-    p = one_problem(stream(with_attrs(attrs)))
-    assert (p.source, p.index, p.path) == (SRC, 0, DEV0)
-    assert p.message == "attributes: at most 32 allowed, got 33"
+    got = read(stream(with_attrs(attrs)))
+    assert len(got.document.requests[0].devices[0].attributes) == 33
+    assert upstream_invalid(got) == [(DEV0, "attributes: at most 32 allowed, got 33")]
     del attrs["vendor.example.com/a32"]
-    assert len(read(stream(with_attrs(attrs))).document.requests[0].devices[0].attributes) == 32
+    assert read(stream(with_attrs(attrs))).warnings == ()
 
 
 @pytest.mark.parametrize(("value", "size"), [("x" * 65, 65), ("é" * 33, 66)])
-def test_long_string_attribute_is_rejected(value, size):
-    p = one_problem(stream(with_attrs({"vendor.example.com/s": {"string": value}})))
-    assert (p.source, p.index) == (SRC, 0)
-    assert p.path == 'requests[0].devices[0].attributes["vendor.example.com/s"].string'
-    assert p.message == f"must be at most 64 bytes, got {size}"
+def test_long_string_attribute_is_read_with_a_warning(value, size):
+    got = read(stream(with_attrs({"vendor.example.com/s": {"string": value}})))
+    assert got.document.requests[0].devices[0].attribute("vendor.example.com/s").string == value
+    assert upstream_invalid(got) == [
+        (
+            'requests[0].devices[0].attributes["vendor.example.com/s"].string',
+            f"must be at most 64 bytes, got {size}",
+        )
+    ]
 
 
 def test_64_byte_string_attribute_is_accepted():
     got = read(stream(with_attrs({"vendor.example.com/s": {"string": "é" * 32}})))
-    assert got.document.requests[0].devices[0].attribute("vendor.example.com/s").value == "é" * 32
+    assert got.document.requests[0].devices[0].attribute("vendor.example.com/s").string == "é" * 32
+    assert got.warnings == ()
 
 
-def test_17_ips_are_rejected():
+def test_17_ips_are_read_with_a_warning_and_all_used():
     ips = [f"10.0.0.{i}/24" for i in range(1, 18)]
-    p = one_problem(stream(with_device(networkData={"ips": ips})))
-    assert (p.source, p.index, p.path) == (SRC, 0, f"{DEV0}.networkData.ips")
-    assert "at most 16 items" in p.message
-    assert read(stream(with_device(networkData={"ips": ips[:16]}))).warnings == ()
+    result = check_file(SRC, Role.DEVICE_METADATA, stream(with_device(networkData={"ips": ips})))
+    assert result.ok
+    assert result.described[0].ips == tuple(ips)
+    [w] = [w for w in result.warnings if w.upstream_invalid]
+    assert (w.source, w.index, w.path) == (SRC, 0, f"{DEV0}.networkData.ips")
+    assert "at most 16 items" in w.message
 
 
-def test_non_cidr_ip_on_second_device():
+def test_a_bare_ip_on_the_second_device_is_a_host_address_and_the_file_is_used():
     ips = ["10.0.0.1/24", "10.0.0.2/24", "10.0.0.3", "10.0.0.4/24"]
-    p = one_problem(stream(with_device(1, 2, networkData={"ips": ips})))
-    assert (p.source, p.index, p.path) == (SRC, 0, "requests[0].devices[1].networkData.ips[2]")
-    assert "not a CIDR address" in p.message
+    result = check_file(
+        SRC, Role.DEVICE_METADATA, stream(with_device(1, 2, networkData={"ips": ips}))
+    )
+    assert result.ok
+    first, second = result.described
+    assert (first.usable, second.usable) == (True, True)
+    assert second.ips == ("10.0.0.1/24", "10.0.0.2/24", "10.0.0.3/32", "10.0.0.4/24")
+    paths = {w.path: w for w in result.warnings}
+    note = paths["requests[0].devices[1].networkData.ips[2]"]
+    assert note.message == "'10.0.0.3' has no prefix length: used as the host address 10.0.0.3/32"
 
 
-def test_duplicate_ip_is_rejected():
-    p = one_problem(stream(with_device(networkData={"ips": ["10.0.0.1/24", "10.0.0.1/24"]})))
-    assert (p.path, p.message) == (f"{DEV0}.networkData", "ips: '10.0.0.1/24' is listed twice")
+@pytest.mark.parametrize(
+    ("ips", "used", "message"),
+    [
+        (
+            ["2001:DB8::5/64"],
+            ("2001:db8::5/64",),
+            "is not in canonical form: used as 2001:db8::5/64",
+        ),
+        (["fd00::5"], ("fd00::5/128",), "used as the host address fd00::5/128"),
+        (
+            ["10.0.0.1/24", "10.0.0.1/24"],
+            ("10.0.0.1/24",),
+            "10.0.0.1/24 is listed twice: added once",
+        ),
+    ],
+)
+def test_ips_kvdev_can_act_on_safely_are_normalized_with_a_warning(ips, used, message):
+    result = check_file(SRC, Role.DEVICE_METADATA, stream(with_device(networkData={"ips": ips})))
+    assert result.ok
+    assert result.described[0].usable
+    assert result.described[0].ips == used
+    assert any(message in w.message and not w.upstream_invalid for w in result.warnings)
+    assert any(w.upstream_invalid for w in result.warnings)  # upstream's validation refuses it
+
+
+def test_an_ip_that_is_no_address_costs_only_its_device():
+    doc = metadata_doc(2)
+    doc["requests"][0]["devices"][1]["networkData"] = {"ips": ["10.0.0.1/24", "banana"]}
+    doc["requests"][0]["devices"][0]["networkData"] = {"ips": ["10.0.0.9/24"]}
+    result = check_file(SRC, Role.DEVICE_METADATA, stream(doc))
+    assert result.ok
+    good, bad = result.described
+    assert good.usable
+    assert good.ips == ("10.0.0.9/24",)
+    assert not bad.usable
+    [p] = bad.problems
+    assert (p.path, p.message) == (
+        "requests[0].devices[1].networkData.ips[1]",
+        "'banana' is not an IP address; the device is left as it is",
+    )
 
 
 def test_hardware_address_that_is_no_mac_is_kept_with_a_warning():
@@ -209,14 +302,15 @@ def test_hardware_address_that_is_no_mac_is_kept_with_a_warning():
     assert w.path == f"{DEV0}.networkData.hardwareAddress"
     assert w.message == "'not-a-mac' is not a MAC address; the device cannot be matched by MAC"
     assert result.described[0].mac is None
-    assert b'"hardwareAddress":"not-a-mac"' in encode_stream(result.document, DEVICE_METADATA)
+    assert b'"hardwareAddress": "not-a-mac"' in encode_stream(result.document, DEVICE_METADATA)
 
 
-def test_33_devices_per_claim_are_rejected():
+def test_33_devices_per_claim_are_read_with_a_warning():
     doc = metadata_doc(17)
     doc["requests"].append({"name": "other", "devices": [device(i) for i in range(16)]})
-    p = one_problem(stream(doc))
-    assert (p.path, p.message) == ("", "requests: at most 32 devices per claim in all, got 33")
+    got = read(stream(doc))
+    assert sum(len(r.devices) for r in got.document.requests) == 33
+    assert upstream_invalid(got) == [("", "requests: at most 32 devices per claim in all, got 33")]
 
 
 # --------------------------------------------------------------------------- bad input
@@ -236,25 +330,37 @@ def _set(path, value):
 
 @pytest.mark.parametrize(
     ("mutate", "path", "message"),
-    [
+    [  # what Go's decoder itself refuses: the object does not decode
         (_set(["kind"], "ResourceClaim"), "kind", f"must be 'DeviceMetadata' for {V1BETA1}"),
         (_set(["metadata", "generation"], "1"), "metadata.generation", "valid integer"),
         (_set(["metadata", "generation"], 1.0), "metadata.generation", "valid integer"),
         (_set(["metadata", "generation"], value=True), "metadata.generation", "valid integer"),
-        (_set(["metadata", "generation"], -1), "metadata.generation", "greater than or equal"),
         (_set(["metadata", "generation"], 2**63), "metadata.generation", "64-bit"),
         (_set(["metadata", "name"], 5), "metadata.name", "valid string"),
         (_set(["requests", 0, "devices"], {}), "requests[0].devices", "valid list"),
+    ],
+)
+def test_wrong_types_are_errors_at_their_path(mutate, path, message):
+    p = one_problem(stream(mutate(metadata_doc())))
+    assert (p.source, p.index, p.path) == (SRC, 0, path)
+    assert message in p.message
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [  # what Go's decoder accepts: kvdev reads it, and says a conforming writer would not
+        (_set(["metadata", "generation"], -1), "metadata.generation", "greater than or equal"),
         (_set(["requests", 0, "name"], "a/b/c"), "requests[0].name", "more than one '/'"),
         (_set(["metadata"], None), "metadata", "valid dictionary"),
         (_set(["podClaimName"], "Pod"), "podClaimName", "is not a DNS label"),
         (lambda d: d.pop("metadata") and d, "metadata", "required field is missing"),
     ],
 )
-def test_wrong_values_are_errors_at_their_path(mutate, path, message):
-    p = one_problem(stream(mutate(metadata_doc())))
-    assert (p.source, p.index, p.path) == (SRC, 0, path)
-    assert message in p.message
+def test_wrong_values_are_warnings_at_their_path(mutate, path, message):
+    got = read(stream(mutate(metadata_doc())))
+    [(where, text)] = upstream_invalid(got)
+    assert where == path
+    assert message in text
 
 
 def _nested(depth):
@@ -321,8 +427,11 @@ def test_stream_of_exactly_max_bytes_is_read():
 )
 def test_attribute_forms_are_accepted(attribute, value):
     got = read(stream(with_attrs({"dra.net/x": attribute})))
-    assert got.document.requests[0].devices[0].attributes["dra.net/x"].value == value
+    [key] = attribute
+    read_as = got.document.requests[0].devices[0].attributes["dra.net/x"]
+    assert getattr(read_as, {"int": "int_", "bool": "bool_"}.get(key, key)) == value
     assert got.document.to_json_dict() == with_attrs({"dra.net/x": attribute})
+    assert got.warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -334,49 +443,61 @@ def test_attribute_forms_are_accepted(attribute, value):
         ({"string": None}, "", "(found: none)"),
         ({"strings": []}, ".strings", "a list-typed attribute must have at least one value"),
         ({"versions": []}, ".versions", "at least one value"),
+        ({"version": "v1.2.3"}, ".version", "'v1.2.3' is not a semantic version"),
+        ({"strings": ["ok", "x" * 65]}, ".strings[1]", "must be at most 64 bytes, got 65"),
+    ],
+)
+def test_attribute_values_a_writer_must_not_write_are_warnings(attribute, path, message):
+    got = read(stream(with_attrs({"x": attribute})))
+    assert got.document.requests[0].devices[0].attributes["x"] is not None
+    found = upstream_invalid(got)
+    assert any(p == f"{DEV0}.attributes.x{path}" and message in m for p, m in found), found
+
+
+@pytest.mark.parametrize(
+    ("attribute", "path", "message"),
+    [
         ({"int": 2**63}, ".int", "9223372036854775808 does not fit in a 64-bit signed integer"),
         ({"int": -(2**63) - 1}, ".int", "does not fit in a 64-bit signed integer"),
         ({"ints": [1, 2**64]}, ".ints[1]", "does not fit in a 64-bit signed integer"),
-        ({"version": "v1.2.3"}, ".version", "'v1.2.3' is not a semantic version"),
-        ({"strings": ["ok", "x" * 65]}, ".strings[1]", "must be at most 64 bytes, got 65"),
         ({"int": 1.5}, ".int", "valid integer"),
         ({"int": "3"}, ".int", "valid integer"),
         ({"bool": "true"}, ".bool", "valid boolean"),
         ({"bools": [1]}, ".bools[0]", "valid boolean"),
     ],
 )
-def test_attribute_values_are_checked(attribute, path, message):
+def test_attribute_values_go_cannot_decode_are_errors(attribute, path, message):
     p = one_problem(stream(with_attrs({"x": attribute})))
     assert p.path == f"{DEV0}.attributes.x{path}"
     assert message in p.message
 
 
-def test_more_than_48_attribute_values_are_rejected():
+def test_more_than_48_attribute_values_are_read_with_a_warning():
     attrs = {"a": {"strings": ["s"] * 24}, "b": {"ints": list(range(23))}, "c": {"bool": True}}
     assert read(stream(with_attrs(attrs))).warnings == ()
     attrs["d"] = {"version": "1.0.0"}
-    p = one_problem(stream(with_attrs(attrs)))
-    assert (p.path, p.message) == (
-        DEV0,
-        "attributes: at most 48 values in total (list items count one each), got 49",
-    )
+    assert upstream_invalid(read(stream(with_attrs(attrs)))) == [
+        (DEV0, "attributes: at most 48 values in total (list items count one each), got 49")
+    ]
 
 
 def test_bad_attribute_name_is_reported_on_the_key():
-    p = one_problem(stream(with_attrs({"dra.net/a-b": {"int": 1}})))
-    assert p.path == f'{DEV0}.attributes["dra.net/a-b"](key)'
-    assert "is not a C identifier" in p.message
+    [(path, message)] = upstream_invalid(read(stream(with_attrs({"dra.net/a-b": {"int": 1}}))))
+    assert path == f'{DEV0}.attributes["dra.net/a-b"](key)'
+    assert "is not a C identifier" in message
 
 
 # --------------------------------------------------------------------------- writing
 
 
-def test_encode_writes_one_line_per_version_newest_first():
+def test_encode_writes_one_indented_object_per_version_newest_first():
     doc = read(stream(metadata_doc(2))).document
-    lines = encode_stream(doc, DEVICE_METADATA).splitlines(keepends=True)
-    assert [json.loads(line)["apiVersion"] for line in lines] == [V1BETA1, V1ALPHA1]
-    assert all(line.endswith(b"}\n") and line.count(b"\n") == 1 for line in lines)
-    assert json.loads(lines[1]) == alpha(metadata_doc(2))
+    data = encode_stream(doc, DEVICE_METADATA)
+    objects = decode_objects(data)
+    assert [o["apiVersion"] for o in objects] == [V1BETA1, V1ALPHA1]
+    assert data.count(b"\n}\n") == 2  # each object ends with a newline
+    assert data.startswith(b'{\n  "kind": "DeviceMetadata",\n  "apiVersion": "')
+    assert objects[1] == alpha(metadata_doc(2))
 
 
 @pytest.mark.parametrize(
@@ -386,7 +507,7 @@ def test_encode_writes_one_line_per_version_newest_first():
 def test_encode_versions_restricts_and_orders(versions, written):
     doc = read(stream(metadata_doc())).document
     out = encode_stream(doc, DEVICE_METADATA, versions=versions)
-    assert [json.loads(line)["apiVersion"] for line in out.splitlines()] == written
+    assert [o["apiVersion"] for o in decode_objects(out)] == written
 
 
 def test_encode_refuses_unknown_versions():

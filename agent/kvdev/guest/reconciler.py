@@ -30,7 +30,7 @@ from kvdev.guest.core.planning import Plan, Policy, plan
 from kvdev.guest.core.status import ClaimStatus, MetadataState, Status, summarize
 from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
 from kvdev.guest.views import encode
-from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.reading import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
 
@@ -118,6 +118,7 @@ class Reconciler:
         self.stale_links = self.stale_links or bool(results)
         self.passes += 1
         errors = [p for problems in self.belief.errors().values() for p in problems]
+        errors.extend(self.belief.device_rejections())
         status = summarize(
             matching,
             the_plan,
@@ -184,11 +185,17 @@ class Reconciler:
         out = []
         for entry in self.belief.entries:
             doc = entry.used.document if entry.used is not None else None
-            if isinstance(doc, DeviceMetadata):
-                meta = doc.metadata
+            if isinstance(doc, DeviceMetadata) and entry.used is not None:
+                namespace = doc.metadata.namespace if doc.metadata else None
                 out.append(
                     ClaimStatus(
-                        meta.name, meta.namespace, doc.pod_claim_name, meta.generation, entry.source
+                        doc.claim,
+                        namespace,
+                        doc.pod_claim_name,
+                        doc.generation,
+                        entry.source,
+                        entry.used.api_version,
+                        entry.used.fallback,
                     )
                 )
         return out

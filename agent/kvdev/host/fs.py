@@ -14,12 +14,13 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 from kvdev._atomic import fsync_directory, write_atomic
-from kvdev.errors import os_error
+from kvdev.errors import PermanentError, os_error
 
 FILE_MODE: Final = 0o644
 DIR_MODE: Final = 0o755
@@ -79,6 +80,49 @@ def write(path: Path, data: bytes) -> None:
         write_atomic(path, data, mode=FILE_MODE)
     except OSError as e:
         raise os_error(e, "write", path) from e
+
+
+def rewrite(path: Path, data: bytes, pad: bytes = b" ") -> None:
+    """Put ``data`` into the existing file ``path`` in place: the same inode, mode 0644.
+
+    For a file a container sees through a single-file bind mount, which keeps the inode it was
+    given: a replacing rename would never reach it. The space the new content needs is
+    reserved first (``posix_fallocate``), so a full file system fails the call before a byte
+    changes. When the new content is shorter, it is first written padded with ``pad`` bytes
+    (JSON whitespace) to the old length, then the file is cut to the new length and fsynced:
+    killed at any point, the file holds the old content or the new one (perhaps padded), never
+    a mix, and never an empty file. Only a reader *during* the one write can see the new start
+    followed by the old end; a reader that reads twice and gets the same bytes has a whole
+    file. A missing file is created atomically (``write``).
+
+    Raises:
+        PermanentError: ``path`` is not a regular file, or the file system refuses.
+        RetryableError: a failure that may pass (``kvdev.errors.RETRYABLE_ERRNOS``: ENOSPC ...).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        write(path, data)
+        return
+    except OSError as e:
+        raise os_error(e, "rewrite", path) from e
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PermanentError(f"cannot rewrite {path}: not a regular file")
+        padded = data + pad * max(0, info.st_size - len(data))
+        if padded:
+            os.posix_fallocate(fd, 0, len(padded))
+        view, done = memoryview(padded), 0
+        while done < len(padded):
+            done += os.pwrite(fd, view[done:], done)
+        os.ftruncate(fd, len(data))
+        os.fchmod(fd, FILE_MODE)
+        os.fsync(fd)
+    except OSError as e:
+        raise os_error(e, "rewrite", path) from e
+    finally:
+        os.close(fd)
 
 
 def read(path: Path) -> bytes | None:

@@ -3,8 +3,10 @@
 Modules, lowest first (each imports only those above it):
 
 * ``fields``      value syntax: Kubernetes names, PCI, MAC, IP, interface names
+* ``gojson``      JSON text as Go's encoding/json writes it (upstream's writer's bytes)
 * ``base``        the pydantic base model and the unknown-field rule
-* ``metadata``    upstream KEP-5304 DeviceMetadata (v1beta1, v1alpha1)
+* ``metadata``    upstream KEP-5304 DeviceMetadata (v1beta1, v1alpha1): the writer's rules
+* ``reading``     DeviceMetadata as upstream's reader accepts it, and ``conformance``
 * ``hints``       kvdev's GuestHints kind
 * ``configdrive`` KubeVirt's config-drive ``devices[]``
 * ``described``   the normalized per-device view
@@ -19,7 +21,7 @@ from kvdev.schema.configdrive import ConfigDriveMetadata, TaggedDevice
 from kvdev.schema.described import DescribedDevice, describe
 from kvdev.schema.documents import FileResult, check_file, sniff_role
 from kvdev.schema.hints import GuestHints
-from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import (
     DEVICE_METADATA,
     GUEST_HINTS,

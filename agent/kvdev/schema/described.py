@@ -1,27 +1,41 @@
 """The normalized view of each described device: what matching and reports work from.
 
-``describe`` flattens a ``DeviceMetadata`` into one ``DescribedDevice`` per allocated device,
-with the facts kvdev uses already normalized: host PCI address (``dddd:bb:dd.f``, lower case)
-from the standard ``resource.kubernetes.io/pciBusID`` or, failing that, the driver's own
-attribute (``dra.net/pciAddress``, NVIDIA's ``pcieBusID``); PCIe root; NUMA nodes (physical
-node first); MAC (lower case, colon-separated) and IPs (CIDR).
+``describe`` flattens a decoded ``DeviceMetadata`` (``reading``: whatever upstream's reader
+accepts) into one ``DescribedDevice`` per allocated device, with the facts kvdev uses already
+normalized: host PCI address (``dddd:bb:dd.f``, lower case) from the standard
+``resource.kubernetes.io/pciBusID`` or, failing that, the driver's own attribute
+(``dra.net/pciAddress``, NVIDIA's ``pcieBusID``); PCIe root; NUMA nodes (physical node first);
+MAC (lower case, colon-separated) and IPs (CIDR, canonical).
 
-A value that is present but unusable (a pciBusID that is no PCI address, a hardwareAddress
-that is no MAC; both legal upstream) is dropped from the view and reported as a warning, so
-the matcher never matches on it and the user learns why.
+The blast radius of a bad value is the device that carries it:
+
+* a value kvdev only matches on (a pciBusID that is no PCI address, a hardwareAddress that is
+  no MAC) is dropped from the view with a warning: the device is not matched on it;
+* an IP kvdev can still act on safely is normalized, with a warning: a bare address is a host
+  address (``10.0.0.5`` -> ``10.0.0.5/32``, ``/128`` for IPv6: no on-link route), a
+  non-canonical one is written canonically (``2001:DB8::5/64`` -> ``2001:db8::5/64``), a
+  duplicate is dropped;
+* an IP that is no IP address at all, or an empty claim, request, driver, pool or device name
+  (the device cannot be told from others), makes the device unusable: ``problems`` says why,
+  the agent leaves its interface alone and shows the reason; the other devices are unaffected.
+
+What a pass costs stays bounded whatever a file says (upstream's reader has no limits; a
+conforming writer stays far below these): a device with more than ``MAX_IPS`` addresses is
+unusable, and devices past the first ``MAX_DEVICES`` of a file are left out with a warning.
 
 No I/O here.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdev.errors import Problem, Severity
 from kvdev.schema.base import format_path
 from kvdev.schema.fields import normalize_mac, normalize_pci_address
-from kvdev.schema.metadata import Device, DeviceMetadata
+from kvdev.schema.reading import Device, DeviceMetadata
 
 _Warn = Callable[[tuple[int | str, ...], str], None]
 
@@ -35,6 +49,8 @@ LOCAL_NUMA_NAMES = ("numaNode", "numa")
 LOCAL_VENDOR_NAMES = ("pciVendor", "vendorID", "vendor")
 LOCAL_DEVICE_ID_NAMES = ("pciDevice", "deviceID")
 _PCI_ID_DIGITS = 4
+MAX_IPS = 256  # addresses kvdev puts on one interface (upstream's writers: at most 16)
+MAX_DEVICES = 256  # devices kvdev reads from one file (upstream's writers: at most 32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +73,19 @@ class DescribedDevice:
     interface_name: str | None = None
     vendor_id: str | None = None
     device_id: str | None = None
+    problems: tuple[Problem, ...] = ()  # why kvdev cannot act on this device (empty: it can)
+    # Set on a last good description kept in force: why its newer description was not used.
+    rejected: tuple[Problem, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """True when kvdev may match and configure the device."""
+        return not self.problems
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        """What names one device across versions of a file: claim, request, driver, pool, name."""
+        return (self.claim, self.request, self.driver, self.pool, self.name)
 
     @property
     def ref(self) -> str:
@@ -67,39 +96,101 @@ class DescribedDevice:
 def describe(
     doc: DeviceMetadata, *, source: str = "", index: int | None = None
 ) -> tuple[list[DescribedDevice], list[Problem]]:
-    """Flatten a document into described devices, with warnings about unusable values."""
+    """Flatten a document into described devices, with warnings about values not used."""
     devices: list[DescribedDevice] = []
     warnings: list[Problem] = []
 
     def warn(loc: tuple[int | str, ...], message: str) -> None:
         warnings.append(Problem(message, source, index, format_path(loc), Severity.WARNING))
 
-    for r, request in enumerate(doc.requests):
-        for d, device in enumerate(request.devices):
+    meta = doc.metadata
+    for r, request in enumerate(doc.requests or []):
+        for d, found in enumerate((request.devices if request else None) or []):
+            if len(devices) == MAX_DEVICES:
+                total = sum(len((q.devices if q else None) or []) for q in doc.requests or [])
+                warn(
+                    ("requests", r, "devices", d),
+                    f"the file describes {total} devices: "
+                    f"kvdev reads the first {MAX_DEVICES} and leaves the rest out",
+                )
+                return devices, warnings
+            device = found or Device()
             loc: tuple[int | str, ...] = ("requests", r, "devices", d)
+            problems: list[Problem] = []
+
+            def fail(where: tuple[int | str, ...], message: str) -> None:
+                problems.append(Problem(message, source, index, format_path(where)))  # noqa: B023 - used at once
+
+            data = device.network_data
+            ips = _ips(data.ips if data else None, (*loc, "networkData", "ips"), warn, fail)
+            request_name = (request.name if request else None) or ""
+            _identity(doc, request_name, device, loc, fail)
             devices.append(
                 DescribedDevice(
-                    claim=doc.metadata.name,
-                    namespace=doc.metadata.namespace,
+                    claim=doc.claim,
+                    namespace=meta.namespace if meta else None,
                     pod_claim_name=doc.pod_claim_name,
-                    request=request.name,
-                    driver=device.driver,
-                    pool=device.pool,
-                    name=device.name,
-                    generation=doc.metadata.generation,
+                    request=request_name,
+                    driver=device.driver or "",
+                    pool=device.pool or "",
+                    name=device.name or "",
+                    generation=doc.generation,
                     pci_address=_pci_address(device, loc, warn),
                     pcie_root=_pcie_root(device),
                     numa_nodes=_numa_nodes(device),
                     mac=_mac(device, loc, warn),
-                    ips=tuple(device.network_data.ips or []) if device.network_data else (),
-                    interface_name=(
-                        device.network_data.interface_name if device.network_data else None
-                    ),
+                    ips=ips,
+                    interface_name=data.interface_name if data else None,
                     vendor_id=_pci_id(device, LOCAL_VENDOR_NAMES),
                     device_id=_pci_id(device, LOCAL_DEVICE_ID_NAMES),
+                    problems=tuple(problems),
                 )
             )
     return devices, warnings
+
+
+def _identity(
+    doc: DeviceMetadata, request: str, device: Device, loc: tuple[int | str, ...], fail: _Warn
+) -> None:
+    """A device kvdev cannot tell from others (an empty name) is one it must not act on."""
+    if not (doc.pod_claim_name or doc.claim):
+        fail(("metadata", "name"), "is empty: the device's claim is unknown")
+    if not request:
+        fail((*loc[:2], "name"), "is empty: the device's request is unknown")
+    for field in ("driver", "pool", "name"):
+        if not getattr(device, field):
+            fail((*loc, field), "is empty: the device cannot be told from others")
+
+
+def _ips(
+    texts: list[str] | None, loc: tuple[int | str, ...], warn: _Warn, fail: _Warn
+) -> tuple[str, ...]:
+    """The addresses, canonical; what kvdev can act on safely is normalized with a warning."""
+    out: list[str] = []
+    if len(texts or []) > MAX_IPS:
+        fail(loc, f"lists {len(texts or [])} addresses; kvdev acts on at most {MAX_IPS}")
+        return ()
+    for i, text in enumerate(texts or []):
+        where = (*loc, i)
+        try:
+            if "/" in text:
+                iface = ipaddress.ip_interface(text)
+            else:
+                address = ipaddress.ip_address(text)
+                iface = ipaddress.ip_interface(f"{address}/{address.max_prefixlen}")
+        except ValueError:
+            fail(where, f"{text!r} is not an IP address; the device is left as it is")
+            continue
+        canonical = f"{iface.ip}/{iface.network.prefixlen}"
+        if "/" not in text:
+            warn(where, f"{text!r} has no prefix length: used as the host address {canonical}")
+        elif canonical != text:
+            warn(where, f"{text!r} is not in canonical form: used as {canonical}")
+        if canonical in out:
+            warn(where, f"{canonical} is listed twice: added once")
+            continue
+        out.append(canonical)
+    return tuple(out)
 
 
 def _attr_key(device: Device, name: str) -> str:
@@ -110,7 +201,7 @@ def _attr_key(device: Device, name: str) -> str:
 
 
 def _pci_address(device: Device, loc: tuple[int | str, ...], warn: _Warn) -> str | None:
-    names = [PCI_BUS_ID, *(f"{device.driver}/{n}" for n in LOCAL_PCI_NAMES)]
+    names = [PCI_BUS_ID, *(f"{device.driver or ''}/{n}" for n in LOCAL_PCI_NAMES)]
     for name in names:
         attr = device.attribute(name)
         if attr is None:
@@ -127,7 +218,7 @@ def _pci_address(device: Device, loc: tuple[int | str, ...], warn: _Warn) -> str
 
 
 def _pcie_root(device: Device) -> str | None:
-    for name in (PCIE_ROOT, f"{device.driver}/pcieRoot"):
+    for name in (PCIE_ROOT, f"{device.driver or ''}/pcieRoot"):
         attr = device.attribute(name)
         if attr is not None and attr.string is not None:
             return attr.string
@@ -135,7 +226,7 @@ def _pcie_root(device: Device) -> str | None:
 
 
 def _numa_nodes(device: Device) -> tuple[int, ...]:
-    for name in (NUMA_NODE, *(f"{device.driver}/{n}" for n in LOCAL_NUMA_NAMES)):
+    for name in (NUMA_NODE, *(f"{device.driver or ''}/{n}" for n in LOCAL_NUMA_NAMES)):
         attr = device.attribute(name)
         if attr is None:
             continue
@@ -149,7 +240,7 @@ def _numa_nodes(device: Device) -> tuple[int, ...]:
 def _pci_id(device: Device, names: tuple[str, ...]) -> str | None:
     """A PCI vendor or device ID from the driver's attributes, as four lower-case hex digits."""
     for name in names:
-        attr = device.attribute(f"{device.driver}/{name}")
+        attr = device.attribute(f"{device.driver or ''}/{name}")
         if attr is None or attr.string is None:
             continue
         digits = attr.string.lower().removeprefix("0x")

@@ -19,7 +19,7 @@ from kvdev.schema.configdrive import ConfigDriveMetadata
 from kvdev.schema.described import DescribedDevice, describe
 from kvdev.schema.fields import base_request
 from kvdev.schema.hints import GuestHints
-from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import (
     DEVICE_METADATA,
     GUEST_HINTS,
@@ -35,8 +35,9 @@ AnyDocument = DeviceMetadata | GuestHints | ConfigDriveMetadata
 class FileResult:
     """Everything kvdev learned from one file.
 
-    ``document`` is None exactly when ``errors`` is not empty: a file is used whole or not at
-    all. ``described`` lists the normalized devices of a DeviceMetadata file.
+    ``document`` is None exactly when ``errors`` is not empty: a file is used or not at all.
+    ``described`` lists the normalized devices of a DeviceMetadata file, each usable or with
+    the ``problems`` that make it unusable (the file stays in use for its other devices).
     """
 
     source: str
@@ -44,6 +45,7 @@ class FileResult:
     location: MetadataLocation | None = None
     api_version: str | None = None
     skipped: tuple[str, ...] = ()
+    fallback: str = ""  # why newer known versions in the stream were unusable
     document: AnyDocument | None = None
     described: tuple[DescribedDevice, ...] = ()
     errors: tuple[Problem, ...] = ()
@@ -90,7 +92,7 @@ def check_file(
                 None,
                 read.api_version,
                 read.skipped,
-                read.document,
+                document=read.document,
                 warnings=read.warnings,
             )
         if role is Role.CONFIG_DRIVE:
@@ -108,12 +110,17 @@ def _metadata(source: str, data: bytes, location: MetadataLocation | None) -> Fi
     warnings = [*read.warnings, *notes]
     if location is not None:
         warnings.extend(_placement(doc, location, source, read.index))
+    fallback = "; ".join(
+        f"stream[{p.index}]: {p.path + ': ' if p.path else ''}{p.message}"
+        for p in read.fallback[:3]
+    )
     return FileResult(
         source,
         Role.DEVICE_METADATA,
         location,
         read.api_version,
         read.skipped,
+        fallback,
         doc,
         tuple(described),
         warnings=tuple(warnings),
@@ -136,21 +143,20 @@ def _placement(
                 f"is {doc.pod_claim_name!r} but the file is under "
                 f"resourceclaimtemplates/{loc.claim}/",
             )
-    elif doc.metadata.name != loc.claim:
-        warn(
-            "metadata.name",
-            f"is {doc.metadata.name!r} but the file is under resourceclaims/{loc.claim}/",
-        )
-    for r, request in enumerate(doc.requests):
-        if base_request(request.name) != loc.request:
+    elif doc.claim != loc.claim:
+        warn("metadata.name", f"is {doc.claim!r} but the file is under resourceclaims/{loc.claim}/")
+    for r, request in enumerate(doc.requests or []):
+        name = (request.name if request else None) or ""
+        if base_request(name) != loc.request:
             warn(
                 f"requests[{r}].name",
-                f"is {request.name!r} but the file is in the directory of request {loc.request!r}",
+                f"is {name!r} but the file is in the directory of request {loc.request!r}",
             )
-        for d, device in enumerate(request.devices):
-            if device.driver != loc.driver:
+        for d, device in enumerate((request.devices if request else None) or []):
+            if (device.driver if device else None) != loc.driver:
                 warn(
                     f"requests[{r}].devices[{d}].driver",
-                    f"is {device.driver!r} but the file is {loc.driver}-metadata.json",
+                    f"is {device.driver if device else None!r} but the file is "
+                    f"{loc.driver}-metadata.json",
                 )
     return out

@@ -1,12 +1,15 @@
-"""Upstream KEP-5304 ``DeviceMetadata`` (metadata.resource.k8s.io v1beta1 and v1alpha1).
+"""Upstream KEP-5304 ``DeviceMetadata`` (metadata.resource.k8s.io v1beta1 and v1alpha1): the rules.
 
 Field names and JSON shapes are exactly upstream's; the two versions have the same content,
 so one set of models serves both (``api_version`` says which one an object was). Limits are the
 v1beta1 validation rules, applied to v1alpha1 too: its content comes from the same validated
 ResourceSlices, so a file breaking them was not written by a conforming driver.
 
-Upstream accepts any string as ``networkData.hardwareAddress`` (no MAC check), so do we; the
-derived view in ``described`` flags one that is not a MAC as unusable for matching.
+These models are what kvdev *writes* (the host's metadata writer builds them) and the yardstick
+a file it *reads* is measured against: upstream's reader checks none of these rules, so the
+agent reads with ``reading`` and reports breaks of these rules as warnings
+(``reading.conformance``). ``GO_LAYOUT`` is the Go type of the object, for writing it byte for
+byte as upstream's Go writer does (``gojson``).
 
 No I/O here.
 """
@@ -17,6 +20,7 @@ from typing import Annotated, Final, TypeVar
 
 from pydantic import AfterValidator, Field, model_validator
 
+from kvdev.schema import gojson
 from kvdev.schema.base import Document, Model
 from kvdev.schema.fields import (
     CanonicalInterfaceAddress,
@@ -56,7 +60,8 @@ def _max_bytes(limit: int) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _int64(value: int) -> int:
+def check_int64(value: int) -> int:
+    """An int64, as Go decodes it (a larger number fails the object)."""
     if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"{value} does not fit in a 64-bit signed integer")
     return value
@@ -70,7 +75,7 @@ def _non_empty(values: list[_T]) -> list[_T]:
 
 AttrString = Annotated[str, _max_bytes(ATTRIBUTE_VALUE_MAX_BYTES)]
 AttrVersion = Annotated[str, _max_bytes(ATTRIBUTE_VALUE_MAX_BYTES), AfterValidator(check_semver)]
-Int64 = Annotated[int, AfterValidator(_int64)]
+Int64 = Annotated[int, AfterValidator(check_int64)]
 QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
 
 
@@ -200,3 +205,42 @@ class DeviceMetadata(Document):
                 f"requests: at most {RESULTS_MAX} devices per claim in all, got {total}"
             )
         return self
+
+
+# --------------------------------------------------------------------------- the Go type
+
+_P, _O, _A = gojson.POINTER, gojson.OMITEMPTY, gojson.ALWAYS
+_ATTRIBUTE = gojson.Struct(
+    tuple(gojson.Field(n, _P) for n in ("int", "bool", "string", "version"))
+    + tuple(gojson.Field(n, _O) for n in ("ints", "bools", "strings", "versions"))
+)
+_NETWORK = gojson.Struct(
+    (gojson.Field("interfaceName"), gojson.Field("ips"), gojson.Field("hardwareAddress"))
+)
+_DEVICE = gojson.Struct(
+    (
+        gojson.Field("driver", _A),
+        gojson.Field("pool", _A),
+        gojson.Field("name", _A),
+        gojson.Field("attributes", _O, gojson.MapOf(_ATTRIBUTE)),
+        gojson.Field("networkData", _P, _NETWORK),
+    )
+)
+_REQUEST = gojson.Struct(
+    (gojson.Field("name", _A), gojson.Field("devices", _O, gojson.ListOf(_DEVICE)))
+)
+# metav1.ObjectMeta: every field omitempty (creationTimestamp omitzero); the framework fills 4.
+_META_STRINGS = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion")
+_OBJECT_META = gojson.Struct(
+    (*(gojson.Field(n) for n in _META_STRINGS), gojson.Field("generation", zero=0))
+)
+GO_LAYOUT: Final = gojson.Struct(
+    (
+        gojson.Field("kind"),  # metav1.TypeMeta, inlined: kind before apiVersion
+        gojson.Field("apiVersion"),
+        gojson.Field("metadata", _A, _OBJECT_META),  # a struct: omitempty does not drop it
+        gojson.Field("podClaimName", _P),
+        gojson.Field("requests", _O, gojson.ListOf(_REQUEST)),
+    )
+)
+"""``api/metadata/v1alpha1.DeviceMetadata`` (v1beta1 has the same fields in the same order)."""

@@ -1,17 +1,25 @@
 """Reading and writing versioned JSON streams, the KEP-5304 file format.
 
-A file holds the same object once per API version, newest first, each followed by a newline.
-``decode_stream`` follows upstream's ``DecodeMetadataFromStream``:
+A file holds the same object once per API version, newest first, each followed by a newline
+(upstream's Go writer indents each object; any JSON layout reads the same). ``decode_stream``
+follows upstream's ``DecodeMetadataFromStream``, and is never stricter:
 
 * objects are read in order; one whose ``apiVersion`` kvdev does not know is skipped;
-* the first object with a known ``apiVersion`` is the document. If it is invalid, the whole
-  stream is invalid: kvdev never falls back to an older version to hide a broken newer one;
+* the first object with a known ``apiVersion`` that decodes (shapes and JSON types, as the
+  kind's model says) is the document. Where upstream's reader stops at a known version that
+  does not decode, kvdev goes on to the next known version the writer also put there, and says
+  so in a warning (``Decoded.fallback``);
 * an object without an ``apiVersion``, or one that is not JSON, is an error.
 
-Objects after the one used are still checked, and what is wrong with them comes back as a
-warning: a truncated tail (a torn, non-atomic write), a later version that fails validation
-or says something different. Unknown fields and duplicate keys are warnings too (see
+The kind's ``check`` (for DeviceMetadata: ``reading.conformance``) then reports, as warnings,
+what a conforming writer would not have written. Objects after the one used are still checked,
+and what is wrong with them comes back as a warning: a truncated tail (a torn write), a later
+version that says something different. Unknown fields and duplicate keys are warnings too (see
 ``base``). Every problem names the source, the object's position and the field path.
+
+``encode_stream`` writes what kvdev's host writer publishes: for a kind with a Go layout
+(DeviceMetadata), each object exactly as upstream's Go writer marshals it (``gojson``); else
+one compact object per line.
 
 Input is bounded: at most ``MAX_STREAM_BYTES`` bytes, nesting at most ``MAX_DEPTH`` deep,
 valid UTF-8, no NaN/Infinity. Nothing but ``SchemaError`` ever escapes for bad input.
@@ -23,14 +31,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
-from kvdev.schema import hints, metadata
+from kvdev.schema import gojson, hints, metadata, reading
 from kvdev.schema.base import Document, Model, format_path, unknown_fields
 
 MAX_STREAM_BYTES: Final = 4 * 1024 * 1024
@@ -40,18 +48,33 @@ D = TypeVar("D", bound=Document)
 M = TypeVar("M", bound=Model)
 
 
+Check = Callable[[dict[str, object]], tuple[Problem, ...]]
+
+
 @dataclass(frozen=True)
 class DocumentKind(Generic[D]):
-    """A versioned document type: its group, kind, known versions (newest first) and model."""
+    """A versioned document type: its group, kind, known versions (newest first) and model.
+
+    ``model`` decodes an object (a failure makes that object unusable); ``check`` finds what
+    does not fail it but breaks a writer's rules (warnings); ``go_layout``, when set, is the
+    Go type upstream writes the kind as.
+    """
 
     group: str
     kind: str
     versions: tuple[str, ...]
     model: type[D]
+    check: Callable[..., tuple[Problem, ...]] | None = None
+    go_layout: gojson.Struct | None = None
 
 
 DEVICE_METADATA: Final = DocumentKind(
-    metadata.GROUP, metadata.KIND, metadata.VERSIONS, metadata.DeviceMetadata
+    metadata.GROUP,
+    metadata.KIND,
+    metadata.VERSIONS,
+    reading.DeviceMetadata,
+    reading.conformance,
+    metadata.GO_LAYOUT,
 )
 GUEST_HINTS: Final = DocumentKind(hints.GROUP, hints.KIND, hints.VERSIONS, hints.GuestHints)
 
@@ -66,6 +89,7 @@ class Decoded(Generic[D]):
         index: its position in the stream (0-based).
         skipped: apiVersions of the unknown objects skipped before it.
         warnings: problems that did not reject the document.
+        fallback: why newer known versions before it were unusable (empty: none was).
     """
 
     document: D
@@ -73,6 +97,7 @@ class Decoded(Generic[D]):
     index: int
     skipped: tuple[str, ...] = ()
     warnings: tuple[Problem, ...] = field(default=())
+    fallback: tuple[Problem, ...] = field(default=())
 
 
 # --------------------------------------------------------------------------- JSON layer
@@ -276,39 +301,69 @@ def _warn(problems: Sequence[Problem], prefix: str) -> list[Problem]:
 # --------------------------------------------------------------------------- public API
 
 
+@dataclass
+class _Scan(Generic[D]):
+    """The objects of one stream, read in order until one of a known version decodes."""
+
+    kind: DocumentKind[D]
+    source: str
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    unusable: list[Problem] = field(default_factory=list)  # known versions that did not decode
+    used: tuple[int, str, D] | None = None
+
+    def feed(self, index: int, value: object) -> None:
+        if self.used is not None:
+            self.warnings.extend(_check_later(value, self.kind, self.used, self.source, index))
+            return
+        api = _api_version(value, self.source, index)
+        if api not in self.kind.versions:
+            self.skipped.append(api)
+            return
+        try:
+            self.used = (index, api, _as_document(value, self.kind, api, self.source, index))
+        except SchemaError as e:
+            self.unusable.extend(e.problems)  # on to the next known version the writer put there
+            return
+        if self.kind.check is not None:
+            self.warnings.extend(self.kind.check(value, source=self.source, index=index))
+
+    def fallback_warnings(self) -> list[Problem]:
+        if not self.unusable or self.used is None:
+            return []
+        index, api, _ = self.used
+        note = f"read as {api} (stream[{index}]): a newer version in the stream is unusable"
+        return [
+            Problem(note, self.source, index, severity=Severity.WARNING),
+            *_warn(self.unusable, "not used: "),
+        ]
+
+
 def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "") -> Decoded[D]:
-    """Read a versioned stream as ``kind``; raise SchemaError if it holds no valid document."""
+    """Read a versioned stream as ``kind``; raise SchemaError if it holds no usable document."""
     text, bad_utf8_at = _text(data, source)
     duplicates: list[tuple[int, str]] = []
-    skipped: list[str] = []
-    warnings: list[Problem] = []
-    used: tuple[int, str, D] | None = None
+    scan = _Scan(kind, source)
     objects = _objects(text, duplicates)
     while True:
         try:
             item = next(objects, None)
         except _JsonError as e:
-            if used is None:
-                raise SchemaError([_first_error(e, bad_utf8_at, source)]) from e
-            warnings.append(_torn(e.message, source, e.index))
+            if scan.used is None:
+                raise SchemaError([*scan.unusable, _first_error(e, bad_utf8_at, source)]) from e
+            scan.warnings.append(_torn(e.message, source, e.index))
             bad_utf8_at = None  # the torn tail explains it
             break
         if item is None:
             break
-        index, value = item
-        if used is not None:
-            warnings.extend(_check_later(value, kind, used, source, index))
-            continue
-        api = _api_version(value, source, index)
-        if api not in kind.versions:
-            skipped.append(api)
-            continue
-        used = (index, api, _as_document(value, kind, api, source, index))
-    if used is None:
-        raise SchemaError([_nothing_used(kind, skipped, bad_utf8_at, source)])
+        scan.feed(*item)
+    if scan.used is None:
+        raise SchemaError(scan.unusable or [_nothing_used(kind, scan.skipped, bad_utf8_at, source)])
+    warnings = scan.warnings
     if bad_utf8_at is not None:
         warnings.append(_torn(f"not valid UTF-8 at byte {bad_utf8_at}", source, None))
-    index, api, doc = used
+    index, api, doc = scan.used
+    warnings.extend(scan.fallback_warnings())
     warnings.extend(
         Problem("unknown field, ignored", source, index, path, Severity.WARNING)
         for path in unknown_fields(doc)
@@ -317,7 +372,7 @@ def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "")
         Problem(f"duplicate key {key!r}: the last value wins", source, i, "", Severity.WARNING)
         for i, key in duplicates
     )
-    return Decoded(doc, api, index, tuple(skipped), tuple(warnings))
+    return Decoded(doc, api, index, tuple(scan.skipped), tuple(warnings), tuple(scan.unusable))
 
 
 def _torn(message: str, source: str, index: int | None) -> Problem:
@@ -373,18 +428,27 @@ def _check_later(
     return []
 
 
-def encode_stream(document: D, kind: DocumentKind[D], versions: Sequence[str] = ()) -> bytes:
-    """Write ``document`` once per version (default: every known one), newest first."""
+def encode_stream(
+    document: Document, kind: DocumentKind[Any], versions: Sequence[str] = ()
+) -> bytes:
+    """Write ``document`` once per version (default: every known one), newest first.
+
+    Each object is followed by a newline; a kind with a Go layout is written as upstream's
+    Go writer does (``MarshalIndent``, struct field order), any other compactly.
+    """
     chosen = tuple(versions) or kind.versions
     unknown = [v for v in chosen if v not in kind.versions]
     if unknown:
         raise ValueError(f"cannot write {kind.kind} as {', '.join(unknown)}")
     ordered = [v for v in kind.versions if v in chosen]
-    lines = []
+    objects = []
     for api in ordered:
-        body = document.model_copy(update={"api_version": api}).to_json_dict()
-        lines.append(json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n")
-    return "".join(lines).encode()
+        body = document.to_json_dict() | {"apiVersion": api}
+        if kind.go_layout is not None:
+            objects.append(gojson.marshal_indent(gojson.go_value(body, kind.go_layout)))
+        else:
+            objects.append(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+    return "".join(o + "\n" for o in objects).encode()
 
 
 def decode_document(

@@ -17,29 +17,33 @@ from kvdev.guest.adapters import files
 from kvdev.guest.core import check
 from kvdev.schema.tree import ROOT
 
-EXIT_OK = 0
 EXIT_INVALID = 2
 
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 EPILOG = f"""\
 what is checked:
-  KEP-5304 DeviceMetadata streams (metadata.resource.k8s.io v1beta1/v1alpha1): the first
-  object whose apiVersion kvdev knows is used, unknown versions are skipped; every upstream
-  limit (32 attributes, 64-byte strings, 16 CIDR ips ...); that the file's place in the tree
-  matches its content. kvdev GuestHints (guest.kvdev.io) and a KubeVirt config drive's
-  meta_data.json (its devices[] list) are checked too.
+  KEP-5304 DeviceMetadata streams (metadata.resource.k8s.io v1beta1/v1alpha1), as upstream's
+  reader reads them: the first object of a known apiVersion that decodes is used (unknown
+  versions are skipped; a known one that does not decode falls back to the next); then every
+  rule a conforming writer follows (32 attributes, 64-byte strings, 16 CIDR ips, names ...):
+  a break is a warning marked [upstream], since upstream's reader accepts it. A device the
+  agent cannot act on (an IP that is no address) is an error on that device alone. Also: that
+  the file's place in the tree matches its content; kvdev GuestHints (guest.kvdev.io) and a
+  KubeVirt config drive's meta_data.json (its devices[] list).
 
-  Errors name the file, the object's position in the stream and the field, e.g.
+  Problems name the file, the object's position in the stream and the field, e.g.
     .../nic/sriov.example.com-metadata.json: stream[0]: requests[0].devices[1].networkData.ips[2]:
-    '10.0.0.7' is not a CIDR address (address/prefix, e.g. 10.1.0.5/24)
+    'banana' is not an IP address; the device is left as it is
 
 examples:
   kvdev metadata validate                         # the agent's default tree, {ROOT}
   kvdev metadata validate ./tree meta_data.json   # a tree and a config drive file
   kvdev metadata validate --json ./tree | jq '.files[].devices'
 
-exit status: 0 all valid (warnings allowed), 2 an invalid file or a usage error.
+exit status: 0 all valid and conforming (other warnings allowed), 1 all valid but some value
+breaks a writer's rule ([upstream]: report it to the driver), 2 a file or a device kvdev cannot
+use, or a usage error.
 """
 
 
@@ -93,4 +97,4 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> i
         out.write("\n")
     else:
         out.write(check.render_text(result, color=color, verbose=args.verbose))
-    return EXIT_OK if result.valid else EXIT_INVALID
+    return result.exit_code

@@ -3,12 +3,17 @@
 Pure: it takes ``RawFile`` values (bytes already read) and returns text or JSON-ready data.
 The JSON shape (``kind: MetadataValidation``, camelCase keys) is part of the CLI contract;
 fields may be added, never renamed or removed without a new ``apiVersion``.
+
+Two verdicts, kept apart: *valid* (kvdev can use every file and act on every device: what the
+agent would do), and *conforming* (no value breaks a rule every conforming writer follows,
+although upstream's reader accepts it: a driver bug to report). ``exit_code`` is 0 for both,
+1 for valid but not conforming, 2 for not valid.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
@@ -17,6 +22,7 @@ from kvdev.errors import Problem
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
 from kvdev.schema.described import DescribedDevice
+from kvdev.schema.reading import DeviceMetadata
 
 REPORT_API_VERSION: Final = "kvdev.io/v1alpha1"
 
@@ -30,8 +36,20 @@ class Report:
 
     @property
     def valid(self) -> bool:
-        """True when every file read is valid (warnings allowed)."""
-        return all(f.ok for f in self.files)
+        """True when every file is usable and kvdev can act on every device it describes."""
+        return all(f.ok and all(d.usable for d in f.described) for f in self.files)
+
+    @property
+    def conforming(self) -> bool:
+        """True when no value breaks a rule conforming writers follow (upstream's validation)."""
+        return not any(p.upstream_invalid for f in self.files for p in f.warnings)
+
+    @property
+    def exit_code(self) -> int:
+        """0 valid and conforming, 1 valid but not conforming, 2 not valid."""
+        if not self.valid:
+            return 2
+        return 0 if self.conforming else 1
 
     @property
     def warning_count(self) -> int:
@@ -70,6 +88,8 @@ def build(raws: Iterable[RawFile]) -> Report:
 
 def _device_line(d: DescribedDevice) -> str:
     facts = [f"{d.request}: {d.driver}/{d.pool}/{d.name}"]
+    if not d.usable:
+        facts.append("UNUSABLE (the agent leaves it alone)")
     if d.pci_address:
         facts.append(f"pci {d.pci_address}")
     if d.numa_nodes:
@@ -90,10 +110,11 @@ def _summary_line(f: FileResult) -> str:
         parts.append(f.api_version)
     if f.skipped:
         parts.append(f"(skipped {', '.join(f.skipped)})")
-    if f.role is Role.DEVICE_METADATA and doc is not None:
-        meta = getattr(doc, "metadata", None)
-        if meta is not None:
-            parts.append(f"claim {meta.namespace or '-'}/{meta.name}, generation {meta.generation}")
+    if f.fallback:
+        parts.append(f"(a newer version was unusable: {f.fallback})")
+    if isinstance(doc, DeviceMetadata):
+        namespace = doc.metadata.namespace if doc.metadata else None
+        parts.append(f"claim {namespace or '-'}/{doc.claim}, generation {doc.generation}")
         parts.append(f"{len(f.described)} device(s)")
     elif f.role is Role.GUEST_HINTS and doc is not None:
         parts.append(f"{len(getattr(doc, 'devices', []))} hint(s)")
@@ -106,7 +127,7 @@ def _where(p: Problem) -> str:
     at = [f"stream[{p.index}]"] if p.index is not None else []
     if p.path:
         at.append(p.path)
-    return ": ".join([*at, p.message])
+    return ("[upstream] " if p.upstream_invalid else "") + ": ".join([*at, p.message])
 
 
 def render_text(report: Report, *, color: bool = False, verbose: bool = False) -> str:
@@ -117,20 +138,26 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
 
     lines: list[str] = []
     for f in report.files:
-        mark = paint("32", "valid  ") if f.ok else paint("1;31", "INVALID")
+        usable = f.ok and all(d.usable for d in f.described)
+        mark = paint("32", "valid  ") if usable else paint("1;31", "INVALID")
         lines.append(f"{mark} {f.source}")
         if f.ok:
             lines.append(f"        {_summary_line(f)}")
-            lines.extend(f"        {_device_line(d)}" for d in f.described)
+            for d in f.described:
+                lines.append(f"        {_device_line(d)}")
+                lines.extend(f"          {paint('1;31', 'error')}: {_where(p)}" for p in d.problems)
         lines.extend(f"        {paint('1;31', 'error')}: {_where(p)}" for p in f.errors)
         lines.extend(f"        {paint('33', 'warning')}: {_where(p)}" for p in f.warnings)
     if verbose:
         lines.extend(f"ignored {path}" for path in report.ignored)
-    invalid = sum(1 for f in report.files if not f.ok)
+    invalid = sum(1 for f in report.files if not (f.ok and all(d.usable for d in f.described)))
+    upstream = sum(1 for f in report.files for p in f.warnings if p.upstream_invalid)
     summary = (
         f"{len(report.files)} file(s): {len(report.files) - invalid} valid, {invalid} invalid, "
         f"{report.warning_count} warning(s)"
     )
+    if upstream:
+        summary += f", {upstream} of them values a conforming writer does not write ([upstream])"
     if report.ignored:
         summary += f"; {len(report.ignored)} unrelated file(s) ignored"
     if not report.files:
@@ -150,21 +177,31 @@ def _problem_json(p: Problem) -> dict[str, Any]:
         out["index"] = p.index
     if p.path:
         out["path"] = p.path
+    if p.upstream_invalid:
+        out["upstreamInvalid"] = True
     return out
 
 
 def _device_json(d: DescribedDevice) -> dict[str, Any]:
-    out = {to_camel(k): (list(v) if isinstance(v, tuple) else v) for k, v in asdict(d).items()}
+    plain = {
+        f.name: getattr(d, f.name) for f in fields(d) if f.name not in {"problems", "rejected"}
+    }
+    out = {to_camel(k): (list(v) if isinstance(v, tuple) else v) for k, v in plain.items()}
     out["ref"] = d.ref
+    out["usable"] = d.usable
+    out["problems"] = [_problem_json(p) for p in d.problems]
     return out
 
 
 def _file_json(f: FileResult) -> dict[str, Any]:
-    out: dict[str, Any] = {"path": f.source, "role": f.role.value, "valid": f.ok}
+    valid = f.ok and all(d.usable for d in f.described)
+    out: dict[str, Any] = {"path": f.source, "role": f.role.value, "valid": valid}
     if f.api_version:
         out["apiVersion"] = f.api_version
     if f.skipped:
         out["skippedVersions"] = list(f.skipped)
+    if f.fallback:
+        out["fallback"] = f.fallback
     if f.location is not None:
         out["location"] = {
             "template": f.location.template,
@@ -187,6 +224,7 @@ def render_json(report: Report) -> dict[str, Any]:
         "apiVersion": REPORT_API_VERSION,
         "kind": "MetadataValidation",
         "valid": report.valid,
+        "conforming": report.conforming,
         "files": [_file_json(f) for f in report.files],
         "ignored": list(report.ignored),
     }

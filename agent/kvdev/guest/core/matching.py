@@ -38,6 +38,7 @@ class MatchState(enum.Enum):
     BOUND = "Bound"
     MISSING = "Missing"
     AMBIGUOUS = "Ambiguous"
+    INVALID = "Invalid"  # its metadata holds a value kvdev cannot act on: never matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,37 @@ def match(
     hints: Sequence[DeviceHint] = (),
     tagged: Sequence[TaggedDevice] = (),
 ) -> Matching:
-    """Bind described devices to guest devices; see the module docstring for the rules."""
+    """Bind described devices to guest devices; see the module docstring for the rules.
+
+    A device whose metadata kvdev cannot act on (``DescribedDevice.problems``) is never
+    matched: its binding is ``INVALID`` with the first problem as the reason, and the guest
+    device it would have taken stays free for nobody else to take by mistake either.
+    """
+    usable = [d for d in described if d.usable]
+    matching = _match(usable, guest, hints, tagged)
+    found = iter(matching.bindings)
+    bindings = tuple(
+        next(found)
+        if d.usable
+        else Binding(d, MatchState.INVALID, reason=_invalid_reason(d), hint=hint_for(d, hints))
+        for d in described
+    )
+    return Matching(bindings, matching.unmanaged)
+
+
+def _invalid_reason(d: DescribedDevice) -> str:
+    first = d.problems[0]
+    where = f"{first.path}: " if first.path else ""
+    more = f" (and {len(d.problems) - 1} more)" if len(d.problems) > 1 else ""
+    return f"metadata: {where}{first.message}{more}"
+
+
+def _match(
+    described: Sequence[DescribedDevice],
+    guest: Sequence[GuestDevice],
+    hints: Sequence[DeviceHint],
+    tagged: Sequence[TaggedDevice],
+) -> Matching:
     by_key = {g.key: g for g in guest}
     results: dict[int, Binding] = {}
     chosen = {i: hint_for(d, hints) for i, d in enumerate(described)}

@@ -25,6 +25,7 @@ No I/O here.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -106,14 +107,25 @@ class Plan:
         return not self.steps
 
 
+_ALTNAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
 def altname_for(binding: Binding) -> str:
-    """``<claim>.<request>.<device>``; shortened with a hash past the kernel's 127 bytes."""
+    """``<claim>.<request>.<device>``; shortened with a hash past the kernel's 127 bytes.
+
+    Names come from metadata that upstream's reader accepts whatever they hold, so anything
+    but ``[A-Za-z0-9_.-]`` (a '/', a space, non-ASCII) becomes ``-``, with a hash of the
+    original appended, so that the kernel never refuses the altname and two names stay apart.
+    """
     d = binding.device
     name = f"{d.pod_claim_name or d.claim}.{base_request(d.request)}.{d.name}"
-    if len(name.encode()) <= ALTNAME_MAX_BYTES:
-        return name
+    safe = _ALTNAME_UNSAFE.sub("-", name)
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return f"{name[: ALTNAME_MAX_BYTES - 11]}-{digest}"
+    if safe == name and len(name) <= ALTNAME_MAX_BYTES:
+        return name
+    if safe != name and len(safe) + 11 <= ALTNAME_MAX_BYTES:
+        return f"{safe}-{digest}"
+    return f"{safe[: ALTNAME_MAX_BYTES - 11]}-{digest}"
 
 
 def _family(address: str) -> int:

@@ -6,6 +6,10 @@ listing shows the file gone. Invalid or unreadable content never replaces it: it
 file's current error instead. So a torn or failed read is never taken for "no devices", and a
 bad edit leaves the last good state in force while status shows what is wrong with the new one.
 
+The same holds per device inside a file that is used: a device whose new description kvdev
+cannot act on (``DescribedDevice.problems``) keeps its last good description in force, marked
+``rejected`` with the problems, while the other devices of the file take their new content.
+
 Pure: no I/O and no clocks. Each ``update`` is one scan, counted; entries say in which scan
 their content was read, which is what status can show instead of a time.
 """
@@ -13,7 +17,7 @@ their content was read, which is what status can show instead of a time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvdev.errors import Problem
 from kvdev.guest.core.check import check_raw
@@ -22,7 +26,7 @@ from kvdev.schema import ConfigDriveMetadata, FileResult, GuestHints, Role
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.hints import DeviceHint
-from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.reading import DeviceMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +60,9 @@ class Entry:
     def generation(self) -> int | None:
         """``metadata.generation`` of the content in force, for the kinds that carry one."""
         doc = self.used.document if self.used is not None else None
-        if isinstance(doc, DeviceMetadata | GuestHints):
+        if isinstance(doc, DeviceMetadata):
+            return doc.generation
+        if isinstance(doc, GuestHints):
             return doc.metadata.generation
         return None
 
@@ -101,6 +107,10 @@ class Sources:
         """Per file (path order), why its current content is not used; only files with errors."""
         return {e.source: e.problems for e in self.entries if e.rejected is not None}
 
+    def device_rejections(self) -> tuple[Problem, ...]:
+        """Why newer descriptions of devices kept at their last good one were not used."""
+        return tuple(p for d in self.described() for p in d.rejected)
+
     def _used(self, role: Role) -> Iterator[FileResult]:
         for e in self.entries:
             if e.role is role and e.used is not None:
@@ -132,9 +142,22 @@ def update(previous: Sources, raws: Sequence[RawFile], *, listing_complete: bool
 
 def _fold(old: Entry | None, raw: RawFile, result: FileResult, scan: int) -> Entry:
     if result.ok:
+        result = _keep_last_good_devices(old.used if old else None, result)
         unchanged = old is not None and old.used == result
         return Entry(raw.source, raw.role, result, old.used_since if old and unchanged else scan)
     if old is None:
         return Entry(raw.source, raw.role, rejected=result, rejected_since=scan)
     since = old.rejected_since if old.rejected is not None else scan
     return Entry(raw.source, raw.role, old.used, old.used_since, result, since)
+
+
+def _keep_last_good_devices(old: FileResult | None, new: FileResult) -> FileResult:
+    """``new``, with each unusable device replaced by its last good description, if any."""
+    if old is None or all(d.usable for d in new.described):
+        return new
+    last_good = {d.key: d for d in old.described if d.usable}
+    described = tuple(
+        replace(last_good[d.key], rejected=d.problems) if not d.usable and d.key in last_good else d
+        for d in new.described
+    )
+    return replace(new, described=described)

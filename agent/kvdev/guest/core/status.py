@@ -73,6 +73,8 @@ class ClaimStatus:
     pod_claim_name: str | None
     generation: int
     source: str
+    api_version: str | None = None  # the version read
+    fallback: str = ""  # why a newer version in the file was not used ("" when none was)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +130,11 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
     d = b.device
     ref = d.ref
     nic = b.nic
-    phase = {MatchState.MISSING: Phase.MISSING, MatchState.AMBIGUOUS: Phase.AMBIGUOUS}.get(
-        b.state, Phase.CONFIGURED
-    )
+    phase = {
+        MatchState.MISSING: Phase.MISSING,
+        MatchState.AMBIGUOUS: Phase.AMBIGUOUS,
+        MatchState.INVALID: Phase.ERROR,
+    }.get(b.state, Phase.CONFIGURED)
     reason = b.reason
     left: tuple[Step, ...] = ()
     if phase is Phase.CONFIGURED:

@@ -3,26 +3,24 @@
 Owns upstream's naming (K/DRA ``kubeletplugin/metadata.go``): spec file
 ``<driver>_metadata_<claimUID>_<request>.json``, kind ``<driver>/metadata``, device
 ``<claimUID>_<request>``, device ID ``<driver>/metadata=<claimUID>_<request>``, one read-only
-bind mount to the fixed container path; the CDI naming rules (``pkg/parser``); and the lowest
-``cdiVersion`` the spec's fields need (``specs-go`` ``MinimumRequiredVersion``).
+bind mount to the fixed container path, ``cdiVersion`` 0.5.0, and the bytes upstream's Go
+writer produces (``json.MarshalIndent``, two spaces, no trailing newline); and the CDI naming
+rules (``pkg/parser``), which a metadata spec always meets at 0.5.0.
 
 Pure: it returns JSON-ready data and bytes. It must not write files (``writer`` does).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kvdev.schema import gojson
 from kvdev.schema.tree import ROOT, MetadataLocation
 
 CLASS: Final = "metadata"
-# Versions whose rules matter to a metadata spec; the earliest version CDI still loads is 0.3.0.
-V030: Final = "0.3.0"
-V050: Final = "0.5.0"  # device names may start with a digit
-V060: Final = "0.6.0"  # annotations; dots in the class name
+CDI_VERSION: Final = "0.5.0"  # upstream's, always (device names may start with a digit)
 
 _VENDOR: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
 _CLASS: Final = _VENDOR  # the same rule, plus a length limit
@@ -69,8 +67,8 @@ class MetadataSpec:
     content: dict[str, Any]
 
     def to_bytes(self) -> bytes:
-        """The spec as written: indented JSON (the CDI cache reads any JSON), newline-ended."""
-        return (json.dumps(self.content, indent=2) + "\n").encode()
+        """The spec as upstream writes it: ``json.MarshalIndent`` output, no trailing newline."""
+        return gojson.marshal_indent(self.content).encode()
 
 
 def kind(driver: str) -> str:
@@ -111,17 +109,6 @@ def container_path(
     return f"{ROOT}/{location.relpath}"
 
 
-def minimum_version(spec: dict[str, Any]) -> str:
-    """The lowest cdiVersion whose rules allow ``spec`` (for the fields a metadata spec uses)."""
-    class_name = str(spec.get("kind", "")).partition("/")[2]
-    devices = spec.get("devices", [])
-    if spec.get("annotations") or any(d.get("annotations") for d in devices) or "." in class_name:
-        return V060
-    if any(str(d.get("name", ""))[:1].isdigit() for d in devices):
-        return V050
-    return V030
-
-
 def metadata_spec(
     driver: str,
     claim_uid: str,
@@ -139,7 +126,7 @@ def metadata_spec(
     """
     check_class(CLASS)
     spec: dict[str, Any] = {
-        "cdiVersion": "",
+        "cdiVersion": CDI_VERSION,
         "kind": kind(driver),
         "devices": [
             {
@@ -161,7 +148,6 @@ def metadata_spec(
             }
         ],
     }
-    spec["cdiVersion"] = minimum_version(spec)
     return MetadataSpec(
         spec_file_name(driver, claim_uid, request), device_id(driver, claim_uid, request), spec
     )

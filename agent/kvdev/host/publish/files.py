@@ -30,11 +30,11 @@ from kvdev.host.publish.metadata import (
     ClaimIdentity,
     RequestMetadata,
     driver_results,
-    same_content,
     with_generation,
 )
+from kvdev.schema import gojson
 from kvdev.schema.fields import base_request, check_dns_label, check_dns_subdomain
-from kvdev.schema.metadata import DeviceMetadata
+from kvdev.schema.metadata import GO_LAYOUT
 from kvdev.schema.stream import DEVICE_METADATA, decode_stream, encode_stream
 
 METADATA_DIR: Final = "dra-device-metadata"
@@ -187,25 +187,59 @@ def parse_record(
 # --------------------------------------------------------------------------- the files
 
 
-def _generation(data: bytes | None) -> int:
-    """``metadata.generation`` of an existing stream, read leniently (0 when unknown)."""
-    for line in (data or b"").splitlines():
+@dataclass(frozen=True, slots=True)
+class OnDisk:
+    """What an existing metadata file says, read as any writer may have laid it out.
+
+    ``content`` is the object as Go would write it, without its apiVersion and generation
+    (None when nothing in the file decodes); ``generation`` and ``uid`` come from the first
+    object that has them (0 and None when none has).
+    """
+
+    content: object | None
+    generation: int
+    uid: str | None
+
+    @classmethod
+    def read(cls, data: bytes | None) -> OnDisk:
+        """Read ``data`` (None: no file) leniently: compact or indented, ours or upstream's."""
+        if data is None:
+            return cls(None, 0, None)
         try:
-            value = json.loads(line)["metadata"]["generation"]
-        except (ValueError, KeyError, TypeError):
+            doc = decode_stream(data, DEVICE_METADATA).document
+        except SchemaError:
+            return cls(None, *_first_identity(data))
+        uid = doc.metadata.uid if doc.metadata else None
+        return cls(_content(doc.to_json_dict()), doc.generation, uid)
+
+
+def _content(data: dict[str, object]) -> object:
+    """The object as Go would write it, with neither apiVersion nor generation."""
+    laid_out = gojson.go_value(data | {"apiVersion": ""}, GO_LAYOUT)
+    assert isinstance(laid_out, dict)
+    meta = laid_out.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("generation", None)
+    return laid_out
+
+
+def _first_identity(data: bytes) -> tuple[int, str | None]:
+    """(generation, uid) of the first JSON object of a stream that has them, skipping junk."""
+    text = data.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    pos = 0
+    while (start := text.find("{", pos)) != -1:
+        try:
+            value, pos = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            pos = start + 1
             continue
-        if isinstance(value, int):
-            return value
-    return 0
-
-
-def _current(data: bytes | None) -> DeviceMetadata | None:
-    if data is None:
-        return None
-    try:
-        return decode_stream(data, DEVICE_METADATA).document
-    except SchemaError:
-        return None
+        meta = value.get("metadata") if isinstance(value, dict) else None
+        generation = meta.get("generation") if isinstance(meta, dict) else None
+        if isinstance(generation, int) and not isinstance(generation, bool):
+            uid = meta.get("uid") if isinstance(meta, dict) else None
+            return generation, uid if isinstance(uid, str) else None
+    return 0, None
 
 
 def planned_files(
@@ -219,16 +253,19 @@ def planned_files(
     """Every file of the claim with its bytes: per request its metadata file and CDI spec.
 
     ``on_disk`` holds the bytes of each request's metadata file now (None: absent). A file
-    keeps its generation when its content is unchanged, unless ``bump`` (``update``).
+    keeps its generation when its content is unchanged, unless ``bump`` (``update``); any other
+    change takes the next one. A file of another claim of the same name (a deleted and
+    re-created claim: another UID) does not count: its successor starts again at 1.
     """
     dir_name = claim_dir_name(ident.namespace, ident.name)
     out = []
     for item in requests:
         path = metadata_path(layout, dir_name, item.request)
-        old = on_disk.get(path)
-        current = _current(old)
-        generation = _generation(old)
-        if bump or current is None or not same_content(current, item.document):
+        old = OnDisk.read(on_disk.get(path))
+        if old.uid not in {None, ident.uid}:
+            old = OnDisk(None, 0, None)
+        generation = old.generation
+        if bump or old.content is None or old.content != _content(item.document.to_json_dict()):
             generation += 1
         document = with_generation(item.document, max(generation, 1))
         out.append(PlannedFile(path, encode_stream(document, DEVICE_METADATA)))

@@ -314,13 +314,6 @@ def with_generation(document: DeviceMetadata, generation: int) -> DeviceMetadata
     return document.model_copy(update={"metadata": meta})
 
 
-def same_content(a: DeviceMetadata, b: DeviceMetadata) -> bool:
-    """Equal apart from ``apiVersion`` and ``metadata.generation``."""
-    return with_generation(a, 0).to_json_dict() | {"apiVersion": ""} == with_generation(
-        b, 0
-    ).to_json_dict() | {"apiVersion": ""}
-
-
 __all__ = [
     "DERIVED_FROM",
     "NUMA_NODE",
@@ -337,6 +330,5 @@ __all__ = [
     "driver_results",
     "find_device",
     "network_from_status",
-    "same_content",
     "with_generation",
 ]

@@ -1,8 +1,11 @@
 """Write and remove a claim's KEP-5304 metadata files and CDI specs on the host (the I/O half).
 
 What to write is decided in ``files`` (the layout, names, generations, the record; pure); this
-module applies it under the claim's lock, with the rules: every file is replaced atomically
-with fsync (``kvdev.host.fs``), mode 0644, directories 0755 whatever the umask; ``prepare`` is
+module applies it under the claim's lock, with the rules: a metadata file that exists is
+rewritten in place (the same inode, as upstream's writer does: a running container sees it
+through a single-file bind mount, which a replacing rename would never reach); a new one, a CDI
+spec and the record are written atomically by rename; every write is fsynced
+(``kvdev.host.fs``), mode 0644, directories 0755 whatever the umask; ``prepare`` is
 idempotent (same input, same bytes, same generation; the file is not rewritten); ``update``
 rewrites with generation + 1; ``unprepare`` removes exactly what was written and the
 directories it emptied, and succeeds when it is all gone already. Calls for one claim, from
@@ -20,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvdev.errors import Problem, SchemaError, os_error
-from kvdev.host.fs import locked, mkdirs, prune, read, remove, remove_temps, write
+from kvdev.host.fs import locked, mkdirs, prune, read, remove, remove_temps, rewrite, write
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.publish import cdi
 from kvdev.host.publish.files import (
     METADATA_FILE,
     RECORD_FILE,
     Layout,
+    OnDisk,
     PlannedFile,
     Prepared,
     PreparedDevice,
@@ -101,7 +105,10 @@ def _write(
     for f in planned:
         if read(f.path) != f.data:
             mkdirs(f.path.parent)
-            write(f.path, f.data)
+            if f.path.name == METADATA_FILE:  # bind-mounted into running containers: in place
+                rewrite(f.path, f.data)
+            else:
+                write(f.path, f.data)
     for stale in (f for f in old_files if f not in new_files):
         remove(stale)
         prune(stale.parent, claim_dir)
@@ -199,7 +206,7 @@ def _derived(claim_dir: Path, uid: str) -> list[Path]:
         for entry in sorted(claim_dir.iterdir()):
             path = entry / METADATA_FILE
             data = read(path) if entry.is_dir() and not entry.is_symlink() else None
-            if data is not None and f'"uid":"{uid}"'.encode() in data.split(b"\n", 1)[0]:
+            if data is not None and OnDisk.read(data).uid == uid:
                 found.append(path)
     return found
 

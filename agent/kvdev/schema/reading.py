@@ -1,0 +1,140 @@
+"""``DeviceMetadata`` as upstream's reader decodes it: shapes and JSON types, no value rules.
+
+Upstream's reader (K/DRA ``devicemetadata.DecodeMetadataFromStream``) decodes a stream object
+into the Go types of ``api/metadata``, with apimachinery's non-strict JSON decoder: a field of
+the wrong JSON type (a string where an int belongs, ``1.0`` for an int64, a number past int64)
+fails the object; unknown fields are ignored; ``null`` is the zero value; nothing else is
+checked. No name, length, count, IP or version rule applies when reading.
+
+These models accept exactly that. ``conformance`` then checks a decoded document against the
+rules a conforming writer follows (the v1beta1 validation in ``metadata``) and reports every
+break as a warning: kvdev never refuses what upstream's reader accepts. Whether kvdev can act
+on a device is decided later, per device, in ``described``.
+
+No I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from pydantic import AfterValidator, Field, ValidationError
+
+from kvdev.errors import Problem, Severity
+from kvdev.schema import metadata as rules
+from kvdev.schema.base import Document, Model, format_path
+
+Int64 = Annotated[int, AfterValidator(rules.check_int64)]
+
+
+class DeviceAttribute(Model):
+    """A typed-union attribute value as decoded: any number of the eight keys may be set."""
+
+    string: str | None = None
+    int_: Int64 | None = Field(default=None, alias="int")
+    bool_: bool | None = Field(default=None, alias="bool")
+    version: str | None = None
+    strings: list[str] | None = None
+    ints: list[Int64] | None = None
+    bools: list[bool] | None = None
+    versions: list[str] | None = None
+
+
+class NetworkDeviceData(Model):
+    """``networkData`` as decoded: any strings."""
+
+    interface_name: str | None = None
+    ips: list[str] | None = None
+    hardware_address: str | None = None
+
+
+class Device(Model):
+    """One device of a request as decoded (a missing name is the empty string, as in Go)."""
+
+    driver: str | None = None
+    pool: str | None = None
+    name: str | None = None
+    attributes: dict[str, DeviceAttribute | None] | None = None
+    network_data: NetworkDeviceData | None = None
+
+    def attribute(self, name: str) -> DeviceAttribute | None:
+        """Look up an attribute; an unqualified name is in the driver's own domain."""
+        attrs = self.attributes or {}
+        driver = self.driver or ""
+        domain, _, ident = name.rpartition("/")
+        found = attrs.get(name)
+        if found is None and domain == driver:
+            found = attrs.get(ident)
+        if found is None and not domain:
+            found = attrs.get(f"{driver}/{ident}")
+        return found
+
+
+class DeviceMetadataRequest(Model):
+    """One request of the claim as decoded."""
+
+    name: str | None = None
+    devices: list[Device | None] | None = None
+
+
+class ObjectMeta(Model):
+    """The ObjectMeta fields kvdev reads (the rest are ignored, as unknown fields are)."""
+
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    generation: Int64 | None = None
+
+
+class DeviceMetadata(Document):
+    """A ``DeviceMetadata`` object as upstream's reader accepts it."""
+
+    metadata: ObjectMeta | None = None
+    pod_claim_name: str | None = None
+    requests: list[DeviceMetadataRequest | None] | None = None
+
+    @property
+    def claim(self) -> str:
+        """``metadata.name`` ("" when absent, as in Go)."""
+        return self.metadata.name or "" if self.metadata else ""
+
+    @property
+    def generation(self) -> int:
+        """``metadata.generation`` (0 when absent)."""
+        return self.metadata.generation or 0 if self.metadata else 0
+
+
+# --------------------------------------------------------------------------- conformance
+
+CONFORMANCE: Final = "breaks a rule every conforming writer follows (upstream accepts it)"
+
+
+def conformance(data: dict[str, object], *, source: str, index: int | None) -> tuple[Problem, ...]:
+    """Where a decoded object breaks the v1beta1 validation rules: warnings, upstream-invalid.
+
+    ``data`` is the object as read (JSON data). Each problem names the field; none rejects
+    anything.
+    """
+    try:
+        rules.DeviceMetadata.model_validate(data, strict=True)
+    except ValidationError as e:
+        return tuple(
+            Problem(
+                _message(err),
+                source,
+                index,
+                format_path(tuple(err["loc"])),
+                Severity.WARNING,
+                upstream_invalid=True,
+            )
+            for err in e.errors(include_url=False)
+            if err["type"] != "extra_forbidden"
+        )
+    return ()
+
+
+def _message(err: object) -> str:
+    assert isinstance(err, dict)
+    if err["type"] == "missing":
+        return "required field is missing"
+    return str(err["msg"]).removeprefix("Value error, ")
