@@ -58,7 +58,10 @@ def described(request, driver, name):
     return DescribedDevice("vm1-devices", "vms", None, request, driver, "node-a", name, 3)
 
 
-def status(*, converged=True, pending=False):
+V1BETA1 = "metadata.resource.k8s.io/v1beta1"
+
+
+def status(*, converged=True, pending=False, claims=None):
     nic = GuestDevice("0000:07:00.0", "15b3", "101e", "020000", "mlx5_core", 0)
     nic = replace(nic, nics=(Nic("eth1", 11, MAC),))
     vf = described("nics", "sriov.example.com", "vf-1")
@@ -69,7 +72,7 @@ def status(*, converged=True, pending=False):
     mtu, steps = (9000, STEPS) if pending else (None, ())
     want = Desired(REF, 11, "eth1", "vm1-devices.nics.vf-1", mtu, ("10.1.0.5/24",), ())
     link = Link(11, "eth1", MAC, mtu=1500, up=True, altnames=("vm1-devices.nics.vf-1",))
-    claims = (ClaimStatus("vm1-devices", "vms", None, 3, "/run/dra/nics.json"),)
+    claims = claims or (ClaimStatus("vm1-devices", "vms", None, 3, "/run/dra/nics.json", V1BETA1),)
     return summarize(
         Matching((vf,) if converged else (vf, rdma), ()),
         Plan(steps, (want,), ()),
@@ -156,9 +159,29 @@ def test_status_converged_exits_0_and_summarizes(agent):
     assert "reconcile:       pass #7" in lines
     assert any(line.startswith(f"agent:           pid {os.getpid()}, RSS ") for line in lines)
     header = lines.index("claims:") + 1
-    assert lines[header] == "  CLAIM        NAMESPACE  POD CLAIM  OBSERVED GEN  SOURCE"
-    assert (
-        lines[header + 1] == "  vm1-devices  vms        -          3             /run/dra/nics.json"
+    assert lines[header] == "  CLAIM        NAMESPACE  POD CLAIM  OBSERVED GEN  READ AS  SOURCE"
+    assert lines[header + 1] == (
+        "  vm1-devices  vms        -          3             v1beta1  /run/dra/nics.json"
+    )
+
+
+def test_status_says_when_a_newer_version_was_unusable(agent):
+    fell_back = ClaimStatus(
+        "vm1-devices",
+        "vms",
+        None,
+        3,
+        "/run/dra/nics.json",
+        "metadata.resource.k8s.io/v1alpha1",
+        "stream[0]: metadata.generation: Input should be a valid integer",
+    )
+    agent.bridge.publish(status(claims=(fell_back,)))
+    lines = run(agent.path, "status").stdout.splitlines()
+    header = lines.index("claims:") + 1
+    assert lines[header + 1].split()[4] == "v1alpha1*"
+    assert lines[header + 2] == (
+        "  vm1-devices: read as v1alpha1*: a newer version is unusable: "
+        "stream[0]: metadata.generation: Input should be a valid integer"
     )
 
 

@@ -1,5 +1,8 @@
 """guest.planning with plain values; a fake link table proves plans converge."""
 
+import re
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -216,3 +219,12 @@ def test_applying_a_plan_then_planning_again_is_empty(wants, present, ups):
     after = fake_apply(state, first.steps)
     again = plan(m, after, files_after({}, first.steps))
     assert again.steps == ()
+
+
+@pytest.mark.parametrize("name", ["Bad Name", "vf/1", "Grafikkarte-€", "a:b", "x" * 300, "é" * 70])
+def test_altnames_from_names_upstream_accepts_are_always_valid_for_the_kernel(name):
+    altname = altname_for(Binding(described(name=name), MatchState.BOUND))
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", altname), altname
+    assert len(altname.encode()) <= 127
+    other = altname_for(Binding(described(name=name + "x"), MatchState.BOUND))
+    assert altname != other  # a hash of the original keeps two names apart

@@ -247,3 +247,80 @@ def test_hot_plugged_link_is_configured_on_the_next_pass(cfg):
     r.stale_links = True  # what the netlink event would say
     converge(r)
     assert names(kernel)[9] == "fast0"
+
+
+# ------------------------------------------------------------ a bad value costs only its device
+
+NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+
+
+def rewrite_nics(cfg, change):
+    """Apply ``change`` to every object of the NIC file's stream (any layout), write it back."""
+    path = cfg.metadata_root / NICS
+    decoder, text, pos, objects = json.JSONDecoder(), path.read_text(), 0, []
+    while (start := text.find("{", pos)) != -1:
+        value, pos = decoder.raw_decode(text, start)
+        objects.append(change(value) or value)
+    path.write_text("".join(json.dumps(o) + "\n" for o in objects))
+
+
+def by_ref(outcome):
+    return {d.ref.rsplit("/", 1)[-1]: d for d in outcome.status.devices}
+
+
+def test_an_ip_that_is_no_address_costs_only_its_device_and_changes_nothing_of_it(cfg):
+    def bad_ip(doc):
+        doc["requests"][0]["devices"][1]["networkData"]["ips"] = ["banana"]
+
+    rewrite_nics(cfg, bad_ip)
+    kernel = example_kernel()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    devices = by_ref(outcome)
+    assert devices["vf-1"].phase.value == "Configured"
+    assert devices["vf-2"].phase.value == "Error"
+    assert devices["vf-2"].reason == (
+        "metadata: requests[0].devices[1].networkData.ips[0]: 'banana' is not an IP address; "
+        "the device is left as it is"
+    )
+    assert names(kernel) == {1: "data0", 2: "eth2", 3: "fast0"}  # eth2 untouched
+    assert not [s for s in kernel.applied if s.ifindex == 2]
+    assert not outcome.status.converged
+
+
+def test_a_device_whose_new_description_is_unusable_keeps_its_last_good_one(cfg):
+    kernel = example_kernel()
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    converge(r)
+    addresses = set(kernel.state.addresses)
+
+    def bad_ip(doc):
+        doc["requests"][0]["devices"][0]["networkData"]["ips"] = ["10.1.0.99/24", "not-an-ip"]
+
+    rewrite_nics(cfg, bad_ip)
+    outcome = converge(r)
+    assert by_ref(outcome)["vf-1"].phase.value == "Configured"  # the last good one, in force
+    assert set(kernel.state.addresses) == addresses  # 10.1.0.99 not added: nothing applied
+    [error] = outcome.status.file_errors
+    assert "'not-an-ip' is not an IP address" in str(error)
+    assert not outcome.status.converged
+
+    def fixed(doc):
+        doc["requests"][0]["devices"][0]["networkData"]["ips"] = ["10.1.0.99/24"]
+
+    rewrite_nics(cfg, fixed)
+    outcome = converge(r)
+    assert outcome.status.converged
+    assert (1, "10.1.0.99/24") in {(a.ifindex, a.address) for a in kernel.state.addresses}
+
+
+def test_an_undecodable_newer_version_falls_back_and_the_status_says_so(cfg):
+    def break_beta(doc):
+        if doc["apiVersion"].endswith("/v1beta1"):
+            doc["metadata"]["generation"] = "2"  # Go cannot decode a string into int64
+
+    rewrite_nics(cfg, break_beta)
+    outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
+    assert outcome.status.converged  # the v1alpha1 object the writer also put there is used
+    [nics] = [c for c in outcome.status.claims if c.source.endswith(NICS)]
+    assert nics.api_version == "metadata.resource.k8s.io/v1alpha1"
+    assert nics.fallback.startswith("stream[0]: metadata.generation: Input should be a valid")

@@ -519,3 +519,17 @@ def test_encode_refuses_unknown_versions():
 def test_encode_keeps_non_ascii_text_readable():
     doc = read(stream(with_attrs({"model": {"string": "Grafikkarte €"}}))).document
     assert "Grafikkarte €".encode() in encode_stream(doc, DEVICE_METADATA)
+
+
+@pytest.mark.parametrize("field", ["driver", "pool", "name"])
+def test_a_device_that_cannot_be_told_from_others_is_unusable_alone(field):
+    doc = metadata_doc(2)
+    doc["requests"][0]["devices"][0][field] = None  # Go: the empty string
+    result = check_file(SRC, Role.DEVICE_METADATA, stream(doc))
+    assert result.ok
+    first, second = result.described
+    assert not first.usable
+    assert second.usable
+    assert [(p.path, p.message) for p in first.problems] == [
+        (f"{DEV0}.{field}", "is empty: the device cannot be told from others")
+    ]

@@ -105,7 +105,9 @@ def claims_json(status: Status) -> list[dict[str, Any]]:
             "podClaimName": c.pod_claim_name,
             "observedGeneration": c.generation,
             "source": c.source,
+            "apiVersion": c.api_version,
         }
+        | ({"fallback": c.fallback} if c.fallback else {})
         for c in status.claims
     ]
 

@@ -115,6 +115,12 @@ def _labelled(pairs: Sequence[tuple[str, str]], indent: str = "") -> list[str]:
     return [f"{indent}{(label + ':') if label else '':<{width}}{text}" for label, text in pairs]
 
 
+def _version(claim: Json) -> str:
+    """``v1beta1`` of ``metadata.resource.k8s.io/v1beta1``, with a ``*`` after a fallback."""
+    version = _s(claim.get("apiVersion")).rpartition("/")[2]
+    return version + ("*" if claim.get("fallback") else "")
+
+
 def status_text(body: Json, color: bool = False) -> str:
     """``kvdev status``: the agent's state in labelled lines, then the claims in force."""
     converged = paint("32", "yes", color) if body.get("converged") else paint("1;31", "no", color)
@@ -145,12 +151,20 @@ def status_text(body: Json, color: bool = False) -> str:
     lines = _labelled(pairs)
     claims = body.get("claims") or []
     if claims:
-        keys = ("claim", "namespace", "podClaimName", "observedGeneration", "source")
+        keys = ("claim", "namespace", "podClaimName", "observedGeneration")
         rows: list[tuple[str, ...]] = [("CLAIM", "NAMESPACE", "POD CLAIM", "OBSERVED GEN")]
-        rows[0] += ("SOURCE",)
-        rows.extend(tuple(_s(c.get(k)) for k in keys) for c in claims)
+        rows[0] += ("READ AS", "SOURCE")
+        rows.extend(
+            (*(_s(c.get(k)) for k in keys), _version(c), _s(c.get("source"))) for c in claims
+        )
         lines.append("claims:")
         lines.extend("  " + line for line in table(rows).splitlines())
+        lines.extend(
+            f"  {_s(c.get('claim'))}: read as {_version(c)}: a newer version is unusable: "
+            f"{c['fallback']}"
+            for c in claims
+            if c.get("fallback")
+        )
     return "\n".join(lines) + "\n"
 
 
