@@ -354,6 +354,26 @@ def test_sockets_are_private_and_removed_on_stop(short_dir):
     assert not env.sockets.registration.exists()
 
 
+def test_stop_leaves_a_socket_another_plugin_put_in_its_place(short_dir):
+    env = Env(short_dir)
+    env.server.start()
+    assert [p.name for p in env.sockets.dra.parent.iterdir()] == ["dra.sock"]  # no temporary
+    successor = []
+    for path in (env.sockets.dra, env.sockets.registration):
+        path.unlink()  # a new plugin instance took the paths over (its own sockets)
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.listen()
+        successor.append(s)
+    try:
+        env.server.stop(grace=1)  # gRPC shuts down, and so do we: neither removes theirs
+        assert stat.S_ISSOCK(env.sockets.dra.lstat().st_mode)
+        assert stat.S_ISSOCK(env.sockets.registration.lstat().st_mode)
+    finally:
+        for s in successor:
+            s.close()
+
+
 def test_a_stale_socket_is_replaced(short_dir):
     env = Env(short_dir)
     env.sockets.dra.parent.mkdir(parents=True)

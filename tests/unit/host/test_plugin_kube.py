@@ -105,9 +105,13 @@ class FakeApi:
                 query = urllib.parse.parse_qs(url.query)
                 api.requests.append((url.path, query, self.headers.get("Authorization", "")))
                 token = query.get("continue", [""])[0]
+                selector = query.get("fieldSelector", [""])[0]
                 status, body = api.routes.get(
-                    (url.path, token),
-                    (404, {"kind": "Status", "status": "Failure", "reason": "NotFound"}),
+                    (url.path, token, selector),
+                    api.routes.get(
+                        (url.path, token),
+                        (404, {"kind": "Status", "status": "Failure", "reason": "NotFound"}),
+                    ),
                 )
                 data = json.dumps(body).encode()
                 self.send_response(status)
@@ -173,6 +177,31 @@ def test_fetch_gets_the_claim_and_every_page_of_the_drivers_slices(api, source):
     _, second, _ = api.requests[2]
     assert second["continue"] == ["page-2"]
     assert second["fieldSelector"] == [f"spec.driver={DRIVER}"]
+
+
+def test_with_a_node_name_only_the_slices_that_node_can_see_are_listed(api, tmp_path):
+    own = f"spec.driver={DRIVER},spec.nodeName=node-a"
+    shared = f"spec.driver={DRIVER},spec.nodeName="
+    network = slice_item("net-0", ["vf-9"])
+    del network["spec"]["nodeName"]
+    network["spec"]["allNodes"] = True
+    api.routes[(SLICES_PATH, "", own)] = (200, slice_page([slice_item("s-0", ["vf-0"])]))
+    api.routes[(SLICES_PATH, "", shared)] = (200, slice_page([network]))
+    config = kubeconfig(tmp_path / "kubeconfig", api.url)
+    fetched = KubeClaimSource(DRIVER, node="node-a", kubeconfig=config).fetch("vms", "vm1-nic")
+    assert [s.metadata.name for s in fetched.slices] == ["s-0", "net-0"]
+    assert [q["fieldSelector"] for p, q, _ in api.requests if p == SLICES_PATH] == [
+        [own],
+        [shared],
+    ]  # never another node's slices
+
+
+def test_a_404_while_listing_slices_is_not_a_missing_claim(api, source):
+    del api.routes[(SLICES_PATH, "")]
+    with pytest.raises(PermanentError) as raised:
+        source.fetch("vms", "vm1-nic")
+    assert not isinstance(raised.value, ClaimNotFoundError)
+    assert "answered 404: is resource.k8s.io/v1 served?" in str(raised.value)
 
 
 def test_constructing_the_source_needs_no_cluster(tmp_path):

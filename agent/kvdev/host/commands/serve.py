@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -96,6 +97,13 @@ def register(commands: Commands) -> None:
         "--kubeconfig", type=Path, metavar="FILE", help="with --kube: this kubeconfig file"
     )
     serve.add_argument(
+        "--node-name",
+        metavar="NODE",
+        default=os.environ.get("NODE_NAME") or None,
+        help="with --kube: list only the slices this node can see (default: $NODE_NAME, "
+        "set by the Downward API; unset: every slice of the driver)",
+    )
+    serve.add_argument(
         "--grace",
         type=float,
         default=5.0,
@@ -153,7 +161,7 @@ def _build(args: argparse.Namespace) -> PluginServer:
     layout = layout_from(args)  # validates the driver name
     source: ClaimSource
     if args.kube:
-        source = KubeClaimSource(args.driver, kubeconfig=args.kubeconfig)
+        source = KubeClaimSource(args.driver, node=args.node_name, kubeconfig=args.kubeconfig)
     else:
         source = FileClaimSource(args.claims_dir, args.driver)
     sockets = Sockets.default(args.driver, layout.plugin_data_dir, args.registry_dir)

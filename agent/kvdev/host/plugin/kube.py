@@ -1,7 +1,11 @@
 """``KubeClaimSource``: fetch a claim and the driver's ResourceSlices from the Kubernetes API.
 
 Built on the official ``kubernetes`` client (host extra): GET the ResourceClaim by
-namespace/name, LIST the ResourceSlices with ``fieldSelector=spec.driver=<driver>`` (paged).
+namespace/name, LIST the driver's ResourceSlices (paged). Given the node's name (``--node-name``,
+``$NODE_NAME`` from the Downward API), only those this node can see: two lists,
+``spec.driver=<driver>,spec.nodeName=<node>`` (the node's own slices) and
+``spec.driver=<driver>,spec.nodeName=`` (slices with no node name: network-attached and
+per-device pools), never the other nodes' slices. Without it, every slice of the driver.
 The raw JSON is validated by kvdev's own models (``kvdev.host.k8s``), never by the client's.
 The client is built on first use, so constructing the source needs no cluster. This module
 must not write files; it only reads from the API server.
@@ -35,15 +39,22 @@ class KubeClaimSource:
 
     Args:
         driver: the plugin's driver name; only its slices are listed.
+        node: this node's name; only the slices it can see are listed (None: all).
         kubeconfig: a kubeconfig file; None: the in-cluster service account, falling back
             to the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``).
         timeout: seconds for each API request.
     """
 
     def __init__(
-        self, driver: str, *, kubeconfig: Path | None = None, timeout: float = 10.0
+        self,
+        driver: str,
+        *,
+        node: str | None = None,
+        kubeconfig: Path | None = None,
+        timeout: float = 10.0,
     ) -> None:
         self.driver = driver
+        self.node = node
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -53,17 +64,22 @@ class KubeClaimSource:
         """See ``kvdev.host.plugin.claimsource.ClaimSource.fetch``."""
         what = f"ResourceClaim {namespace}/{name}"
         api = self._resource_api()
-        raw = self._call(what, api.read_namespaced_resource_claim, name, namespace)
+        raw = self._call(
+            what, api.read_namespaced_resource_claim, name, namespace, missing_is_gone=True
+        )
         claim = _validate(ResourceClaim, "ResourceClaim", raw, f"apiserver: {what}")
-        return Fetched(claim, tuple(self._slices(api)))
+        driver = f"spec.driver={self.driver}"
+        if self.node is None:
+            return Fetched(claim, tuple(self._slices(api, driver)))
+        own = self._slices(api, f"{driver},spec.nodeName={self.node}")
+        return Fetched(claim, (*own, *self._slices(api, f"{driver},spec.nodeName=")))
 
-    def _slices(self, api: Any) -> list[ResourceSlice]:  # noqa: ANN401 - see _resource_api
+    def _slices(self, api: Any, selector: str) -> list[ResourceSlice]:  # noqa: ANN401 - see _resource_api
         slices: list[ResourceSlice] = []
         token: str | None = None
-        selector = f"spec.driver={self.driver}"
         while True:
             page = self._call(
-                f"ResourceSlices of {self.driver}",
+                f"ResourceSlices of {self.driver} ({selector})",
                 api.list_resource_slice,
                 field_selector=selector,
                 limit=PAGE_SIZE,
@@ -77,8 +93,18 @@ class KubeClaimSource:
                 return slices
 
     def _call(
-        self, what: str, method: Callable[..., Any], *args: object, **kwargs: object
+        self,
+        what: str,
+        method: Callable[..., Any],
+        *args: object,
+        missing_is_gone: bool = False,
+        **kwargs: object,
     ) -> dict[str, Any]:
+        """One API call's JSON body.
+
+        A 404 means the object is gone only when ``missing_is_gone``; on a list it means the
+        API itself is not served (resource.k8s.io/v1 is off).
+        """
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - lazy import
         from urllib3.exceptions import HTTPError  # noqa: PLC0415 - the client's transport
 
@@ -88,8 +114,11 @@ class KubeClaimSource:
             )
             body = response.data
         except ApiException as e:
-            if e.status == _NOT_FOUND:
+            if e.status == _NOT_FOUND and missing_is_gone:
                 raise ClaimNotFoundError(f"{what} not found on the API server") from e
+            if e.status == _NOT_FOUND:
+                message = f"{what}: API server answered 404: is resource.k8s.io/v1 served?"
+                raise PermanentError(message) from e
             message = f"{what}: API server answered {e.status} {e.reason}"
             if e.status in _CLIENT_ERRORS and e.status not in _RETRYABLE_CLIENT_ERRORS:
                 raise PermanentError(message) from e

@@ -7,8 +7,10 @@ appears, and the registration socket goes first on stop, so kubelet never dials 
 is not serving. Synchronous ``grpc.server`` with a thread pool: the writer and the Kubernetes
 client block, and kubelet sends few calls. Sockets are created 0600 in directories created
 0750 (existing directories are left as they are); a stale socket (nobody answers) is replaced,
-a live one or a non-socket file is an error; both are removed on stop (gRPC unlinks its
-Unix socket on shutdown; we remove it too if still there and still the inode we bound).
+a live one or a non-socket file is an error; both are removed on stop, and only while they
+are still the inode we bound (another plugin that took the path over keeps its socket). gRPC
+unlinks the path it bound when it shuts down, whoever holds that path by then, so it binds a
+temporary name (``.<pid>.<n>.s`` beside the socket) that is renamed into place once serving.
 The services themselves live in ``kvdev.host.plugin.service``.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import socket
@@ -60,6 +63,9 @@ class Sockets:
         )
 
 
+_serial = itertools.count()
+
+
 class _Bound:
     """One gRPC server bound to one Unix socket it owns."""
 
@@ -70,16 +76,26 @@ class _Bound:
 
     def start(self) -> None:
         _prepare_socket_path(self.path)
+        bound = self.path.with_name(f".{os.getpid()}.{next(_serial)}.s")  # what gRPC unlinks
+        if len(os.fsencode(bound)) > SOCKET_PATH_MAX:
+            bound = self.path  # no room for the temporary name: gRPC gets the path itself
         with _umask_lock:
             old = os.umask(0o177)  # the socket file is born 0600: no window with a wider mode
             try:
-                self.server.add_insecure_port(f"unix:{self.path}")
+                self.server.add_insecure_port(f"unix:{bound}")
                 self.server.start()
             except RuntimeError as e:
                 raise PermanentError(f"{self.path}: cannot listen: {e}") from e
             finally:
                 os.umask(old)
-        self.path.chmod(SOCKET_MODE)
+        try:
+            bound.chmod(SOCKET_MODE)
+            if bound != self.path:
+                bound.replace(self.path)
+        except OSError as e:
+            self.server.stop(0).wait()
+            bound.unlink(missing_ok=True)
+            raise PermanentError(f"{self.path}: cannot put the socket in place: {e}") from e
         self.inode = self.path.stat().st_ino
         log.info("listening on %s", self.path)
 
