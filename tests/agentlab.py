@@ -23,7 +23,7 @@ CONFIG_DRIVE = EXAMPLES / "config-drive/openstack/latest/meta_data.json"
 AGENT = os.environ.get("KVDEV_TEST_AGENT") or (  # e.g. an installed agent, or a wrapper
     shutil.which("kvdev-agent") or str(Path(sys.executable).parent / "kvdev-agent")
 )
-NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+NICS = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"  # vf-1
 HINTS = "kvdev/guest-hints.json"
 LINKS = (
     ("eth1", "02:00:00:3b:02:01"),
@@ -116,6 +116,15 @@ def agent_args(tree, work, *extra, sock=None):
         "veth",
         *extra,
     ]
+
+
+def stream_objects(path):
+    """The JSON objects of a metadata stream file, however laid out (ours are indented)."""
+    decoder, text, pos, out = json.JSONDecoder(), path.read_text(), 0, []
+    while (start := text.find("{", pos)) != -1:
+        value, pos = decoder.raw_decode(text, start)
+        out.append(value)
+    return out
 
 
 def write_atomically(path, text):

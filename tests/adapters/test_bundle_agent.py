@@ -27,7 +27,7 @@ PLAN = """\
 apiVersion: bundle.kvdev.io/v1alpha1
 kind: GuestPlan
 devices:
-- {{claim: vm1-devices, request: nics, device: vf-1, interfaceName: data0, mtu: {mtu}}}
+- {{claim: vm1-devices, request: nic-1, device: vf-1, interfaceName: data0, mtu: {mtu}}}
 """
 
 

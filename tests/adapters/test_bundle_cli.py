@@ -119,8 +119,8 @@ def test_text_summary_and_the_second_run_is_unchanged(tmp_path, capsys):
     assert lines[0].split() == ["DEVICE", "GUEST", "PCI", "MATCHED", "BY", "FROM", "TAG"]
     assert lines[-2] == (
         "unpinned (the agent matches them by MAC): "
-        "vm1-devices/nics/sriov.example.com/node-a/vf-2, "
-        "fast-nic/nic/rdma/dra.net/node-a/pci-0000-5e-00-1"
+        "vm1-devices/nic-2/sriov.example.com/node-a/vf-2, "
+        "fast-nic/nic/dra.net/node-a/pci-0000-5e-00-1"
     )
     assert lines[-1] == f"published: {out}/current -> .gen-1; 4 devices, 2 pinned"
     assert "guest-hints.json: not copied (guest hints, replaced by the bundle's)" in stderr

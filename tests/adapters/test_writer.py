@@ -26,8 +26,12 @@ NIC_UID = "0b6f4c3e-91d4-4d2a-8f55-6a7e2c1d9b30"
 SRIOV = "sriov.example.com"
 
 
+TWO_VFS = REPO / "tests" / "data" / "host-prepare" / "claims-two-vfs.yaml"  # "nics": 2 VFs
+
+
 def claims():
-    return {c.metadata.name: c for c in load((EXAMPLES / "claims.yaml").read_text(), "claims")}
+    found = {c.metadata.name: c for c in load((EXAMPLES / "claims.yaml").read_text(), "claims")}
+    return found | {c.metadata.name: c for c in load(TWO_VFS.read_text(), "two-vfs")}
 
 
 def slices():
@@ -45,7 +49,7 @@ def claim_from(data):
 
 
 def vm1_raw():
-    return copy.deepcopy(next(yaml.safe_load_all((EXAMPLES / "claims.yaml").read_text())))
+    return copy.deepcopy(next(yaml.safe_load_all(TWO_VFS.read_text())))
 
 
 def layout(tmp_path, driver=SRIOV):

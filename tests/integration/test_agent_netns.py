@@ -24,6 +24,7 @@ from agentlab import (
     link,
     make_guest,
     serving,
+    stream_objects,
     write_atomically,
 )
 
@@ -47,13 +48,13 @@ def run_once(ns, tree, work, *extra):
 def test_once_configures_the_example(guest):
     ns, tree, work = guest
     done = run_once(ns, tree, work)
-    assert "vm1-devices/nics/sriov.example.com/node-a/vf-1" in done.stdout
+    assert "vm1-devices/nic-1/sriov.example.com/node-a/vf-1" in done.stdout
     assert done.returncode == 1, done.stdout + done.stderr  # the GPU is missing in a netns
     data0, data1, fast0 = link(ns, "data0"), link(ns, "data1"), link(ns, "fast0")
     assert data0["address"] == "02:00:00:3b:02:01"
     assert data0["mtu"] == 9000
     assert "UP" in data0["flags"]
-    assert "vm1-devices.nics.vf-1" in data0.get("altnames", [])
+    assert "vm1-devices.nic-1.vf-1" in data0.get("altnames", [])
     assert "fast-nic.nic.pci-0000-5e-00-1" in fast0.get("altnames", [])
     assert data1["mtu"] == 9000
     assert addresses(ns, "data0") == ["10.1.0.5/24"]
@@ -111,8 +112,7 @@ def test_serve_converges_corrects_drift_and_survives_bad_input(served):
 
     # a metadata rewrite: one more IP on vf-1
     path = tree / NICS
-    lines = path.read_text().splitlines()
-    docs = [json.loads(line) for line in lines]
+    docs = stream_objects(path)
     for doc in docs:
         doc["requests"][0]["devices"][0]["networkData"]["ips"].append("10.1.0.50/24")
         doc["metadata"]["generation"] = 3
@@ -143,7 +143,8 @@ def test_serve_converges_corrects_drift_and_survives_bad_input(served):
     assert eventually(lambda: addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"])
 
     # a half-written file, then invalid JSON: nothing changes, the error is reported
-    path.write_text(lines[0][: len(lines[0]) // 2])
+    current = path.read_text()  # one compact object per line, as written above
+    path.write_text(current[: current.index("\n") // 2])  # half of the first object
     time.sleep(0.5)
     assert addresses(ns, "data0") == ["10.1.0.5/24", "10.1.0.50/24"]
     assert eventually(lambda: any("metadata error" in s for s in notify.collect()))
@@ -189,7 +190,7 @@ def test_local_api_answers_curl(served):
     assert vf1["observed"]["mtu"] == 9000
     assert "10.1.0.5/24" in vf1["observed"]["addresses"]
     assert vf1["interfaceStats"]["rxBytes"] >= 0
-    one = curl(work, "/v1/devices/fast-nic/nic/rdma/pci-0000-5e-00-1")
+    one = curl(work, "/v1/devices/fast-nic/nic/pci-0000-5e-00-1")
     assert one["phase"] == "Configured"
     assert curl(work, "/v1/plan")["steps"] == []
     assert curl(work, "/v1/reconcile", "-X", "POST")["converged"] is False

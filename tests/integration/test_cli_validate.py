@@ -13,7 +13,18 @@ from kvdev.guest.cli import main as cli
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging" / "examples"
 TREE = EXAMPLES / "dra-device-attributes"
-NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+NICS = "resourceclaims/vm1-devices/nic-2/sriov.example.com-metadata.json"  # vf-2
+
+
+def stream_objects(path):
+    """The objects of a stream file, however laid out (the bundled files are indented)."""
+    decoder, text, pos, out = json.JSONDecoder(), path.read_text(), 0, []
+    while (start := text.find("{", pos)) != -1:
+        value, pos = decoder.raw_decode(text, start)
+        out.append(value)
+    return out
+
+
 KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
 
 
@@ -31,7 +42,7 @@ def tree(tmp_path):
 def test_bundled_examples_are_valid():
     done = run("metadata", "validate", str(EXAMPLES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "5 file(s): 5 valid, 0 invalid, 0 warning(s)" in done.stdout
+    assert "6 file(s): 6 valid, 0 invalid, 0 warning(s)" in done.stdout
     assert "pci 0000:3b:02.1" in done.stdout
 
 
@@ -47,11 +58,12 @@ def test_json_output_carries_normalized_content():
     assert nics["location"] == {
         "template": False,
         "claim": "vm1-devices",
-        "request": "nics",
+        "request": "nic-2",
         "driver": "sriov.example.com",
     }
-    assert [d["pciAddress"] for d in nics["devices"]] == ["0000:3b:02.1", "0000:3b:02.2"]
-    assert [d["mac"] for d in nics["devices"]] == ["02:00:00:3b:02:01", "02:00:00:3b:02:02"]
+    assert [d["pciAddress"] for d in nics["devices"]] == ["0000:3b:02.2"]
+    assert [d["mac"] for d in nics["devices"]] == ["02:00:00:3b:02:02"]
+    assert [d["usable"] for d in nics["devices"]] == [True]
     gpu = by_path["resourceclaims/vm1-devices/gpu/gpu.nvidia.com-metadata.json"]
     assert gpu["devices"][0]["numaNodes"] == [1]
     assert by_path["kvdev/guest-hints.json"]["role"] == "GuestHints"
@@ -59,14 +71,13 @@ def test_json_output_carries_normalized_content():
 
 def test_a_device_kvdev_cannot_act_on_exits_2_naming_file_object_and_field(tree):
     path = tree / NICS
-    lines = path.read_text().splitlines()
-    first = json.loads(lines[0])
-    first["requests"][0]["devices"][1]["networkData"]["ips"] = ["10.1.0.6/24", "10.1.0.7", "x"]
-    path.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
+    first, second = stream_objects(path)
+    first["requests"][0]["devices"][0]["networkData"]["ips"] = ["10.1.0.6/24", "10.1.0.7", "x"]
+    path.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
     done = run("metadata", "validate", str(tree))
     assert done.returncode == 2
     assert f"INVALID {path}" in done.stdout
-    ips = "stream[0]: requests[0].devices[1].networkData.ips"
+    ips = "stream[0]: requests[0].devices[0].networkData.ips"
     assert f"error: {ips}[2]: 'x' is not an IP address" in done.stdout
     assert f"[upstream] {ips}[1]: '10.1.0.7' is not a CIDR" in done.stdout
     assert "1 invalid" in done.stdout
@@ -74,10 +85,9 @@ def test_a_device_kvdev_cannot_act_on_exits_2_naming_file_object_and_field(tree)
 
 def test_a_value_only_upstreams_writer_rules_refuse_exits_1(tree):
     path = tree / NICS
-    lines = path.read_text().splitlines()
-    first = json.loads(lines[0])
-    first["requests"][0]["devices"][1]["networkData"]["ips"] = ["10.1.0.6/24", "10.1.0.7"]
-    path.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
+    first, second = stream_objects(path)
+    first["requests"][0]["devices"][0]["networkData"]["ips"] = ["10.1.0.6/24", "10.1.0.7"]
+    path.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
     done = run("metadata", "validate", str(tree))
     assert done.returncode == 1, done.stdout  # usable (as the host address 10.1.0.7/32)
     assert f"valid   {path}" in done.stdout
@@ -92,12 +102,12 @@ def test_non_mac_hardware_address_is_a_warning_not_an_error(tree):
     path.write_text(text)
     done = run("metadata", "validate", str(path))
     assert done.returncode == 0, done.stdout
-    assert "warning: stream[0]: requests[0].devices[1].networkData.hardwareAddress" in done.stdout
+    assert "warning: stream[0]: requests[0].devices[0].networkData.hardwareAddress" in done.stdout
     assert "cannot be matched by MAC" in done.stdout
 
 
 def test_misplaced_file_warns(tree):
-    wrong = tree / "resourceclaims/other-claim/nics/sriov.example.com-metadata.json"
+    wrong = tree / "resourceclaims/other-claim/nic-2/sriov.example.com-metadata.json"
     wrong.parent.mkdir(parents=True)
     shutil.copy(tree / NICS, wrong)
     done = run("metadata", "validate", "--json", str(wrong))
@@ -107,7 +117,7 @@ def test_misplaced_file_warns(tree):
 
 
 def test_bad_directory_name_is_an_error(tree):
-    bad = tree / "resourceclaims/Bad_Claim/nics/sriov.example.com-metadata.json"
+    bad = tree / "resourceclaims/Bad_Claim/nic-2/sriov.example.com-metadata.json"
     bad.parent.mkdir(parents=True)
     shutil.copy(tree / NICS, bad)
     done = run("metadata", "validate", str(bad))

@@ -74,7 +74,7 @@ def test_prepare_prints_cdi_device_ids(capsys, tmp_path):
     assert outs["gpu.nvidia.com"] == (
         f"vms/vm1-devices\tgpu\tnode-a/gpu-vfio-0\tgpu.nvidia.com/metadata={VM1_UID}_gpu\n"
     )
-    assert outs["dra.net"].split("\t")[1:3] == ["nic/rdma", "node-a/pci-0000-5e-00-1"]
+    assert outs["dra.net"].split("\t")[1:3] == ["nic", "node-a/pci-0000-5e-00-1"]
     assert outs["dra.net"].rstrip().endswith(f"dra.net/metadata={NIC_UID}_nic")
     assert len(outs["sriov.example.com"].splitlines()) == 2
 
@@ -84,7 +84,8 @@ def test_round_trip_the_guest_validator_reads_every_device(capsys, tmp_path):
     view = container_view(tmp_path)
     assert sorted(p.relative_to(view).as_posix() for p in view.rglob("*.json")) == [
         "resourceclaims/vm1-devices/gpu/gpu.nvidia.com-metadata.json",
-        "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json",
+        "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json",
+        "resourceclaims/vm1-devices/nic-2/sriov.example.com-metadata.json",
         "resourceclaimtemplates/fast-nic/nic/dra.net-metadata.json",
     ]
     code = guest_cli.main(["metadata", "validate", "--json", str(view)])
@@ -111,7 +112,7 @@ def test_cdi_specs_are_valid_against_the_cdi_schema(capsys, tmp_path):
         schema, registry=Registry().with_resource("defs.json", defs)
     )
     specs = sorted((tmp_path / "cdi").glob("*.json"))
-    assert len(specs) == 3
+    assert len(specs) == 4  # one per (claim, request, driver): nic-1, nic-2, gpu, fast-nic
     for spec in specs:
         validator.validate(json.loads(spec.read_text()))
 

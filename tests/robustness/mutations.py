@@ -17,7 +17,7 @@ import hypothesis.strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 import test_stream_properties as props
 
-NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+NICS = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"
 HINTS = "kvdev/guest-hints.json"
 TEMPLATE = "resourceclaimtemplates/fast-nic/nic/dra.net-metadata.json"
 NEW = "resourceclaims/fuzz-claim/fuzz/fuzz.example.com-metadata.json"
@@ -65,6 +65,15 @@ def _stream(docs):
     return "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in docs).encode()
 
 
+def _objects(data):
+    """The objects of a stream, however laid out (the metadata files are indented)."""
+    decoder, text, pos, out = json.JSONDecoder(), data.decode(), 0, []
+    while (start := text.find("{", pos)) != -1:
+        value, pos = decoder.raw_decode(text, start)
+        out.append(value)
+    return out
+
+
 def strategy(good):
     """Inputs over the good contents ``good`` (target -> bytes)."""
     existing = st.sampled_from(EXISTING)
@@ -75,7 +84,7 @@ def strategy(good):
         return Input("truncated", target, good[target][: draw(st.integers(0, len(good[target])))])
 
     def _docs(target):
-        return [json.loads(line) for line in good[target].splitlines() if line.strip()]
+        return _objects(good[target])
 
     @st.composite
     def wrong_type(draw):

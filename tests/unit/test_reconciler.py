@@ -251,12 +251,13 @@ def test_hot_plugged_link_is_configured_on_the_next_pass(cfg):
 
 # ------------------------------------------------------------ a bad value costs only its device
 
-NICS = "resourceclaims/vm1-devices/nics/sriov.example.com-metadata.json"
+NIC1 = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"
+NIC2 = "resourceclaims/vm1-devices/nic-2/sriov.example.com-metadata.json"
 
 
-def rewrite_nics(cfg, change):
-    """Apply ``change`` to every object of the NIC file's stream (any layout), write it back."""
-    path = cfg.metadata_root / NICS
+def rewrite_nics(cfg, change, rel=NIC1):
+    """Apply ``change`` to every object of a NIC file's stream (any layout), write it back."""
+    path = cfg.metadata_root / rel
     decoder, text, pos, objects = json.JSONDecoder(), path.read_text(), 0, []
     while (start := text.find("{", pos)) != -1:
         value, pos = decoder.raw_decode(text, start)
@@ -270,16 +271,16 @@ def by_ref(outcome):
 
 def test_an_ip_that_is_no_address_costs_only_its_device_and_changes_nothing_of_it(cfg):
     def bad_ip(doc):
-        doc["requests"][0]["devices"][1]["networkData"]["ips"] = ["banana"]
+        doc["requests"][0]["devices"][0]["networkData"]["ips"] = ["banana"]
 
-    rewrite_nics(cfg, bad_ip)
+    rewrite_nics(cfg, bad_ip, NIC2)
     kernel = example_kernel()
     outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
     devices = by_ref(outcome)
     assert devices["vf-1"].phase.value == "Configured"
     assert devices["vf-2"].phase.value == "Error"
     assert devices["vf-2"].reason == (
-        "metadata: requests[0].devices[1].networkData.ips[0]: 'banana' is not an IP address; "
+        "metadata: requests[0].devices[0].networkData.ips[0]: 'banana' is not an IP address; "
         "the device is left as it is"
     )
     assert names(kernel) == {1: "data0", 2: "eth2", 3: "fast0"}  # eth2 untouched
@@ -321,6 +322,6 @@ def test_an_undecodable_newer_version_falls_back_and_the_status_says_so(cfg):
     rewrite_nics(cfg, break_beta)
     outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
     assert outcome.status.converged  # the v1alpha1 object the writer also put there is used
-    [nics] = [c for c in outcome.status.claims if c.source.endswith(NICS)]
+    [nics] = [c for c in outcome.status.claims if c.source.endswith(NIC1)]
     assert nics.api_version == "metadata.resource.k8s.io/v1alpha1"
     assert nics.fallback.startswith("stream[0]: metadata.generation: Input should be a valid")

@@ -17,15 +17,15 @@ from kvdev.host.bundle import build
 from kvdev.host.bundle.domainxml import parse_domain
 from kvdev.host.bundle.plan import load_plan
 from kvdev.host.commands.bundle import make_bundle
-from kvdev.schema import GUEST_HINTS, Role, check_file, decode_stream, role_of
+from kvdev.schema import DEVICE_METADATA, GUEST_HINTS, Role, check_file, decode_stream, role_of
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "packaging/examples/dra-device-attributes"
 LIBVIRT = REPO / "tests/data/libvirt"
 GPU = "vm1-devices/gpu/gpu.nvidia.com/node-a/gpu-vfio-0"
-VF1 = "vm1-devices/nics/sriov.example.com/node-a/vf-1"
-VF2 = "vm1-devices/nics/sriov.example.com/node-a/vf-2"
-FAST = "fast-nic/nic/rdma/dra.net/node-a/pci-0000-5e-00-1"
+VF1 = "vm1-devices/nic-1/sriov.example.com/node-a/vf-1"
+VF2 = "vm1-devices/nic-2/sriov.example.com/node-a/vf-2"
+FAST = "fast-nic/nic/dra.net/node-a/pci-0000-5e-00-1"
 
 
 def example_files():
@@ -71,13 +71,13 @@ def test_domain_xml_pins_every_described_device(tree):
             "0000:07:00.0",
             "interface mac = hardwareAddress",
             "vm1.xml: interface[1] (alias ua-sriov-data0)",
-            "dra:vm1-devices/nics/0",
+            "dra:vm1-devices/nic-1/0",
         ),
         VF2: (
             "0000:08:00.0",
             "hostdev source = pciBusID",
             "vm1.xml: hostdev[0] (alias ua-hostdevice-vf2)",
-            "dra:vm1-devices/nics/1",
+            "dra:vm1-devices/nic-2/0",
         ),
         FAST: (
             "0000:0a:00.0",
@@ -108,9 +108,9 @@ def test_hints_select_exactly_each_device(tree):
     ]
     assert rows == [
         ("vm1-devices", "gpu", "gpu.nvidia.com", "node-a", "gpu-vfio-0", "0000:09:00.0"),
-        ("vm1-devices", "nics", "sriov.example.com", "node-a", "vf-1", "0000:07:00.0"),
-        ("vm1-devices", "nics", "sriov.example.com", "node-a", "vf-2", "0000:08:00.0"),
-        ("fast-nic", "nic/rdma", "dra.net", "node-a", "pci-0000-5e-00-1", "0000:0a:00.0"),
+        ("vm1-devices", "nic-1", "sriov.example.com", "node-a", "vf-1", "0000:07:00.0"),
+        ("vm1-devices", "nic-2", "sriov.example.com", "node-a", "vf-2", "0000:08:00.0"),
+        ("fast-nic", "nic", "dra.net", "node-a", "pci-0000-5e-00-1", "0000:0a:00.0"),
     ]
     assert hints.devices[3].claim.pod_claim_name == "fast-nic"  # a template claim
 
@@ -301,14 +301,6 @@ def test_invalid_plan_names_file_and_field(body, message):
     ("body", "message"),
     [
         (
-            "- {claim: vm1-devices, request: nics}\n",
-            (
-                "plan.yaml: devices[0]: selects 2 described devices (vm1-devices/nics/"
-                "sriov.example.com/node-a/vf-1, vm1-devices/nics/sriov.example.com/node-a/vf-2); "
-                "name driver and device"
-            ),
-        ),
-        (
             "- {claim: vm1-devics, request: gpu}\n",
             (
                 "plan.yaml: devices[0]: selects no described device (claim 'vm1-devics', request "
@@ -331,10 +323,27 @@ def test_plan_entries_must_each_pick_one_device(tree, body, message):
     assert str(e.value) == message
 
 
+def test_a_plan_entry_that_selects_two_devices_must_name_one():
+    files = example_files()
+    nic1 = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"
+    doc = decode_stream(files[nic1], DEVICE_METADATA).document.to_json_dict()
+    second = {**doc["requests"][0]["devices"][0], "name": "vf-9"}
+    doc["requests"][0]["devices"].append(second)  # one request for two devices
+    files[nic1] = (json.dumps(doc) + "\n").encode()
+    tree = build.read_tree(files, "ex")
+    plan = load_plan((PLAN_HEAD + "- {claim: vm1-devices, request: nic-1}\n").encode(), "p.yaml")
+    with pytest.raises(SchemaError) as e:
+        build.place_by_plan(tree, plan, "p.yaml")
+    assert str(e.value) == (
+        "p.yaml: devices[0]: selects 2 described devices (vm1-devices/nic-1/sriov.example.com/"
+        "node-a/vf-1, vm1-devices/nic-1/sriov.example.com/node-a/vf-9); name driver and device"
+    )
+
+
 def test_plan_asking_one_name_twice_is_refused_by_the_hints_rules(tree):
     body = (
-        "- {claim: vm1-devices, request: nics, device: vf-1, interfaceName: data0}\n"
-        "- {claim: vm1-devices, request: nics, device: vf-2, interfaceName: data0}\n"
+        "- {claim: vm1-devices, request: nic-1, device: vf-1, interfaceName: data0}\n"
+        "- {claim: vm1-devices, request: nic-2, device: vf-2, interfaceName: data0}\n"
     )
     plan = load_plan((PLAN_HEAD + body).encode(), "plan.yaml")
     with pytest.raises(SchemaError, match=r"asks for interface name 'data0', as devices\[1\]"):

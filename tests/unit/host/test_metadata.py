@@ -29,12 +29,30 @@ UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"
 NOW = datetime(2026, 11, 30, 4, 0, 0, tzinfo=UTC)
 
 
+TWO_VFS = GOLDEN / "claims-two-vfs.yaml"  # vm1-devices with one request ("nics") for two VFs
+
+
 def raw(name):
     return list(yaml.safe_load_all((EXAMPLES / name).read_text()))
 
 
 def claims():
-    return {c.metadata.name: c for c in load((EXAMPLES / "claims.yaml").read_text(), "claims")}
+    found = {c.metadata.name: c for c in load((EXAMPLES / "claims.yaml").read_text(), "claims")}
+    return found | {c.metadata.name: c for c in load(TWO_VFS.read_text(), "two-vfs")}
+
+
+def first_available_nic():
+    """The fast-nic claim as a firstAvailable request that got its "rdma" subrequest."""
+    data = copy.deepcopy(raw("claims.yaml")[1])
+    data["spec"]["devices"]["requests"][0] = {
+        "name": "nic",
+        "firstAvailable": [
+            {"name": "rdma", "deviceClassName": "rdma-nic"},
+            {"name": "plain", "deviceClassName": "nic"},
+        ],
+    }
+    data["status"]["allocation"]["devices"]["results"][0]["request"] = "nic/rdma"
+    return claim_from(data)
 
 
 def slices():
@@ -48,7 +66,7 @@ def claim_from(data):
 
 
 def vm1_raw():
-    return copy.deepcopy(raw("claims.yaml")[0])
+    return copy.deepcopy(next(yaml.safe_load_all(TWO_VFS.read_text())))
 
 
 def attrs(doc, request=0, device=0):
@@ -85,7 +103,7 @@ def test_standard_attribute_in_the_slice_wins_over_driver_specific():
 
 
 def test_template_claim_gets_pod_claim_name_and_keeps_the_subrequest():
-    (nic,) = build_metadata(claims()["virt-launcher-vm1-fast-nic-q7w2x"], slices(), "dra.net")
+    (nic,) = build_metadata(first_available_nic(), slices(), "dra.net")
     doc = nic.document
     assert nic.request == "nic"  # the base request names the file
     assert doc.pod_claim_name == "fast-nic"
