@@ -41,7 +41,7 @@ examples:
   kvdev status                                  # converged? exit 0 if so, 1 if not
   kvdev devices                                 # one row per described device
   kvdev explain eth1                            # why eth1's device matched, what is left
-  kvdev explain vm1-devices/nics/vf-1           # by claim/request/device
+  kvdev explain vm1-devices/nic-1/vf-1           # by claim/request/device
   kvdev wait --timeout 120 && start-workload    # boot ordering
   kvdev --json devices | jq -r '.items[] | select(.phase != "Configured") | .ref'
   kvdev metadata validate ./tree                # offline, no agent needed
@@ -90,16 +90,16 @@ exit status: 0 listed, 2 agent not reachable or not ready.
         ),
         """\
 DEVICE is one of:
-  CLAIM/REQUEST/DEVICE             e.g. vm1-devices/nics/vf-1 (REQUEST may be nic/rdma);
+  CLAIM/REQUEST/DEVICE             e.g. vm1-devices/nic-1/vf-1 (REQUEST may be nic/rdma);
                                    CLAIM is the ResourceClaim or the pod's claim name
   CLAIM/REQUEST/DRIVER/POOL/DEVICE the full ref, as 'kvdev devices' shows it
-  an interface name or altname     e.g. eth1, data0, vm1-devices.nics.vf-1
+  an interface name or altname     e.g. eth1, data0, vm1-devices.nic-1.vf-1
   a MAC address                    e.g. 02:00:00:3b:02:01
   a guest PCI address              e.g. 0000:07:00.0 or 07:00.0
 
 examples:
   kvdev explain eth1
-  kvdev explain vm1-devices/nics/sriov.example.com/node-a/vf-1
+  kvdev explain vm1-devices/nic-1/sriov.example.com/node-a/vf-1
   kvdev explain --json 02:00:00:3b:02:01 | jq .evidence
 
 exit status: 0 found, 1 no such device, 2 agent not reachable or DEVICE names several.

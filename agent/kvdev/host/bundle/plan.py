@@ -6,11 +6,11 @@ Owns the ``GuestPlan`` kind (YAML or JSON, one document) and its validation. Exa
     kind: GuestPlan
     devices:
     - claim: vm1-devices          # the directory name: ResourceClaim name, or podClaimName
-      request: nics               # base request, or <request>/<subrequest>
+      request: nic-1              # base request, or <request>/<subrequest>
       driver: sriov.example.com   # optional: narrow by driver, pool, device
       device: vf-1
       pciAddress: "0000:07:00.0"  # the guest PCI address (optional)
-      tag: dra:vm1-devices/nics/0 # optional; default dra:<claim>/<request>/<index>
+      tag: dra:vm1-devices/nic-1/0 # optional; default dra:<claim>/<request>/<index>
       interfaceName: data0        # optional: desired guest name, MTU, routes
       mtu: 9000
       routes: [{destination: 10.3.0.0/16, gateway: 10.1.0.1}]
