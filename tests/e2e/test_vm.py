@@ -248,8 +248,8 @@ def _status_lines(snap: dict[str, Any]) -> list[str]:
 
 
 def _first_object(path: Path) -> dict[str, Any]:
-    """The first (newest-version) object of a kvdev/KEP-5304 JSON stream file."""
-    return json.loads(path.read_text().splitlines()[0])
+    """The first (newest-version) object of a kvdev/KEP-5304 JSON stream file (any layout)."""
+    return json.JSONDecoder().raw_decode(path.read_text().lstrip())[0]
 
 
 def test_0_bundle_describes_each_nic_by_one_rule(run):
