@@ -221,3 +221,23 @@ def test_hint_selection_prefers_the_most_specific_and_refuses_ties():
         is not None
     )
     assert hint_for(described(pod_claim="fast"), [hint(claim="c1")]) is None  # template claim
+
+
+def test_a_hinted_mac_the_guest_sees_wins_over_the_hosts_hardware_address():
+    # KubeVirt sets the VMI interface's macAddress on the VF: the guest never sees the MAC the
+    # driver reported on the host.
+    d = described(mac="02:00:00:00:00:01")
+    h = DeviceHint.model_validate(
+        {
+            "claim": {"resourceClaimName": "c1"},
+            "request": "nics",
+            "guest": {"macAddress": "02:AA:00:00:00:09"},
+        }
+    )
+    guest = [pci("0000:07:00.0", mac="02:aa:00:00:00:09"), pci("0000:08:00.0", mac=d.mac)]
+    b = match([d], guest, [h]).bindings[0]
+    assert (b.state, b.guest.pci_address) == (MatchState.BOUND, "0000:07:00.0")
+    assert b.evidence[0].detail == "02:aa:00:00:00:09 (from the hints) on eth0"
+    lost = match([d], [pci("0000:08:00.0", mac=d.mac)], [h]).bindings[0]
+    assert lost.state is MatchState.MISSING  # the hinted MAC is authoritative
+    assert lost.reason == "no guest NIC has MAC 02:aa:00:00:00:09 (from the hints)"

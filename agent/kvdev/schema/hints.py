@@ -38,6 +38,7 @@ from kvdev.schema.fields import (
     IfName,
     InterfaceAddress,
     IpAddress,
+    MacAddress,
     Network,
     PciAddress,
     PoolName,
@@ -84,10 +85,16 @@ class ClaimRef(Model):
 
 
 class GuestLocation(Model):
-    """Where the device appears in the guest."""
+    """Where the device appears in the guest, and the MAC the guest sees on it.
+
+    ``macAddress`` is what a VMI interface's ``macAddress`` sets on the passed-through VF; it
+    is matched on instead of the metadata's ``hardwareAddress`` (the VF's MAC as the driver
+    saw it on the host, before KubeVirt changed it).
+    """
 
     pci_address: PciAddress | None = None
     tag: Annotated[str, Field(min_length=1), AfterValidator(_tag_bytes)] | None = None
+    mac_address: MacAddress | None = None
 
 
 class Route(Model):

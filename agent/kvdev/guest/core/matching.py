@@ -5,7 +5,9 @@ Keys, strongest first; a device bound by one phase is not a candidate in the lat
 1. **pinned**: a guest hint's ``guest.pciAddress``; or **tag**: a hint's ``guest.tag`` looked
    up in the config drive's ``devices[]`` (which gives the guest PCI address). A pin is
    authoritative: a pinned device that is not there is ``missing``, never matched otherwise.
-2. **mac**: ``networkData.hardwareAddress`` against each NIC's permanent MAC, else current MAC.
+2. **mac**: the MAC the guest sees, from a hint's ``guest.macAddress`` (a VMI interface's
+   ``macAddress``, which KubeVirt gives the VF) when set, else ``networkData.hardwareAddress``,
+   against each NIC's permanent MAC, else current MAC.
 3. **vendor-device**: the PCI vendor:device ID, only when exactly one described device and
    exactly one remaining guest device share it. With several on each side the order of
    host and guest addresses is not trustworthy (VFs are known to be reordered), so that is
@@ -151,10 +153,10 @@ def _match(
     free = _free(guest, results)
     wants = {}
     for i, d in enumerate(described):
-        if i not in results and d.mac is not None:
-            wanted = _by_mac(d, free)
-            if wanted is not None:
-                wants[i] = wanted
+        hint = chosen[i]
+        hinted = hint.guest.mac_address if hint is not None and hint.guest is not None else None
+        if i not in results and (hinted or d.mac) is not None:
+            wants[i] = _by_mac(d, free, hinted, hint if hinted else None)
     _settle(described, wants, by_key, chosen, results)
 
     # Phase 3: vendor:device, one to one only.
@@ -218,19 +220,27 @@ def _pinned(
     return None  # an unresolvable tag is no evidence: fall through to the MAC
 
 
-def _by_mac(d: DescribedDevice, free: Sequence[GuestDevice]) -> tuple[str, Evidence] | Binding:
+def _by_mac(
+    d: DescribedDevice,
+    free: Sequence[GuestDevice],
+    hinted: str | None = None,
+    hint: DeviceHint | None = None,
+) -> tuple[str, Evidence] | Binding:
+    """Bind by MAC; a MAC from the hints is authoritative (its absence is definitive)."""
+    mac = hinted or d.mac
+    source = " (from the hints)" if hinted else ""
     for kind, attr in (("permanent-mac", "permanent_mac"), ("mac", "mac")):
-        hits = [g for g in free if any(getattr(n, attr) == d.mac for n in g.nics)]
+        hits = [g for g in free if any(getattr(n, attr) == mac for n in g.nics)]
         if len(hits) == 1:
-            return hits[0].key, Evidence(kind, f"{d.mac} on {hits[0].nics[0].ifname}")
+            return hits[0].key, Evidence(kind, f"{mac}{source} on {hits[0].nics[0].ifname}")
         if len(hits) > 1:
             return Binding(
                 d,
                 MatchState.AMBIGUOUS,
                 candidates=tuple(g.key for g in hits),
-                reason=f"{len(hits)} guest devices have MAC {d.mac}",
+                reason=f"{len(hits)} guest devices have MAC {mac}{source}",
             )
-    return Binding(d, MatchState.MISSING, reason=f"no guest NIC has MAC {d.mac}")
+    return Binding(d, MatchState.MISSING, reason=f"no guest NIC has MAC {mac}{source}", hint=hint)
 
 
 def _by_vendor_device(
