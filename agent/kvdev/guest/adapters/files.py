@@ -7,6 +7,18 @@ incomplete, so "could not read" is never mistaken for "no devices". A file that
 looks torn is read again, briefly (``Settle``); keeping the last good content is the caller's
 job (``kvdev.guest.core.sources``). Watching lives in ``watch`` (``Watcher``, re-exported
 here): it only says "something may have changed".
+
+A root can also be a kubelet ConfigMap volume (shared with the guest over virtiofs; what
+``kvdev-host controller`` keeps): a flat directory of keys, swapped as a whole::
+
+    ROOT/..2026_12_01_20_41_08.123456789/<key>   the content of one version, never changed
+    ROOT/..data -> ..2026_12_01_20_41_08.123456789   swapped by rename: the version in force
+    ROOT/<key> -> ..data/<key>                    what a reader sees, one per key
+
+Each key is one stream (KEP-5304 DeviceMetadata, or kvdev GuestHints). The key names are not
+trusted: a file's role, claim, request and driver come from its content. ``..data`` is resolved
+once per read and every key read from that version (again when it moved meanwhile), so one
+result never mixes two versions; only regular files directly in that version's directory count.
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ from kvdev.schema.stream import MAX_STREAM_BYTES
 from kvdev.schema.tree import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Role, role_of
 
 _ANCHORS = (RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
+CONFIGMAP_DATA = "..data"  # kubelet's link to the version of a ConfigMap volume in force
+CONFIGMAP_MAX_KEYS = 256  # a ConfigMap of more keys is not kvdev's: the rest are left unread
 __all__ = ["SETTLE", "RawFile", "Settle", "Watcher", "read_path", "read_sources", "read_tree"]
 
 
@@ -217,14 +231,53 @@ def read_sources(
 
     A ``root`` that is a symbolic link (a bundle's ``current``) is resolved once per read,
     files under it (the hints included) are read through that resolution, and the read is
-    redone when the link moved meanwhile: one result never mixes two generations.
+    redone when the link moved meanwhile: one result never mixes two generations. A root that
+    is a ConfigMap volume is read as one (see the module docstring), the same way.
     """
+    if (root / CONFIGMAP_DATA).is_symlink():
+        link = root / CONFIGMAP_DATA
+        for _ in range(SWAP_RETRIES):
+            version = os.path.realpath(link)
+            raws, complete = _read_configmap(root, Path(version), settle)
+            if os.path.realpath(link) == version:
+                break
+        extra = [*_optional(hints, Role.GUEST_HINTS, settle)]
+        extra += _optional(config_drive, Role.CONFIG_DRIVE, settle)
+        return [*raws, *extra], complete
     for _ in range(SWAP_RETRIES):
         target = os.path.realpath(root)
         raws, complete = _read_once(root, target, hints, config_drive, settle)
         if os.path.realpath(root) == target:
             break
     return raws, complete
+
+
+def _read_configmap(root: Path, version: Path, settle: Settle) -> tuple[list[RawFile], bool]:
+    """The keys of one version of a ConfigMap volume; (files, listing complete)."""
+    if version.parent != Path(os.path.realpath(root)):
+        return [], False  # ..data points out of the volume: not kubelet's layout, nothing read
+    try:
+        names = sorted(e.name for e in os.scandir(version) if not e.name.startswith(".."))
+    except OSError:
+        return [], False
+    raws = []
+    for name in names[:CONFIGMAP_MAX_KEYS]:
+        path = version / name
+        if not path.is_symlink() and path.is_file():  # kubelet writes regular files only
+            raws.append(_load(str(root / name), path, None, None, settle))
+    return raws, True
+
+
+def _optional(path: Path | None, role: Role, settle: Settle) -> list[RawFile]:
+    """An optional file: read, unreadable (a problem), or absent (nothing)."""
+    if path is None:
+        return []
+    try:
+        return [RawFile(str(path), None, role, read_settled(path, settle))]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        return [_unreadable(str(path), None, role, e)]
 
 
 def _read_once(

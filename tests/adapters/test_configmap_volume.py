@@ -1,0 +1,150 @@
+"""The agent reads a kubelet ConfigMap volume: flat keys, one version at a time, swaps seen.
+
+The volume is laid out and updated by ``kubeletlab.publish``, as kubelet's atomic writer does;
+the streams are the bundled example's, under key names that say nothing (content decides).
+"""
+
+import json
+import select
+import shutil
+import threading
+from pathlib import Path
+
+from kubeletlab import publish
+from kvdev.guest.adapters import files
+from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.adapters.memory import MemoryNetlink
+from kvdev.guest.core.observed import Link, NetState
+from kvdev.guest.reconciler import Reconciler, converge
+from kvdev.schema import check_file
+from kvdev.schema.tree import Role
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
+TREE = EXAMPLES / "dra-device-attributes"
+MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
+
+
+def example_keys() -> dict[str, bytes]:
+    """The example tree as ConfigMap keys with meaningless names (the content says it all)."""
+    streams = sorted(TREE.rglob("*.json"))
+    return {f"key-{i}": p.read_bytes() for i, p in enumerate(streams)}
+
+
+def generations(raws) -> set[int]:
+    out = set()
+    for raw in raws:
+        result = check_file(raw.source, raw.role, raw.data)
+        if raw.role is Role.DEVICE_METADATA:
+            out.add(result.document.generation)
+    return out
+
+
+def test_every_key_is_read_by_its_content_from_the_version_in_force(tmp_path):
+    root = tmp_path / "volume"
+    publish(root, example_keys())
+    raws, complete = files.read_sources(root, root / "kvdev/guest-hints.json")
+    assert complete
+    roles = sorted((Path(r.source).name, r.role.value) for r in raws)
+    assert [role for _, role in roles].count("DeviceMetadata") == 4
+    assert [role for _, role in roles].count("GuestHints") == 1
+    assert all(r.relpath is None for r in raws)  # no tree place: the content names the claim
+    assert {Path(r.source).parent for r in raws} == {root}  # named by the key, not the version
+
+
+def test_a_swap_is_read_whole_and_never_mixed_with_the_version_before(tmp_path):
+    root = tmp_path / "volume"
+
+    def version(gen: int) -> dict[str, bytes]:
+        out = {}
+        for key, data in example_keys().items():
+            text = data.decode()
+            out[key] = (
+                text.replace('"generation": 2', f'"generation": {gen}')
+                .replace('"generation": 1', f'"generation": {gen}')
+                .encode()
+            )
+        return out
+
+    publish(root, version(1))
+    stop = threading.Event()
+
+    def swapping():
+        gen = 1
+        while not stop.is_set():
+            gen = 3 - gen
+            publish(root, version(gen))
+
+    writer = threading.Thread(target=swapping)
+    writer.start()
+    try:
+        seen = [generations(files.read_sources(root)[0]) for _ in range(200)]
+    finally:
+        stop.set()
+        writer.join()
+    assert all(len(gens) == 1 for gens in seen), [g for g in seen if len(g) != 1][:3]
+    assert {g for gens in seen for g in gens} == {1, 2}  # both versions were seen, each whole
+
+
+def test_a_data_link_pointing_out_of_the_volume_reads_nothing_and_is_incomplete(tmp_path):
+    root = tmp_path / "volume"
+    publish(root, example_keys())
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(next(root.glob("..2*")), elsewhere)
+    (root / "..data").unlink()
+    (root / "..data").symlink_to(elsewhere)
+    raws, complete = files.read_sources(root)
+    assert (raws, complete) == ([], False)  # the last good content stays in force
+
+
+def test_only_regular_files_of_the_version_count(tmp_path):
+    root = tmp_path / "volume"
+    version = publish(root, {"a": (TREE / "kvdev/guest-hints.json").read_bytes()})
+    (version / "sub").mkdir()
+    (version / "sub" / "b").write_text("{}")
+    (version / "c").symlink_to("/etc/hostname")
+    raws, complete = files.read_sources(root)
+    assert complete
+    assert [Path(r.source).name for r in raws] == ["a"]
+
+
+def woken(watcher, timeout=5.0) -> bool:
+    return bool(select.select([watcher], [], [], timeout)[0])
+
+
+def test_a_swap_wakes_the_watcher_through_inotify_and_through_the_stat_poll(tmp_path):
+    for poll in (0.0, 0.05):  # inotify alone; the poll alone sees it too (virtiofs has no inotify)
+        root = tmp_path / f"volume-{poll}"
+        publish(root, example_keys())
+        with files.Watcher(root, poll=poll) as watcher:
+            while woken(watcher, 0.3):
+                watcher.drain()
+            publish(root, {**example_keys(), "extra": b"{}"})
+            assert woken(watcher), poll
+            watcher.drain()
+
+
+def test_the_agent_configures_the_example_from_a_configmap_volume(tmp_path):
+    root = tmp_path / "volume"
+    publish(root, example_keys())
+    links = tuple(
+        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth") for i, mac in MACS.items()
+    )
+    kernel = MemoryNetlink(NetState(links))
+    cfg = AgentConfig(
+        metadata_root=root,
+        state_dir=tmp_path / "state",
+        link_dir=tmp_path / "network",
+        match_kinds=("veth",),
+    )
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    names = {lk.ifindex: lk.ifname for lk in kernel.state.links}
+    assert names == {1: "data0", 2: "data1", 3: "fast0"}  # as from the tree: hints applied
+    sources = {c.source for c in outcome.status.claims}
+    assert sources == {
+        str(root / k) for k in example_keys() if b"DeviceMetadata" in example_keys()[k]
+    }
+    hints = json.loads((TREE / "kvdev/guest-hints.json").read_text())
+    hints["devices"][0]["network"]["mtu"] = 4000
+    publish(root, {**example_keys(), "key-0": (json.dumps(hints) + "\n").encode()})
+    converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert kernel.state.link(1).mtu == 4000
