@@ -2,12 +2,16 @@
 
 Owns: building/reusing the cached base image (packaging/vm/build-image.sh), making one run's
 disk with the freshly built .deb (packaging/vm/make-run-image.sh), and publishing the metadata
-the guest reads with ``kvdev-host prepare``/``update`` + ``bundle`` from the test inputs in
-tests/e2e/inputs. Must not write metadata files itself: that is what is under test.
+the guest reads: with ``kvdev-host prepare``/``update`` + ``bundle`` from the test inputs in
+tests/e2e/inputs (``HostSide``, the 9p bundle), or as a KubeVirt cluster does it, with
+``kvdev-host controller --once`` rendering a VMI's ConfigMap from tests/e2e/inputs/kubevirt
+and kubelet's atomic writer laying it out as a ConfigMap volume (``ClusterSide``, the
+directory virtiofsd serves). Must not write metadata files itself: that is what is under test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +19,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import kubeletlab  # tests/kubeletlab.py: a ConfigMap volume as kubelet's atomic writer keeps it
 
 REPO = Path(__file__).resolve().parents[2]
 VM = REPO / "packaging" / "vm"
@@ -74,18 +80,22 @@ def package_name(deb: Path) -> str:
     ).stdout.strip()
 
 
-def run_disk(base: BaseImage, deb: Path, out: Path, metadata_root: Path) -> str:
-    """One run's root disk: base + ``deb`` (dpkg -i) + an agent.toml reading the share.
+def run_disk(base: BaseImage, deb: Path, out: Path, metadata_root: Path | None) -> str:
+    """One run's root disk: base + ``deb`` (dpkg -i) + an agent.toml.
 
+    With ``metadata_root`` the agent reads that (the bundle on the 9p share); without, its
+    default root, where the package mounts a VMI's kvdev ConfigMap shared over virtiofs.
     Returns the installed package and version as dpkg reports them.
     """
     extra = out.parent / "extra"
     (extra / "etc" / "kvdev").mkdir(parents=True, exist_ok=True)
-    (extra / "etc" / "kvdev" / "agent.toml").write_text(
+    root = (
         "# e2e: the guest bundle lives on the host share (kvdev-host bundle --out)\n"
         f'metadata-root = "{metadata_root}"\n'
-        'log-level = "debug"\n'
+        if metadata_root is not None
+        else "# e2e: the default metadata root (the package mounts the virtiofs share there)\n"
     )
+    (extra / "etc" / "kvdev" / "agent.toml").write_text(root + 'log-level = "debug"\n')
     done = subprocess.run(
         [str(VM / "make-run-image.sh"), str(base.path), str(deb), str(out), str(extra)],
         capture_output=True,
@@ -95,6 +105,18 @@ def run_disk(base: BaseImage, deb: Path, out: Path, metadata_root: Path) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"make-run-image.sh failed ({done.returncode}):\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
+
+
+def kvdev_host(log: Path, *args: str) -> str:
+    """Run ``kvdev-host`` (this venv's) with ``args``, logged; its stdout. Fails on an error."""
+    exe = shutil.which("kvdev-host", path=str(Path(sys.executable).parent)) or "kvdev-host"
+    argv = [exe, *args]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}exit {done.returncode}\n")
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
+    return done.stdout
 
 
 class HostSide:
@@ -107,13 +129,7 @@ class HostSide:
         self.log = work / "kvdev-host.log"
 
     def _host(self, *args: str) -> None:
-        exe = shutil.which("kvdev-host", path=str(Path(sys.executable).parent)) or "kvdev-host"
-        argv = [exe, *args]
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        with self.log.open("a") as log:
-            log.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}exit {done.returncode}\n")
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
+        kvdev_host(self.log, *args)
 
     def _objects(self) -> list[str]:
         return ["-f", str(INPUTS / "claims.yaml"), "-f", str(INPUTS / "slices.yaml")]
@@ -151,3 +167,43 @@ class HostSide:
             "--out",
             str(self.bundle),
         )
+
+
+class ClusterSide:
+    """A KubeVirt cluster's path: the VMI's ConfigMap as the controller renders it, and the
+    ConfigMap volume kubelet keeps of it (the directory virtiofsd shares with the guest).
+
+    ``render`` runs ``kvdev-host controller --once`` on the VMI, its claims and the slices,
+    with the ConfigMap stored by the previous render (so generations continue as they do in
+    a cluster); ``publish`` swaps a ConfigMap's data into the volume as kubelet does.
+    """
+
+    def __init__(self, work: Path, volume: Path) -> None:
+        self.inputs = INPUTS / "kubevirt"
+        self.volume = volume
+        self.stored = work / "configmap.json"
+        self.log = work / "kvdev-host.log"
+
+    def render(self, claims: str) -> dict[str, str]:
+        """The ConfigMap's data for the VMI with claims ``claims``; stored for the next.
+
+        ``controller --once -o json`` prints a List of the ConfigMaps it would create or
+        update: none when the stored one is already right (its data is then kept).
+        """
+        files = [self.inputs / "vmi.yaml", self.inputs / claims, self.inputs / "slices.yaml"]
+        if self.stored.exists():
+            files.append(self.stored)
+        args = [a for f in files for a in ("-f", str(f))]
+        items = json.loads(kvdev_host(self.log, "controller", "--once", *args, "-o", "json"))
+        configmaps = [o for o in items["items"] if o.get("kind") == "ConfigMap"]
+        if len(configmaps) > 1:
+            raise RuntimeError(f"controller --once rendered {len(configmaps)} ConfigMaps, not 1")
+        if configmaps:
+            self.stored.write_text(json.dumps(configmaps[0], indent=1))
+        stored = json.loads(self.stored.read_text())
+        data: dict[str, str] = stored["data"]
+        return data
+
+    def publish(self, data: dict[str, str]) -> None:
+        """Make ``data`` the ConfigMap volume's content (kubelet's ``..data`` swap)."""
+        kubeletlab.publish(self.volume, {k: v.encode() for k, v in data.items()})

@@ -2,8 +2,11 @@
 
 Owns: choosing the accelerator (KVM only where it really works; TCG on PVM hosts), the QEMU
 command line (machine ``pc``, virtio-blk root, virtio-net NICs at fixed PCI slots and MACs
-with no network behind them, a 9p share, a QMP socket), the process' life, and a minimal
-QMP client for hot-plug. Must not know what the guest checks: that is the share's business.
+with no network behind them, a 9p share, a QMP socket), optionally a **virtiofs** share (a
+``virtiofsd`` process serving a host directory to a ``vhost-user-fs-pci`` device, guest RAM a
+shared memfd, as KubeVirt shares a ConfigMap volume with a VMI), the processes' lives, and a
+minimal QMP client for hot-plug. Must not know what the guest checks: that is the share's
+business.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -19,6 +23,19 @@ from pathlib import Path
 from typing import Any
 
 SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount mounts it
+VIRTIOFS_TAG = "kvdev-metadata"  # the filesystem name a VMI shares kvdev's ConfigMap under
+VIRTIOFSD = ("/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd", "virtiofsd")
+
+
+def virtiofsd() -> str:
+    """The virtiofs daemon: QEMU's (Debian 12 ships it in qemu-system-common), or the Rust one."""
+    for candidate in VIRTIOFSD:
+        found = shutil.which(candidate) if "/" not in candidate else candidate
+        if found and os.access(found, os.X_OK):
+            return found
+    raise FileNotFoundError(
+        f"no virtiofsd ({', '.join(VIRTIOFSD)}): apt-get install qemu-system-x86"
+    )
 
 
 def accelerator() -> tuple[str, list[str]]:
@@ -130,6 +147,7 @@ class Guest:
     workdir: Path  # QMP socket and console log
     memory_mib: int = 1024
     cpus: int = 2
+    virtiofs: Path | None = None  # a host directory shared over virtiofs as VIRTIOFS_TAG
 
 
 class Vm:
@@ -170,11 +188,56 @@ class Vm:
         ]
         for nic in guest.nics:
             argv += nic.command_line()
+        self.virtiofsd: subprocess.Popen[bytes] | None = None
+        if guest.virtiofs is not None:
+            argv += self._start_virtiofsd(guest.virtiofs)
         self.argv = argv
         self.started = time.monotonic()
         with self.stderr.open("w") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         self._qmp: Qmp | None = None
+
+    def _start_virtiofsd(self, source: Path) -> list[str]:
+        """Serve ``source`` as KubeVirt serves a ConfigMap volume: cache=auto, sandbox chroot.
+
+        KubeVirt's virtiofs container runs ``virtiofsd --cache=auto --sandbox=chroot`` for a
+        config volume (pkg/virt-controller/services, ``generateContainerFromVolume``); QEMU's
+        C virtiofsd spells the same options ``-o cache=auto -o sandbox=chroot``.
+        """
+        sock = self.guest.workdir / "virtiofs.sock"
+        log = self.guest.workdir / "virtiofsd.log"
+        with log.open("w") as out:
+            self.virtiofsd = subprocess.Popen(
+                [
+                    virtiofsd(),
+                    f"--socket-path={sock}",
+                    "-o",
+                    f"source={source}",
+                    "-o",
+                    "cache=auto",
+                    "-o",
+                    "sandbox=chroot",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+            )
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            if self.virtiofsd.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"virtiofsd did not start:\n{tail(log, 20)}")
+            time.sleep(0.05)
+        size = f"{self.guest.memory_mib}M"
+        return [
+            "-object",
+            f"memory-backend-memfd,id=mem,size={size},share=on",  # vhost-user needs shared RAM
+            "-numa",
+            "node,memdev=mem",
+            "-chardev",
+            f"socket,id=vfs0,path={sock}",
+            "-device",
+            f"vhost-user-fs-pci,chardev=vfs0,tag={VIRTIOFS_TAG},queue-size=1024",
+        ]
 
     @property
     def qmp(self) -> Qmp:
@@ -230,6 +293,13 @@ class Vm:
             self.proc.wait()
         if self._qmp is not None:
             self._qmp.close()
+        if self.virtiofsd is not None and self.virtiofsd.poll() is None:
+            self.virtiofsd.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.virtiofsd.wait(timeout=10)
+            if self.virtiofsd.poll() is None:
+                self.virtiofsd.kill()
+                self.virtiofsd.wait()
 
 
 def tail(path: Path, lines: int) -> str:

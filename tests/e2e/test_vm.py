@@ -21,14 +21,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import e2e_host
 import pytest
-from e2e_qemu import Guest, Nic, Vm, tail
+from e2e_qemu import Guest, Nic, Vm
+from e2e_run import Run, shutdown, summarize
 
 pytestmark = pytest.mark.e2e
 
@@ -39,77 +39,17 @@ NIC_SPARE = Nic("spare", 0x12, "52:54:00:e2:00:12")
 NIC_HOT = Nic("nic-hot", 0x18, "52:54:00:e2:00:18")
 BOOT_NICS = [NIC_PCI, NIC_MAC, NIC_SPARE]
 
-BOOT_TIMEOUT = 420.0  # QEMU start to the first report, TCG on 2 busy cores
-PHASE_TIMEOUT = 120.0  # how long the guest keeps looking for a phase's state
-
-
-@dataclass(repr=False)
-class Run:
-    """One boot of the guest and what the phases reported."""
-
-    vm: Vm
-    share: Path
-    artifacts: Path
-    host: e2e_host.HostSide
-    package: str
-    times: dict[str, float] = field(default_factory=dict)
-    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
-    failed: bool = False
-
-    def __repr__(self) -> str:  # pytest shows it in tracebacks: keep the reports out
-        return f"Run({self.artifacts}, phases reported: {sorted(self.reports)})"
-
-    def wait_booted(self) -> float:
-        """Seconds from QEMU's start until the guest's runner reported in."""
-        try:
-            return self.vm.wait_for(self.share / "out" / "booted.json", BOOT_TIMEOUT, "boot")
-        except (TimeoutError, RuntimeError):
-            self.failed = True
-            raise
-
-    def require_guest(self, what: str) -> None:
-        """Fail at once when the guest has stopped judging (an earlier phase failed)."""
-        __tracebackhide__ = True
-        if self.failed:
-            pytest.fail(f"{what}: not run, an earlier phase failed and the guest stopped")
-
-    def phase(
-        self,
-        name: str,
-        checks: list[dict[str, Any]],
-        *,
-        final: bool = False,
-        timeout: float = PHASE_TIMEOUT,
-    ) -> dict[str, Any]:
-        """Ask the guest to judge ``checks``; its report. Fails the test when one does not hold."""
-        __tracebackhide__ = True
-        n = len(self.reports) + 1  # the guest expects phases 1, 2, ... (-k may leave some out)
-        self.require_guest(name)
-        spec = {"name": name, "checks": checks, "timeoutSeconds": timeout, "final": final}
-        ctl = self.share / "ctl" / f"phase-{n}.json"
-        ctl.with_suffix(".tmp").write_text(json.dumps(spec))
-        ctl.with_suffix(".tmp").rename(ctl)
-        report_path = self.share / "out" / f"phase-{n}.json"
-        try:
-            self.vm.wait_for(report_path, BOOT_TIMEOUT if n == 1 else timeout + 60, name)
-        except (TimeoutError, RuntimeError):
-            self.failed = True
-            raise
-        report = json.loads(report_path.read_text())
-        self.reports[n] = report
-        bad = [v for v in report["verdicts"] if not v["ok"]]
-        if bad:
-            self.failed = True  # the guest stops after a failed phase
-            lines = [
-                f"{v['check']['kind']} {_label(v['check'])}: {'; '.join(v['problems'])}"
-                for v in bad
-            ]
-            pytest.fail(f"phase {n} ({name}), judged in the guest:\n  " + "\n  ".join(lines))
-        return report
-
-
-def _label(check: dict[str, Any]) -> str:
-    return str(check.get("device") or check.get("mac") or check.get("package") or "")
+ROWS = (
+    ("image build (or cache hit)", "image"),
+    ("run disk: overlay + dpkg -i + mkfs", "disk"),
+    ("QEMU start -> guest runner started", "booted"),
+    ("QEMU start -> phase 1 converged (host clock)", "converged"),
+    ("  guest uptime when phase 1 held", "converged_uptime"),
+    ("metadata change -> applied in the guest", "change"),
+    ("hot-plug -> NIC configured", "hotplug"),
+    ("VM lifetime (start to power-off)", "vm"),
+    ("e2e total: image, disk, boot, phases", "total"),
+)
 
 
 def device(nic: Nic, phase: str, **expect: Any) -> dict[str, Any]:
@@ -178,73 +118,12 @@ def run(e2e_summary) -> Iterator[Run]:
         try:
             yield r
         finally:
-            _shutdown(r)
+            shutdown(r)
             times["vm"] = time.monotonic() - vm.started
             times["total"] = time.monotonic() - t0
-            _summarize(r, e2e_summary)
+            summarize(r, e2e_summary, ROWS)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _shutdown(r: Run) -> None:
-    """Let the guest save its journal and power off; kill QEMU if it does not."""
-    done = r.reports and r.reports[max(r.reports)]["final"]
-    if not done:
-        (r.share / "ctl" / "abort").touch()
-    r.vm.wait_exit(120)
-    r.vm.stop()  # kills it if it is still there; closes the QMP socket either way
-
-
-def _summarize(r: Run, out: list[str]) -> None:
-    t = r.times
-    rows = [
-        ("image build (or cache hit)", t.get("image")),
-        ("run disk: overlay + dpkg -i + mkfs", t.get("disk")),
-        ("QEMU start -> guest runner started", t.get("booted")),
-        ("QEMU start -> phase 1 converged (host clock)", t.get("converged")),
-        ("  guest uptime when phase 1 held", t.get("converged_uptime")),
-        ("metadata change -> applied in the guest", t.get("change")),
-        ("hot-plug -> NIC configured", t.get("hotplug")),
-        ("VM lifetime (start to power-off)", t.get("vm")),
-        ("e2e total: image, disk, boot, phases", t.get("total")),
-    ]
-    out.extend(f"{name:46} {'-' if v is None else f'{v:6.1f} s'}" for name, v in rows)
-    (r.artifacts / "timings.json").write_text(json.dumps(t, indent=1))
-    if r.reports:  # the agent's own view at the last phase, also when all went well
-        status = r.reports[max(r.reports)]["snapshot"]["status"]
-        (r.artifacts / "agent-status.json").write_text(json.dumps(status, indent=1))
-    if r.failed or not r.reports or len(r.reports) < 3:
-        journal = r.share / "out" / "journal.txt"
-        agent = [ln for ln in tail(journal, 100_000).splitlines() if "kvdev-agent" in ln]
-        out.append(f"--- guest journal: kvdev-agent, last 40 lines ({journal}) ---")
-        out.extend(agent[-40:] or ["(no journal: the guest did not save one)"])
-        out.append("--- guest journal, last 20 lines ---")
-        out.append(tail(journal, 20))
-        out.append(f"--- console, last 30 lines ({r.vm.console}) ---")
-        out.append(tail(r.vm.console, 30))
-        if r.reports:
-            out.append(f"--- agent status at phase {max(r.reports)} (agent-status.json) ---")
-            out.extend(_status_lines(r.reports[max(r.reports)]["snapshot"]))
-
-
-def _status_lines(snap: dict[str, Any]) -> list[str]:
-    """The agent's status in a few lines: per device its phase and why; errors; generations."""
-    st = snap["status"]
-    if "error" in st:
-        return [st["error"]]
-    lines = [f"summary: {st.get('summary')}; converged: {st.get('converged')}"]
-    lines.extend(
-        f"  {d['ref']}: {d['phase']} {d.get('interface') or '-'} {d.get('reason') or ''}"
-        for d in st.get("devices", [])
-    )
-    lines.append(f"unmanaged: {st.get('unmanaged')}; last error: {st.get('lastError')}")
-    lines.append(f"metadata errors: {st.get('metadataErrors')}")
-    lines.extend(
-        f"claim {c['claim']}: observed generation {c['observedGeneration']} from {c['source']}"
-        for c in st.get("claims", [])
-    )
-    lines.append(f"metadata root in the guest: {snap.get('metadataRoot')}")
-    return lines
 
 
 def _first_object(path: Path) -> dict[str, Any]:
@@ -280,6 +159,7 @@ def test_1_package_service_and_matching(run):
         "service from the package; NICs matched and configured",
         [
             {"kind": "service", "package": run.package},
+            {"kind": "share", "mounted": False},  # no virtio-fs device: the unit does nothing
             {"kind": "status", "minGeneration": {CLAIM: 1}},
             device(
                 NIC_PCI,

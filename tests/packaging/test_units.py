@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
 SERVICE = UNITS / "kvdev-agent.service"
 SOCKET = UNITS / "kvdev-agent.socket"
+SHARE = UNITS / "kvdev-metadata-share.service"
 SYSTEM = REPO / "packaging" / "system"
 MAX_EXPOSURE = 2.0
 
@@ -58,8 +59,8 @@ def exposure(unit):
 @pytest.fixture
 def unit_copies(tmp_path):
     """The units with ExecStart=/bin/true: verify fails when the binary is not installed."""
-    for unit in (SERVICE, SOCKET):
-        text = unit.read_text().replace("ExecStart=/usr/bin/kvdev-agent", "ExecStart=/bin/true")
+    for unit in (SERVICE, SOCKET, SHARE):
+        text = re.sub(r"(?m)^ExecStart=\S+", "ExecStart=/bin/true", unit.read_text())
         (tmp_path / unit.name).write_text(text)
     return tmp_path
 

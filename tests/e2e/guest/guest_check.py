@@ -26,6 +26,8 @@ from typing import Any
 POLL_SECONDS = 1.0
 CTL_WAIT_SECONDS = 900.0  # the host drives the phases; it has its own, shorter, timeouts
 KERNEL_ALTNAME_PREFIXES = ("enp", "enx", "ens", "eth")  # udev's predictable names
+SHARE_UNIT = "kvdev-metadata-share.service"
+SHARE_TARGET = "/run/kubernetes.io/dra-device-attributes"  # the agent's default root, resolved
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -97,10 +99,20 @@ def service_facts() -> dict[str, Any]:
 def metadata_root() -> dict[str, str]:
     """The agent's metadata root (its config file) and what it resolves to in the guest now."""
     try:
-        root = tomllib.loads(Path("/etc/kvdev/agent.toml").read_text())["metadata-root"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
+        config = tomllib.loads(Path("/etc/kvdev/agent.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
         return {"error": f"/etc/kvdev/agent.toml: {e}"}
+    root = config.get("metadata-root", "/var/run/kubernetes.io/dra-device-attributes")
     return {"configured": root, "resolved": os.path.realpath(root)}
+
+
+def share_facts() -> dict[str, Any]:
+    """kvdev-metadata-share.service's state and what is mounted at the agent's default root."""
+    _, show, _ = run(["systemctl", "show", SHARE_UNIT, "-p", "ActiveState,SubState,Result"])
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    mount = run_json(["findmnt", "-J", "-M", SHARE_TARGET, "-o", "SOURCE,FSTYPE,OPTIONS"])
+    found = mount.get("filesystems", []) if isinstance(mount, dict) else []
+    return {"unit": props, "mounts": found}
 
 
 def snapshot() -> dict[str, Any]:
@@ -109,6 +121,7 @@ def snapshot() -> dict[str, Any]:
         "uptime": uptime(),
         "metadataRoot": metadata_root(),
         "service": service_facts(),
+        "share": share_facts(),
         "status": run_json(["kvdev", "status", "--json"]),
         "links": run_json(["ip", "-j", "-d", "link", "show"]),
         "addresses": run_json(["ip", "-j", "addr", "show"]),
@@ -232,12 +245,39 @@ def check_status(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     bad = []
     if "converged" in c and st.get("converged") != c["converged"]:
         bad.append(f"converged is {st.get('converged')}, expected {c['converged']}")
-    if st.get("metadataErrors"):
-        bad.append(f"metadata errors: {st['metadataErrors']}")
+    errors = json.dumps(st.get("metadataErrors") or [])
+    if "metadataError" in c:  # the agent must report a problem whose text has this in it
+        if c["metadataError"] not in errors:
+            bad.append(f"metadata errors {errors} lack {c['metadataError']!r}")
+    elif st.get("metadataErrors"):
+        bad.append(f"metadata errors: {errors}")
     for claim, least in c.get("minGeneration", {}).items():
         gens = [x["observedGeneration"] for x in st.get("claims", []) if x["claim"] == claim]
         if not gens or min(gens) < least:
             bad.append(f"claim {claim} observed generation {gens}, expected >= {least}")
+    return bad
+
+
+def check_share(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The share unit ran cleanly; the virtiofs share is mounted read-only, or nothing is."""
+    share = snap["share"]
+    unit = share["unit"]
+    bad = []
+    state = (unit.get("ActiveState"), unit.get("SubState"), unit.get("Result"))
+    if state != ("active", "exited", "success"):
+        bad.append(f"{SHARE_UNIT} is {'/'.join(str(x) for x in state)}")
+    mounts = share["mounts"]
+    if not c["mounted"]:
+        if mounts:
+            bad.append(f"{SHARE_TARGET} has mounts {mounts}, expected none")
+        return bad
+    if len(mounts) != 1:
+        return [*bad, f"{SHARE_TARGET} has mounts {mounts}, expected one"]
+    m = mounts[0]
+    if (m.get("fstype"), m.get("source")) != ("virtiofs", c["tag"]):
+        bad.append(f"{SHARE_TARGET} is {m.get('fstype')} {m.get('source')}, not virtiofs")
+    if "ro" not in (m.get("options") or "").split(","):
+        bad.append(f"{SHARE_TARGET} mounted {m.get('options')}, not read-only")
     return bad
 
 
@@ -247,6 +287,7 @@ CHECKS = {
     "link": check_link,
     "unmanaged": check_unmanaged,
     "status": check_status,
+    "share": check_share,
 }
 
 
