@@ -176,20 +176,24 @@ class KubeApi:
         stream = watches.Watch()
         what = f"watch {kind.kind}"
 
+        def listing(**kwargs: object) -> Any:  # noqa: ANN401 - the client's response
+            # No docstring and no annotation the client reads: it then parses each line as
+            # JSON and leaves the object raw (``deserialize=False`` would lose ERROR events'
+            # status: the client looks for ``raw_object``, which that path never sets).
+            return method(**args, **kwargs)
+
         def events() -> Iterator[dict[str, Any]]:
             self._count("watch")
             try:
                 for event in stream.stream(
-                    method,
-                    **args,
+                    listing,
                     resource_version=resource_version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=timeout_seconds,
-                    deserialize=False,
                     _request_timeout=(self.timeout, timeout_seconds + self.timeout),
                 ):
                     if isinstance(event, dict):
-                        yield event
+                        yield {"type": event.get("type"), "object": event.get("raw_object")}
             except ApiException as e:
                 raise api_error(what, e.status, e.reason, e.body) from e
             except (HTTPError, OSError) as e:

@@ -84,12 +84,15 @@ class Reflector:
             try:
                 if self.resource_version is None:
                     self._list()
+                    self.backoff.reset()
                 self._watch()
                 self.backoff.reset()
             except ExpiredError as e:
                 log.info("%s: %s: listing again", self.kind.kind, e)
                 self.resource_version = None
             except KvdevError as e:
+                if self.stop.is_set():
+                    return  # the stream was closed to stop
                 delay = self.backoff.next()
                 log.warning("%s: %s (again in %.1f s)", self.kind.kind, e, delay)
                 self.stop.wait(delay)
