@@ -17,6 +17,10 @@ Every exception class in kvdev, wherever it is defined::
     │   └── guest.cli.client.ApiError              the agent answered an error (HTTP 4xx, 500)
     └── RetryableError                the same call may succeed later: back off and try again
         ├── TransientReadError        a file vanished, changed or could not be read mid-way
+        ├── host.controller.kube.ConflictError     a write lost a race (409; 404 on an update):
+        │                             read the object again, decide again
+        ├── host.controller.kube.ExpiredError      a resourceVersion or continue token is too
+        │                             old (410 Gone): list again
         ├── guest.cli.client.NotRunningError       no socket (yet): the agent is not running
         ├── guest.cli.client.UnreachableError      the socket gave no usable answer in time
         └── guest.cli.client.AgentBusyError        the agent answered 503 (busy, no pass yet)

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from kvdev import __version__
 from kvdev.errors import UsageError
-from kvdev.host.commands import allocate, bundle, prepare, schedule, serve, status
+from kvdev.host.commands import allocate, bundle, controller, prepare, schedule, serve, status
 from kvdev.host.commands.common import EXIT_INVALID, Parser
 
-_COMMANDS = (allocate, schedule, prepare, status, bundle, serve)
+_COMMANDS = (allocate, schedule, prepare, status, bundle, serve, controller)
 
 _MAIN_EPILOG = """\
 the round trip:
@@ -26,6 +26,7 @@ the round trip:
   unprepare / status    remove them again / print the claim status a driver would apply
   bundle                turn the container-side tree into what the guest's kvdev-agent reads
   serve                 run as a kubelet DRA plugin (gRPC) that does prepare/unprepare
+  controller            keep each KubeVirt VMI's guest bundle in a ConfigMap (--once: print it)
 
 examples:
   kvdev-host allocate -f state.yaml --node node-a
@@ -33,13 +34,15 @@ examples:
   kvdev-host prepare -f claims.yaml -f slices.yaml --driver dra.net
   kvdev-host bundle --from-cdi /var/run/cdi --domain-xml vm1.xml --out /srv/vm1
   kvdev-host serve --driver dra.net --claims-dir /srv/claims
+  kvdev-host controller --once -f vms.yaml -f slices.yaml
   kvdev-host COMMAND --help
 
 exit status:
   0  success
   1  the claims do not fit (allocate), some pods are unschedulable (schedule), a file
-     could not be written or removed (prepare, update, unprepare, bundle), or serve
-     cannot listen
+     could not be written or removed (prepare, update, unprepare, bundle), serve
+     cannot listen, a VMI's bundle could not be rendered (controller --once) or the
+     controller cannot go on
   2  usage error, invalid input or an allocator error
 """
 

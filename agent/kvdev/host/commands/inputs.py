@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from kvdev.errors import Problem, SchemaError, TransientReadError
 from kvdev.host.k8s import K8sObject, load
+from kvdev.host.k8s.load import SkippedObjectWarning, load_kinds
+from kvdev.schema.base import Document
+
+_O = TypeVar("_O", bound=Document)
 
 
 def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
@@ -18,6 +24,41 @@ def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
     """
     objects: list[K8sObject] = []
     errors: list[Problem] = []
+    for path, text in _texts(paths, errors):
+        try:
+            objects.extend(load(text, str(path)))
+        except SchemaError as e:
+            errors.extend(e.problems)
+    if errors:
+        raise SchemaError(errors)
+    return objects
+
+
+def load_files_of(
+    paths: Iterable[str | Path], kinds: Mapping[tuple[str, str], type[_O]]
+) -> list[_O]:
+    """``load_files`` for the given kinds (skipped kinds are warned about, as there).
+
+    Raises:
+        SchemaError, TransientReadError: as ``load_files``.
+    """
+    objects: list[_O] = []
+    errors: list[Problem] = []
+    for path, text in _texts(paths, errors):
+        try:
+            found, skipped = load_kinds(text, str(path), kinds)
+        except SchemaError as e:
+            errors.extend(e.problems)
+            continue
+        objects.extend(found)
+        for problem in skipped:
+            warnings.warn(str(problem), SkippedObjectWarning, stacklevel=2)
+    if errors:
+        raise SchemaError(errors)
+    return objects
+
+
+def _texts(paths: Iterable[str | Path], errors: list[Problem]) -> Iterable[tuple[str | Path, str]]:
     for path in paths:
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -26,10 +67,4 @@ def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
         except UnicodeDecodeError as e:
             errors.append(Problem(f"not UTF-8 text: {e.reason}", str(path)))
             continue
-        try:
-            objects.extend(load(text, str(path)))
-        except SchemaError as e:
-            errors.extend(e.problems)
-    if errors:
-        raise SchemaError(errors)
-    return objects
+        yield path, text

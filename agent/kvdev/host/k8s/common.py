@@ -1,7 +1,7 @@
 """Shapes shared by the resource.k8s.io/v1 and core/v1 models.
 
-Owns object metadata, the v1 ``NodeSelector``, device taints and tolerations, opaque
-configuration, CEL selectors and the list-limit helper.
+Owns object metadata (with owner references), the v1 ``NodeSelector``, device taints and
+tolerations, opaque configuration, CEL selectors and the list-limit helper.
 
 No I/O here.
 """
@@ -45,8 +45,19 @@ QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
 FullyQualifiedName = Annotated[str, AfterValidator(check_fully_qualified_name)]
 
 
+class OwnerReference(Model):
+    """``metadata.ownerReferences[]``: who owns the object (garbage collection follows it)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
 class ObjectMeta(Model):
-    """The ObjectMeta fields the allocator reads; everything else is ignored."""
+    """The ObjectMeta fields kvdev reads; everything else is ignored."""
 
     name: DnsSubdomain
     namespace: DnsLabel | None = None
@@ -54,6 +65,9 @@ class ObjectMeta(Model):
     generation: Annotated[Int64, Field(ge=0)] | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    resource_version: str | None = None  # opaque: compared for equality only
+    owner_references: list[OwnerReference] | None = None
+    deletion_timestamp: str | None = None
 
 
 # --------------------------------------------------------------------------- node selectors

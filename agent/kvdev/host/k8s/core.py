@@ -1,9 +1,10 @@
-"""core/v1 subsets the allocator reads.
+"""core/v1 subsets the allocator and the controller read.
 
 Owns a Node's name, labels and allocatable resources (quantities: cpu, memory, pods, ...),
-and the parts of a Pod that name its claims, its node, its PodGroup (``spec.schedulingGroup``),
-its containers' resource requests and limits, and the special claim recorded for extended
-resources (``status.extendedResourceClaimStatus``, KEP-5004).
+the parts of a Pod that name its claims, its node, its PodGroup (``spec.schedulingGroup``),
+its containers' resource requests and limits, the special claim recorded for extended
+resources (``status.extendedResourceClaimStatus``, KEP-5004), its phase and the names of the
+claims generated for it (``status.resourceClaimStatuses``), and a ConfigMap.
 
 No I/O here.
 """
@@ -87,10 +88,19 @@ class PodExtendedResourceClaimStatus(Model):
     resource_claim_name: DnsSubdomain
 
 
-class PodStatus(Model):
-    """The Pod status fields the allocator reads."""
+class PodResourceClaimStatus(Model):
+    """``status.resourceClaimStatuses[]``: the claim generated for a pod's template claim."""
 
+    name: DnsLabel  # the pod's claim name (spec.resourceClaims[].name)
+    resource_claim_name: DnsSubdomain | None = None  # unset: no claim was needed
+
+
+class PodStatus(Model):
+    """The Pod status fields the allocator and the controller read."""
+
+    phase: str | None = None
     extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
+    resource_claim_statuses: list[PodResourceClaimStatus] | None = None
 
 
 class Pod(Document):
@@ -101,3 +111,14 @@ class Pod(Document):
     metadata: ObjectMeta
     spec: PodSpec
     status: PodStatus | None = None
+
+
+class ConfigMap(Document):
+    """A ConfigMap: its metadata and string data (binary data is only noticed)."""
+
+    api_version: Literal["v1"]
+    kind: Literal["ConfigMap"]
+    metadata: ObjectMeta
+    data: dict[str, str] | None = None
+    binary_data: dict[str, str] | None = None
+    immutable: bool | None = None

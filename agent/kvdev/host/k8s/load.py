@@ -14,14 +14,19 @@ Takes text, does no I/O (see ``kvdev.host.commands.inputs`` for files).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import yaml
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.host.k8s.claim import ResourceClaim, ResourceClaimTemplate
-from kvdev.host.k8s.core import Node, Pod
+from kvdev.host.k8s.core import ConfigMap, Node, Pod
+from kvdev.host.k8s.kubevirt import API_VERSION as KUBEVIRT_API_VERSION
+from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
+from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.resource import (
     API_VERSION,
     DeviceClass,
@@ -30,6 +35,7 @@ from kvdev.host.k8s.resource import (
 )
 from kvdev.host.k8s.scheduling import API_VERSIONS as SCHEDULING_VERSIONS
 from kvdev.host.k8s.scheduling import PodGroup
+from kvdev.schema.base import Document
 from kvdev.schema.stream import problems_from
 
 # libyaml's safe loader when PyYAML has it: ~8x faster on big `kubectl get -o yaml` dumps.
@@ -58,6 +64,17 @@ KINDS: dict[tuple[str, str], type[K8sObject]] = {
     **{(version, "PodGroup"): PodGroup for version in SCHEDULING_VERSIONS},
 }
 
+ControllerObject = K8sObject | VirtualMachineInstance | ConfigMap
+
+KUBEVIRT_KINDS: dict[tuple[str, str], type[ControllerObject]] = {
+    **KINDS,
+    (KUBEVIRT_API_VERSION, VMI_KIND): VirtualMachineInstance,
+    ("v1", "ConfigMap"): ConfigMap,
+}
+"""What ``kvdev-host controller`` reads: ``KINDS`` plus KubeVirt VMIs and ConfigMaps."""
+
+_O = TypeVar("_O", bound=Document)
+
 
 class SkippedObjectWarning(UserWarning):
     """An object of a kind kvdev does not read was skipped."""
@@ -80,6 +97,17 @@ def load_with_warnings(text: str, source: str) -> tuple[list[K8sObject], list[Pr
         SchemaError: the text is not YAML/JSON, or a supported object is invalid; every
             invalid object of the stream is reported.
     """
+    return load_kinds(text, source, KINDS)
+
+
+def load_kinds(
+    text: str, source: str, kinds: Mapping[tuple[str, str], type[_O]]
+) -> tuple[list[_O], list[Problem]]:
+    """Parse every object of ``kinds`` in ``text``; return them and the warnings.
+
+    Raises:
+        SchemaError: as ``load_with_warnings``.
+    """
     try:
         documents = list(yaml.load_all(text, Loader=_LOADER))
     except yaml.YAMLError as e:
@@ -89,16 +117,14 @@ def load_with_warnings(text: str, source: str) -> tuple[list[K8sObject], list[Pr
         raise SchemaError([Problem(f"invalid YAML/JSON number: {detail}", source)]) from e
     if "&" in text:  # aliases need an anchor: without one, values <= characters already
         _check_expansion(documents, len(text) + _EXPANSION_SLACK, source)
-    objects: list[K8sObject] = []
-    found: list[Problem] = []
-    errors: list[Problem] = []
+    out: _Found[_O] = _Found(kinds)
     for index, document in enumerate(documents):
         if document is None:
             continue
-        _collect(document, source, index, "", objects, found, errors)
-    if errors:
-        raise SchemaError(errors)
-    return objects, found
+        _collect(document, source, index, "", out)
+    if out.errors:
+        raise SchemaError(out.errors)
+    return out.objects, out.warnings
 
 
 def load(text: str, source: str) -> list[K8sObject]:
@@ -113,33 +139,38 @@ def load(text: str, source: str) -> list[K8sObject]:
     return objects
 
 
-def _collect(
-    value: object,
-    source: str,
-    index: int,
-    prefix: str,
-    objects: list[K8sObject],
-    found: list[Problem],
-    errors: list[Problem],
-) -> None:
+@dataclass
+class _Found(Generic[_O]):
+    """What a walk may read, and what it found."""
+
+    kinds: Mapping[tuple[str, str], type[_O]]
+    objects: list[_O] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+
+
+def _collect(value: object, source: str, index: int, prefix: str, out: _Found[_O]) -> None:
     if not isinstance(value, dict):
-        errors.append(Problem("expected an object", source, index, prefix))
+        out.errors.append(Problem("expected an object", source, index, prefix))
         return
     api, kind = value.get("apiVersion"), value.get("kind")
     if not isinstance(api, str) or not isinstance(kind, str):
-        errors.append(Problem("apiVersion and kind must be strings", source, index, prefix))
+        out.errors.append(Problem("apiVersion and kind must be strings", source, index, prefix))
         return
     if kind == "List" or (kind.endswith("List") and isinstance(value.get("items"), list)):
         items = value.get("items")
         if not isinstance(items, list):
-            errors.append(Problem("items must be a list", source, index, _join(prefix, "items")))
+            out.errors.append(
+                Problem("items must be a list", source, index, _join(prefix, "items"))
+            )
             return
         for i, item in enumerate(items):
-            _collect(item, source, index, f"{_join(prefix, 'items')}[{i}]", objects, found, errors)
+            where = f"{_join(prefix, 'items')}[{i}]"
+            _collect(item, source, index, where, out)
         return
-    model = KINDS.get((api, kind))
+    model = out.kinds.get((api, kind))
     if model is None:
-        found.append(
+        out.warnings.append(
             Problem(
                 f"{describe(value)}: skipped, kvdev does not read {api} {kind}",
                 source,
@@ -150,9 +181,9 @@ def _collect(
         )
         return
     try:
-        objects.append(model.model_validate(value, strict=True))
+        out.objects.append(model.model_validate(value, strict=True))
     except ValidationError as e:
-        errors.extend(
+        out.errors.extend(
             Problem(
                 f"{describe(value)}: {p.message}", source, index, _join(prefix, p.path), p.severity
             )

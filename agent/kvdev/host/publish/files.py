@@ -34,7 +34,7 @@ from kvdev.host.publish.metadata import (
 )
 from kvdev.schema import gojson
 from kvdev.schema.fields import base_request, check_dns_label, check_dns_subdomain
-from kvdev.schema.metadata import GO_LAYOUT
+from kvdev.schema.metadata import GO_LAYOUT, DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_stream, encode_stream
 
 METADATA_DIR: Final = "dra-device-metadata"
@@ -242,6 +242,25 @@ def _first_identity(data: bytes) -> tuple[int, str | None]:
     return 0, None
 
 
+def next_generation(
+    document: DeviceMetadata, old: bytes | None, *, bump: bool = False
+) -> DeviceMetadata:
+    """``document`` with the generation it takes over ``old`` (the stream now published).
+
+    1 when there is nothing (or another claim's stream: a different UID); the old one when
+    the content is the same, unless ``bump``; else the old one + 1. Shared by the metadata
+    writer and ``kvdev-host controller`` (a ConfigMap key holds the same stream).
+    """
+    before = OnDisk.read(old)
+    if before.uid not in {None, document.metadata.uid}:
+        before = OnDisk(None, 0, None)
+    generation = before.generation
+    unchanged = before.content is not None and before.content == _content(document.to_json_dict())
+    if bump or not unchanged:
+        generation += 1
+    return with_generation(document, max(generation, 1))
+
+
 def planned_files(
     ident: ClaimIdentity,
     requests: Sequence[RequestMetadata],
@@ -261,13 +280,7 @@ def planned_files(
     out = []
     for item in requests:
         path = metadata_path(layout, dir_name, item.request)
-        old = OnDisk.read(on_disk.get(path))
-        if old.uid not in {None, ident.uid}:
-            old = OnDisk(None, 0, None)
-        generation = old.generation
-        if bump or old.content is None or old.content != _content(item.document.to_json_dict()):
-            generation += 1
-        document = with_generation(item.document, max(generation, 1))
+        document = next_generation(item.document, on_disk.get(path), bump=bump)
         out.append(PlannedFile(path, encode_stream(document, DEVICE_METADATA)))
         spec = cdi.metadata_spec(
             layout.driver,

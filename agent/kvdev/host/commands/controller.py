@@ -1,0 +1,293 @@
+"""``kvdev-host controller``: keep every DRA-using VMI's guest bundle in a ConfigMap.
+
+Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and the
+controller's own ConfigMaps, and create or update each VMI's ConfigMap
+(``kvdev.host.controller.live``), under a Lease when ``--leader-elect``. ``--once -f FILE...``:
+the same index and renderer over objects read from files; prints what it would apply and
+changes nothing. Exit 0 ok (live: stopped by SIGTERM/SIGINT), 1 some VMI's bundle could not be
+rendered (--once) or the controller cannot go on (live: lost its lease, API unusable),
+2 usage error or invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import yaml
+
+from kvdev.errors import KvdevError, Problem, SchemaError, Severity
+from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, print_objects
+from kvdev.host.commands.inputs import load_files_of
+from kvdev.host.controller.index import Index, Kind, Stored
+from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
+from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
+from kvdev.host.k8s.core import ConfigMap
+from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.k8s.load import KUBEVIRT_KINDS
+
+EXIT_NOT_RENDERED = 1
+EXIT_CANNOT_RUN = 1
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+_EPILOG = f"""\
+what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-agent):
+  ConfigMap kvdev-<vmi> in the VMI's namespace, owned by the VMI (ownerReferences: controller,
+  blockOwnerDeletion: garbage collection removes it with the VMI), labels
+  app.kubernetes.io/managed-by={MANAGER} and kvdev.io/vmi=<vmi>; data:
+    <dir>.<request>.<driver>-metadata.json  per KEP-5304 stream, the host writer's bytes
+                                           (<dir>: the claim's name, or the pod's claim name
+                                           for a claim made from a template)
+    {HINTS_KEY}                        kvdev GuestHints from the VMI spec (MAC, PCI
+                                           address and tag of each DRA NIC, tags of GPUs and
+                                           host devices)
+  Written only when something changed; metadata.generation of each stream goes up by one
+  when its content changes.
+
+--once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and existing
+  ConfigMaps ('kubectl get -o yaml' shapes) from -f files; print the ConfigMaps it would
+  create or update (-o yaml: one document each; -o json: a v1 List), and on stderr one line
+  per VMI (create, update, unchanged, refused) with the reasons. Nothing is changed.
+
+live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
+  with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
+  409 conflict from a fresh read. --leader-elect takes the Lease --lease-namespace/--lease-name
+  (coordination.k8s.io/v1) first, so that only one replica writes.
+
+examples:
+  kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
+  kubectl get resourceslices -o yaml > slices.yaml
+  kvdev-host controller --once -f ns.yaml -f slices.yaml
+  kvdev-host controller --once -f ns.yaml -f slices.yaml -o json | kubectl apply -f -
+  kvdev-host controller --leader-elect --lease-namespace kvdev-system
+
+exit status: 0 ok (live: stopped by SIGTERM/SIGINT), 1 a VMI's bundle could not be rendered
+  (--once; the others are still printed) or the controller cannot go on (live: lost its lease),
+  2 usage error or invalid input (names the object and field).
+"""
+
+
+def register(commands: Commands) -> None:
+    """Add ``controller`` to the ``kvdev-host`` sub-parsers."""
+    sub: Parser = commands.add_parser(
+        "controller",
+        help="keep each DRA-using VMI's guest bundle in a ConfigMap (or --once: print it)",
+        description="Keep, for every KubeVirt VMI that uses DRA, a ConfigMap holding its guest\n"
+        "bundle: the KEP-5304 metadata streams of its claims and kvdev guest hints.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub.add_argument(
+        "--once", action="store_true", help="render from -f files, print, change nothing"
+    )
+    sub.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        metavar="FILE",
+        help="with --once: a YAML/JSON file of objects; repeat for several files",
+    )
+    sub.add_argument(
+        "-o", "--output", choices=("yaml", "json"), default="yaml", help="--once: (default: yaml)"
+    )
+    sub.add_argument("--kubeconfig", type=Path, metavar="FILE", help="live: this kubeconfig file")
+    sub.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="live: lead through a Lease before writing (for more than one replica)",
+    )
+    sub.add_argument(
+        "--lease-namespace",
+        metavar="NS",
+        default=os.environ.get("POD_NAMESPACE") or None,
+        help="the Lease's namespace (default: $POD_NAMESPACE, else the service account's)",
+    )
+    sub.add_argument("--lease-name", default=MANAGER, metavar="NAME", help=f"(default: {MANAGER})")
+    sub.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME") or None,
+        metavar="ID",
+        help="the holder identity in the Lease (default: $POD_NAME, else host name + random)",
+    )
+    sub.add_argument(
+        "--resync",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="live: render every VMI again this often, writing only changes (default: 600)",
+    )
+    sub.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="live: log level on stderr (default: info)",
+    )
+    sub.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.once:
+        if not args.files:
+            err.write("kvdev-host controller: --once needs -f FILE\n")
+            return EXIT_INVALID
+        return run_once(args.files, args.output, out, err)
+    if args.files:
+        err.write("kvdev-host controller: -f needs --once\n")
+        return EXIT_INVALID
+    return _run_live(args, err)
+
+
+# --------------------------------------------------------------------------- --once
+
+
+def index_of_files(files: Sequence[str], err: TextIO) -> Index:
+    """The controller's index filled from object files (other kinds warned about).
+
+    Raises:
+        SchemaError, TransientReadError: a file cannot be read or holds an invalid object.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        objects = load_files_of(files, KUBEVIRT_KINDS)
+    err.writelines(f"kvdev-host: warning: {w.message}\n" for w in caught)
+    kinds: list[tuple[type[Any], Kind]] = [
+        (VirtualMachineInstance, Kind.VMI),
+        (Pod, Kind.POD),
+        (ResourceClaim, Kind.CLAIM),
+        (ResourceSlice, Kind.SLICE),
+        (ConfigMap, Kind.CONFIGMAP),
+    ]
+    index = Index()
+    for model, kind in kinds:
+        items = [Stored(o, o.to_json_dict()) for o in objects if isinstance(o, model)]
+        index.replace(kind, items)
+    return index
+
+
+def describe(result: Rendered) -> str:
+    """One line for a person: the verb, the ConfigMap and what it holds."""
+    where = f"ConfigMap {result.namespace}/{result.name}"
+    held = f"{result.streams} stream(s) + {HINTS_KEY}" if result.data else ""
+    if result.verb is Verb.REFUSE:
+        return f"{result.vmi}: refused: {where} ({len(result.errors)} error(s))"
+    return f"{result.vmi}: {result.verb.value} {where}" + (f" ({held})" if held else "")
+
+
+def report(results: Sequence[Rendered], err: TextIO, prefix: str) -> None:
+    """Each VMI's line, then its problems."""
+    for result in results:
+        err.write(f"{prefix}: {describe(result)}\n")
+        for problem in result.problems:
+            label = "error" if problem.severity is Severity.ERROR else "warning"
+            err.write(f"{prefix}: {label}: {problem}\n")
+
+
+class _LiteralDumper(yaml.SafeDumper):
+    """YAML with multi-line strings (the JSON streams) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_LiteralDumper.add_representer(str, _str)
+
+
+def print_configmaps(bodies: Sequence[dict[str, Any]], output: str, out: TextIO) -> None:
+    """-o json: a v1 List; -o yaml: one document each, streams as literal blocks."""
+    if output == "json":
+        print_objects(bodies, output, out)
+    elif bodies:
+        out.write(yaml.dump_all(bodies, Dumper=_LiteralDumper, sort_keys=False, width=1 << 16))
+
+
+def run_once(files: Sequence[str], output: str, out: TextIO, err: TextIO) -> int:
+    """``--once``: render every VMI of the files; print what would be applied."""
+    prefix = "kvdev-host controller"
+    try:
+        index = index_of_files(files, err)
+        if index.count(Kind.VMI) == 0:
+            raise SchemaError([Problem("no VirtualMachineInstance in the input files")])
+    except KvdevError as e:
+        problems = e.problems if isinstance(e, SchemaError) else (str(e),)
+        err.writelines(f"{prefix}: {p}\n" for p in problems)
+        return EXIT_INVALID
+    results = []
+    for key in index.vmis():
+        inputs = index.inputs(key)
+        assert inputs is not None
+        results.append(render(inputs))
+    report(results, err, prefix)
+    bodies = [r.body for r in results if r.body is not None]
+    print_configmaps(bodies, output, out)
+    return EXIT_NOT_RENDERED if any(r.errors for r in results) else EXIT_OK
+
+
+# --------------------------------------------------------------------------- live
+
+
+def _identity(args: argparse.Namespace) -> str:
+    if args.identity:
+        return str(args.identity)
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def _lease_namespace(args: argparse.Namespace) -> str | None:
+    if args.lease_namespace:
+        return str(args.lease_namespace)
+    try:
+        return _SA_NAMESPACE.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _run_live(args: argparse.Namespace, err: TextIO) -> int:
+    from kvdev.host.controller.election import Lease, LeaseElector  # noqa: PLC0415 - live only
+    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
+    from kvdev.host.controller.live import Controller  # noqa: PLC0415
+
+    logging.basicConfig(
+        stream=err,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    log = logging.getLogger("kvdev.host.controller")
+    if args.resync <= 0:
+        err.write("kvdev-host controller: --resync must be positive\n")
+        return EXIT_INVALID
+    elector = None
+    if args.leader_elect:
+        namespace = _lease_namespace(args)
+        if namespace is None:
+            err.write("kvdev-host controller: --leader-elect needs --lease-namespace\n")
+            return EXIT_INVALID
+        elector = LeaseElector(Lease(namespace, args.lease_name), _identity(args))
+    try:
+        api = KubeApi.connect(args.kubeconfig)
+    except KvdevError as e:
+        err.write(f"kvdev-host controller: {e}\n")
+        return EXIT_INVALID
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    controller = Controller(api, resync=args.resync)
+    status = controller.run(stop, elector=elector)
+    return EXIT_OK if status else EXIT_CANNOT_RUN

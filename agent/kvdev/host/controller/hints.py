@@ -1,0 +1,150 @@
+"""The kvdev ``GuestHints`` a VMI's spec implies: which described device is which, in the guest.
+
+Owns the mapping from KubeVirt's VMI spec to hints, one per claimed device:
+
+* each ``spec.networks[]`` with ``resourceClaim {claimName, requestName}``: the interface of the
+  same name in ``spec.domain.devices.interfaces[]`` gives ``guest.macAddress`` (its
+  ``macAddress``: the MAC KubeVirt sets on the VF), ``guest.pciAddress`` (its ``pciAddress``)
+  and ``guest.tag`` (its ``tag``);
+* each ``gpus[]`` / ``hostDevices[]`` entry with ``claimName`` + ``requestName``: ``guest.tag``
+  when it has one;
+* the hint's claim is ``{resourceClaimName: X}`` when the VMI's ``spec.resourceClaims[]`` entry
+  named ``claimName`` has ``resourceClaimName: X``, else ``{podClaimName: claimName}`` (a
+  template claim: the directory upstream's tree uses is the pod's claim name).
+
+A hint that would say nothing is not written. A value kvdev cannot use (a MAC or PCI address
+that does not parse, an unknown claim entry, a second hint for the same request) costs only
+that value or that hint, with a warning naming the VMI and the field. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from kvdev.errors import Problem, Severity
+from kvdev.host.k8s.kubevirt import ClaimedDevice, VirtualMachineInstance
+from kvdev.schema.hints import KIND, V1ALPHA1, DeviceHint, GuestHints, GuestLocation
+
+_GUEST_FIELDS = {"mac_address": "macAddress", "pci_address": "pciAddress", "tag": "tag"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Use:
+    """One claimed device of the spec: where it is, which claim entry and request it names."""
+
+    path: str  # e.g. spec.networks[1]
+    claim_name: str | None
+    request_name: str | None
+    guest: dict[str, str | None]  # macAddress / pciAddress / tag -> the spec's value
+    origins: dict[str, str]  # the same keys -> the field path each came from
+
+
+def what(vmi: VirtualMachineInstance) -> str:
+    """``VirtualMachineInstance/<namespace>/<name>``, for messages."""
+    return f"VirtualMachineInstance/{vmi.metadata.namespace or '?'}/{vmi.metadata.name}"
+
+
+def _uses(vmi: VirtualMachineInstance) -> Iterator[_Use]:
+    devices = vmi.devices
+    interfaces = {i.name: (n, i) for n, i in enumerate(devices.interfaces or [])}
+    for n, network in enumerate(vmi.spec.networks or []):
+        ref = network.resource_claim
+        if ref is None:
+            continue
+        guest: dict[str, str | None] = {}
+        origins: dict[str, str] = {}
+        found = interfaces.get(network.name)
+        if found is not None:
+            index, interface = found
+            for field, key in _GUEST_FIELDS.items():
+                guest[key] = getattr(interface, field)
+                origins[key] = f"spec.domain.devices.interfaces[{index}].{key}"
+        yield _Use(f"spec.networks[{n}]", ref.claim_name, ref.request_name, guest, origins)
+    listed: list[tuple[str, list[ClaimedDevice]]] = [
+        ("gpus", devices.gpus or []),
+        ("hostDevices", devices.host_devices or []),
+    ]
+    for field, entries in listed:
+        for n, entry in enumerate(entries):
+            if entry.claim_name is None and entry.request_name is None:
+                continue  # a device-plugin device
+            path = f"spec.domain.devices.{field}[{n}]"
+            guest = {"tag": entry.tag}
+            yield _Use(path, entry.claim_name, entry.request_name, guest, {"tag": f"{path}.tag"})
+
+
+def _claim_ref(vmi: VirtualMachineInstance, claim_name: str) -> dict[str, str] | None:
+    for entry in vmi.spec.resource_claims or []:
+        if entry.name == claim_name:
+            if entry.resource_claim_name is not None:
+                return {"resourceClaimName": entry.resource_claim_name}
+            return {"podClaimName": claim_name}
+    return None
+
+
+def _guest(use: _Use, subject: str, warnings: list[Problem]) -> dict[str, str]:
+    """The guest fields that parse, each checked on its own so a bad one costs only itself."""
+    out: dict[str, str] = {}
+    for key, value in use.guest.items():
+        if value is None or value == "":
+            continue
+        try:
+            checked = GuestLocation.model_validate({key: value}).to_json_dict()
+        except ValidationError as e:
+            reason = "; ".join(err["msg"] for err in e.errors())
+            message = f"{subject}: {value!r} cannot be a hint's guest.{key} ({reason}); left out"
+            warnings.append(Problem(message, path=use.origins[key], severity=Severity.WARNING))
+            continue
+        out.update(checked)
+    return out
+
+
+def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, ...]]:
+    """The VMI's hints (``metadata.generation`` 0: the caller sets it) and the warnings."""
+    subject = what(vmi)
+    warnings: list[Problem] = []
+    hints: list[DeviceHint] = []
+    seen: dict[tuple[object, ...], str] = {}
+    for use in _uses(vmi):
+        if not use.claim_name or not use.request_name:
+            message = f"{subject}: claimName and requestName must both be set; no hint"
+            warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
+            continue
+        claim = _claim_ref(vmi, use.claim_name)
+        if claim is None:
+            message = (
+                f"{subject}: claimName {use.claim_name!r} is not in spec.resourceClaims[]; no hint"
+            )
+            warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
+            continue
+        guest = _guest(use, subject, warnings)
+        if not guest:
+            continue
+        body = {"claim": claim, "request": use.request_name, "guest": guest}
+        try:
+            hint = DeviceHint.model_validate(body)
+        except ValidationError as e:
+            reason = "; ".join(err["msg"] for err in e.errors())
+            warnings.append(
+                Problem(f"{subject}: no hint: {reason}", path=use.path, severity=Severity.WARNING)
+            )
+            continue
+        key = hint.selector()
+        if key in seen:
+            message = f"{subject}: names the same claim request as {seen[key]}; no second hint"
+            warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
+            continue
+        seen[key] = use.path
+        hints.append(hint)
+    document = GuestHints.model_validate(
+        {
+            "apiVersion": V1ALPHA1,
+            "kind": KIND,
+            "metadata": {"name": vmi.metadata.name, "generation": 0},
+            "devices": [h.to_json_dict() for h in hints],
+        }
+    )
+    return document, tuple(warnings)

@@ -1,0 +1,268 @@
+"""The objects the controller knows, and which VMIs a change of one of them concerns (pure).
+
+Owns the five caches (VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, the
+controller's own ConfigMaps), each keyed by ``(namespace, name)`` (slices: ``("", name)``),
+holding the parsed model and the JSON it came from; the parsing of API JSON into kvdev's models
+(``parse``: list items come without apiVersion and kind); and the join: ``affected`` VMIs of a
+change (a VMI itself; a pod's owner VMI; every VMI using a claim, directly or through a pod's
+``status.resourceClaimStatuses``; every VMI with a device in a slice's pool; the VMI a
+ConfigMap's ``kvdev.io/vmi`` label names) and ``inputs`` for ``render``.
+
+An object that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an
+unchanged cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from kvdev.errors import Problem, SchemaError
+from kvdev.host.controller.render import VMI_LABEL, Inputs, configmap_name, uses_dra
+from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
+from kvdev.host.k8s.core import ConfigMap
+from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
+from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
+from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.k8s.resource import API_VERSION as RESOURCE_API_VERSION
+from kvdev.schema.base import Document
+from kvdev.schema.stream import problems_from
+
+Key = tuple[str, str]
+"""``(namespace, name)``; cluster-scoped objects have namespace ``""``."""
+
+
+class Kind(enum.Enum):
+    """The kinds the controller watches, with the apiVersion and kind their JSON carries."""
+
+    VMI = (VMI_API_VERSION, VMI_KIND)
+    POD = ("v1", "Pod")
+    CLAIM = (RESOURCE_API_VERSION, "ResourceClaim")
+    SLICE = (RESOURCE_API_VERSION, "ResourceSlice")
+    CONFIGMAP = ("v1", "ConfigMap")
+
+    @property
+    def api_version(self) -> str:
+        """The object's ``apiVersion``."""
+        return self.value[0]
+
+    @property
+    def kind(self) -> str:
+        """The object's ``kind``."""
+        return self.value[1]
+
+
+MODELS: Final[Mapping[Kind, type[Document]]] = {
+    Kind.VMI: VirtualMachineInstance,
+    Kind.POD: Pod,
+    Kind.CLAIM: ResourceClaim,
+    Kind.SLICE: ResourceSlice,
+    Kind.CONFIGMAP: ConfigMap,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One cached object: its model and the JSON it was parsed from."""
+
+    model: Any  # the kind's model (see MODELS)
+    raw: Mapping[str, Any]
+
+    @property
+    def key(self) -> Key:
+        """``(namespace, name)``."""
+        meta = self.model.metadata
+        return (meta.namespace or "", meta.name)
+
+    @property
+    def version(self) -> str | None:
+        """``metadata.resourceVersion``."""
+        version: str | None = self.model.metadata.resource_version
+        return version
+
+
+def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stored:
+    """Validate API JSON as ``kind`` (apiVersion and kind filled in when absent).
+
+    Raises:
+        SchemaError: the object breaks kvdev's model (the object and field are named).
+    """
+    value = {"apiVersion": kind.api_version, "kind": kind.kind, **raw}
+    try:
+        model = MODELS[kind].model_validate(value, strict=True)
+    except ValidationError as e:
+        meta = raw.get("metadata")
+        name = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
+        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        subject = f"{kind.kind}/{namespace}/{name}" if namespace else f"{kind.kind}/{name}"
+        raise SchemaError(
+            [
+                Problem(f"{subject}: {p.message}", p.source, None, p.path)
+                for p in problems_from(e, source=source, index=None)
+            ]
+        ) from e
+    return Stored(model, raw)
+
+
+class Index:
+    """The caches, and the join from a changed object to the VMIs it concerns."""
+
+    def __init__(self) -> None:
+        self._objects: dict[Kind, dict[Key, Stored]] = {kind: {} for kind in Kind}
+        self._pods_of: dict[str, set[Key]] = {}  # VMI uid -> its pods' keys
+        self.synced: set[Kind] = set()
+
+    # ------------------------------------------------------------------ changes
+
+    def upsert(self, kind: Kind, stored: Stored) -> set[Key]:
+        """Add or replace an object; the VMIs concerned (before and after the change)."""
+        objects = self._objects[kind]
+        before = objects.get(stored.key)
+        if before is not None and before.version is not None and before.version == stored.version:
+            return set()
+        touched = self._concerns(kind, before) if before is not None else set()
+        if kind is Kind.POD:
+            self._unlink_pod(before)
+            self._link_pod(stored)
+        objects[stored.key] = stored
+        return touched | self._concerns(kind, stored)
+
+    def remove(self, kind: Kind, key: Key) -> set[Key]:
+        """Forget an object; the VMIs it concerned."""
+        before = self._objects[kind].pop(key, None)
+        if before is None:
+            return set()
+        if kind is Kind.POD:
+            self._unlink_pod(before)
+        return self._concerns(kind, before)
+
+    def replace(self, kind: Kind, items: Iterable[Stored]) -> set[Key]:
+        """A fresh list: what is gone is removed, what changed replaced."""
+        fresh = {s.key: s for s in items}
+        touched: set[Key] = set()
+        for key in [k for k in self._objects[kind] if k not in fresh]:
+            touched |= self.remove(kind, key)
+        for stored in fresh.values():
+            touched |= self.upsert(kind, stored)
+        self.synced.add(kind)
+        return touched
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, kind: Kind, key: Key) -> Stored | None:
+        """The cached object, if any."""
+        return self._objects[kind].get(key)
+
+    def count(self, kind: Kind) -> int:
+        """How many objects of ``kind`` are cached."""
+        return len(self._objects[kind])
+
+    def vmis(self) -> list[Key]:
+        """Every cached VMI that uses DRA, sorted."""
+        return sorted(k for k, s in self._objects[Kind.VMI].items() if uses_dra(s.model))
+
+    def inputs(self, key: Key) -> Inputs | None:
+        """What ``render`` needs for the VMI ``key`` (None: no such VMI)."""
+        found = self._objects[Kind.VMI].get(key)
+        if found is None:
+            return None
+        vmi: VirtualMachineInstance = found.model
+        namespace = key[0]
+        pods = self._pods(vmi)
+        claims: dict[str, ResourceClaim] = {}
+        for name in self._claim_names(vmi, pods):
+            claim = self._objects[Kind.CLAIM].get((namespace, name))
+            if claim is not None:
+                claims[name] = claim.model
+        drivers = {r.driver for c in claims.values() for r in _results(c)}
+        slices: dict[str, list[ResourceSlice]] = {d: [] for d in drivers}
+        for s in self._objects[Kind.SLICE].values():
+            if s.model.spec.driver in slices:
+                slices[s.model.spec.driver].append(s.model)
+        existing = self._objects[Kind.CONFIGMAP].get((namespace, configmap_name(key[1])))
+        return Inputs(
+            vmi=vmi,
+            pods=tuple(pods),
+            claims=claims,
+            slices={d: tuple(v) for d, v in slices.items()},
+            existing=existing.raw if existing is not None else None,
+        )
+
+    # ------------------------------------------------------------------ the join
+
+    def _concerns(self, kind: Kind, stored: Stored) -> set[Key]:
+        namespace, name = stored.key
+        if kind is Kind.VMI:
+            return {stored.key} if uses_dra(stored.model) else set()
+        if kind is Kind.POD:
+            return {(namespace, o.name) for o in _vmi_owners(stored.model)}
+        if kind is Kind.CONFIGMAP:
+            vmi = (stored.model.metadata.labels or {}).get(VMI_LABEL)
+            return {(namespace, vmi)} if vmi else set()
+        if kind is Kind.CLAIM:
+            return {
+                k
+                for k, s in self._objects[Kind.VMI].items()
+                if k[0] == namespace and name in self._claim_names(s.model, self._pods(s.model))
+            }
+        spec = stored.model.spec
+        pool = (spec.driver, spec.pool.name)
+        out: set[Key] = set()
+        for k, s in self._objects[Kind.VMI].items():
+            for claim_name in self._claim_names(s.model, self._pods(s.model)):
+                claim = self._objects[Kind.CLAIM].get((k[0], claim_name))
+                if claim is not None and any(
+                    (r.driver, r.pool) == pool for r in _results(claim.model)
+                ):
+                    out.add(k)
+        return out
+
+    def _pods(self, vmi: VirtualMachineInstance) -> list[Pod]:
+        keys = sorted(self._pods_of.get(vmi.metadata.uid or "", ()))
+        return [self._objects[Kind.POD][k].model for k in keys if k in self._objects[Kind.POD]]
+
+    @staticmethod
+    def _claim_names(vmi: VirtualMachineInstance, pods: Sequence[Pod]) -> set[str]:
+        names = {e.resource_claim_name for e in vmi.spec.resource_claims or []}
+        for pod in pods:
+            for status in (pod.status.resource_claim_statuses if pod.status else None) or []:
+                names.add(status.resource_claim_name)
+        names.discard(None)
+        return {n for n in names if n is not None}
+
+    def _link_pod(self, stored: Stored) -> None:
+        for owner in _vmi_owners(stored.model):
+            self._pods_of.setdefault(owner.uid, set()).add(stored.key)
+
+    def _unlink_pod(self, stored: Stored | None) -> None:
+        if stored is None:
+            return
+        for owner in _vmi_owners(stored.model):
+            keys = self._pods_of.get(owner.uid)
+            if keys is not None:
+                keys.discard(stored.key)
+                if not keys:
+                    del self._pods_of[owner.uid]
+
+
+def _vmi_owners(pod: Pod) -> list[Any]:
+    return [
+        o
+        for o in pod.metadata.owner_references or []
+        if o.kind == VMI_KIND and o.api_version == VMI_API_VERSION
+    ]
+
+
+def _results(claim: ResourceClaim) -> list[Any]:
+    allocation = claim.status.allocation if claim.status else None
+    if allocation is None or allocation.devices is None:
+        return []
+    return list(allocation.devices.results or [])
+
+
+__all__ = ["MODELS", "Index", "Key", "Kind", "Stored", "parse"]

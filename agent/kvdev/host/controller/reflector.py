@@ -1,0 +1,166 @@
+"""Keep one resource's cache current: list, then watch from the list's resourceVersion.
+
+The loop, per resource (as client-go's reflector does it):
+
+1. list, paged (``limit`` + ``continue``), and hand the whole list over (``Replace``): the
+   cache drops what is gone;
+2. watch from the list's ``resourceVersion`` with bookmarks; each ADDED/MODIFIED/DELETED goes
+   over as it comes, and each event and BOOKMARK moves the resourceVersion on;
+3. a watch that ends (``timeoutSeconds``, the server closing it) is opened again from the last
+   resourceVersion: nothing is missed and nothing is listed again;
+4. 410 Gone (the version was compacted away; a continue token expired) lists again at once;
+5. any other error waits (``Backoff``: exponential, jittered, capped) and resumes from the
+   last resourceVersion, or lists again if the list itself failed.
+
+An object that does not parse is reported (the object and field named) and skipped: the
+cache keeps its last good version. Stops when ``stop`` is set (``close`` ends a watch that
+is waiting for events).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdev.errors import KvdevError, SchemaError
+from kvdev.host.controller.backoff import Backoff
+from kvdev.host.controller.index import Kind, Stored, parse
+from kvdev.host.controller.kube import ExpiredError, KubeApi, Watching
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """A fresh list of every object of the kind."""
+
+    kind: Kind
+    items: tuple[Stored, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    """An object was added or modified."""
+
+    kind: Kind
+    stored: Stored
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """An object was deleted."""
+
+    kind: Kind
+    key: tuple[str, str]
+
+
+Change = Replace | Upsert | Delete
+Sink = Callable[[Change], None]
+
+
+@dataclass
+class Reflector:
+    """List + watch one kind into ``sink``; ``synced`` is set after the first list."""
+
+    api: KubeApi
+    kind: Kind
+    sink: Sink
+    stop: threading.Event
+    page_size: int = 500
+    watch_seconds: int = 300
+    backoff: Backoff = field(default_factory=Backoff)
+    synced: threading.Event = field(default_factory=threading.Event)
+    lists: int = 0  # how many times it listed (the first one and each re-list)
+    resource_version: str | None = None
+    _watching: Watching | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def run(self) -> None:
+        """Until ``stop``: list, watch, re-list on 410, back off on errors."""
+        while not self.stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self._list()
+                    self.backoff.reset()
+                self._watch()
+                self.backoff.reset()
+            except ExpiredError as e:
+                log.info("%s: %s: listing again", self.kind.kind, e)
+                self.resource_version = None
+            except KvdevError as e:
+                if self.stop.is_set():
+                    return  # the stream was closed to stop
+                delay = self.backoff.next()
+                log.warning("%s: %s (again in %.1f s)", self.kind.kind, e, delay)
+                self.stop.wait(delay)
+
+    def close(self) -> None:
+        """End the current watch (call after setting ``stop``)."""
+        with self._lock:
+            watching = self._watching
+        if watching is not None:
+            watching.stop()
+
+    def _parse(self, raw: Mapping[str, Any]) -> Stored | None:
+        try:
+            return parse(self.kind, raw)
+        except SchemaError as e:
+            log.warning(
+                "%s: skipped (the cache keeps its last good version): %s", self.kind.kind, e
+            )
+            return None
+
+    def _list(self) -> None:
+        items: list[Stored] = []
+        token: str | None = None
+        version = ""
+        while True:
+            page = self.api.list_page(self.kind, limit=self.page_size, token=token)
+            if token is None or page.resource_version:
+                version = page.resource_version or version
+            items.extend(s for s in (self._parse(i) for i in page.items) if s is not None)
+            token = page.token
+            if token is None:
+                break
+        self.lists += 1
+        self.sink(Replace(self.kind, tuple(items)))
+        self.resource_version = version
+        self.synced.set()
+
+    def _watch(self) -> None:
+        assert self.resource_version is not None
+        watching = self.api.watch(self.kind, self.resource_version, self.watch_seconds)
+        with self._lock:
+            self._watching = watching
+        try:
+            if self.stop.is_set():
+                return
+            for event in watching.events:
+                self._event(event)
+                if self.stop.is_set():
+                    return
+        finally:
+            with self._lock:
+                self._watching = None
+
+    def _event(self, event: Mapping[str, Any]) -> None:
+        kind, raw = event.get("type"), event.get("object")
+        if not isinstance(raw, Mapping):
+            return
+        meta = raw.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            stored = self._parse(raw)
+            if stored is not None:
+                self.sink(
+                    Upsert(self.kind, stored)
+                    if kind != "DELETED"
+                    else Delete(self.kind, stored.key)
+                )
+        elif kind != "BOOKMARK":
+            log.warning("%s: unknown watch event type %r, ignored", self.kind.kind, kind)
+        if isinstance(version, str) and version:
+            self.resource_version = version

@@ -1,0 +1,479 @@
+"""A VMI's guest bundle as a ConfigMap, and whether the one stored must change (pure).
+
+The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as flat files):
+
+* name ``kvdev-<vmi-name>``, in the VMI's namespace; labels
+  ``app.kubernetes.io/managed-by: kvdev-host-controller`` and ``kvdev.io/vmi: <vmi-name>``;
+  ``ownerReferences``: the VMI (``controller`` and ``blockOwnerDeletion`` true), so garbage
+  collection removes the ConfigMap with the VMI;
+* one key per KEP-5304 stream, ``<dir>.<request>.<driver>-metadata.json``: ``<dir>`` is the
+  directory the container path uses (the ResourceClaim's name, or the pod's claim name for a
+  claim generated from a template), ``<request>`` the base request; the value is exactly the
+  bytes the host writer writes (``publish.metadata.build_metadata`` + ``encode_stream``);
+* ``guest-hints.json``: the kvdev GuestHints stream derived from the VMI spec (``hints``);
+* ``metadata.generation`` of each stream: 1 for a new key, kept while the content is the same,
+  + 1 when it changes, 1 again for a claim with a new UID (``publish.files.next_generation``).
+
+``render`` decides, from plain values, what the controller does for one VMI: create, update
+(the stored object with our labels, owner and data), nothing (no write, so no resourceVersion
+churn), or refuse (a ConfigMap of that name that kvdev does not manage, a VMI without a UID).
+A claim that is not there or not allocated yet is waiting (warned, no key); a claim whose
+metadata cannot be built keeps its keys as stored (an error is reported). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.host.controller.hints import vmi_hints, what
+from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
+from kvdev.host.k8s.core import ConfigMap
+from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
+from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
+from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.publish.files import OnDisk, next_generation
+from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
+from kvdev.schema.hints import GuestHints
+from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, decode_stream, encode_stream
+
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGER: Final = "kvdev-host-controller"
+VMI_LABEL: Final = "kvdev.io/vmi"
+NAME_PREFIX: Final = "kvdev-"
+HINTS_KEY: Final = "guest-hints.json"
+METADATA_SUFFIX: Final = "-metadata.json"
+CONFIGMAP_BYTES_MAX: Final = 1024 * 1024  # the API server's limit on data + binaryData
+NAME_MAX: Final = 253
+LABEL_VALUE_MAX: Final = 63
+_KEY: Final = re.compile(r"[-._a-zA-Z0-9]+\Z")
+_LABEL_VALUE: Final = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
+_FINISHED: Final = frozenset({"Succeeded", "Failed"})
+
+
+class Verb(enum.Enum):
+    """What the controller does with the VMI's ConfigMap."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    NONE = "unchanged"
+    REFUSE = "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """Everything ``render`` reads for one VMI, as the caches (or the files) hold it.
+
+    ``pods``: the virt-launcher pods the VMI owns; ``claims``: the claims of the VMI's
+    namespace it may use, by name; ``slices``: ResourceSlices by driver; ``existing``: the
+    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one.
+    """
+
+    vmi: VirtualMachineInstance
+    pods: Sequence[Pod] = ()
+    claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
+    slices: Mapping[str, Sequence[ResourceSlice]] = field(default_factory=dict)
+    existing: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """The decision for one VMI: the verb, the request body (create, update) and why."""
+
+    vmi: str  # <namespace>/<name>
+    namespace: str
+    name: str  # the ConfigMap's name
+    verb: Verb
+    body: dict[str, Any] | None = None  # what to POST (create) or PUT (update)
+    data: Mapping[str, str] = field(default_factory=dict)  # the data that should be stored
+    problems: tuple[Problem, ...] = ()
+    resource_version: str | None = None  # of the stored object an update replaces
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        """The problems that kept part of the bundle from being rendered."""
+        return tuple(p for p in self.problems if p.severity is Severity.ERROR)
+
+    @property
+    def streams(self) -> int:
+        """How many metadata streams the data holds."""
+        return sum(1 for k in self.data if k != HINTS_KEY)
+
+
+def configmap_name(vmi_name: str) -> str:
+    """``kvdev-<vmi-name>``."""
+    return f"{NAME_PREFIX}{vmi_name}"
+
+
+def uses_dra(vmi: VirtualMachineInstance) -> bool:
+    """The VMI names DRA claims (``spec.resourceClaims``)."""
+    return bool(vmi.spec.resource_claims)
+
+
+def owner_reference(vmi: VirtualMachineInstance) -> dict[str, Any]:
+    """The ownerReference that makes the VMI the ConfigMap's controller (GC follows it)."""
+    return {
+        "apiVersion": VMI_API_VERSION,
+        "kind": VMI_KIND,
+        "name": vmi.metadata.name,
+        "uid": vmi.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def labels(vmi: VirtualMachineInstance) -> dict[str, str]:
+    """The labels every ConfigMap of the controller carries."""
+    return {MANAGED_BY: MANAGER, VMI_LABEL: vmi.metadata.name}
+
+
+# --------------------------------------------------------------------------- claims
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """A VMI claim entry resolved to the ResourceClaim that serves it."""
+
+    entry: str  # spec.resourceClaims[].name
+    path: str  # spec.resourceClaims[i]
+    claim_name: str | None  # None: not known yet (template claim not generated)
+    template: bool
+
+
+def _launcher(inputs: Inputs) -> list[Pod]:
+    """The live virt-launcher pods, those on the VMI's node first when there are several."""
+    live = [
+        p
+        for p in inputs.pods
+        if p.metadata.deletion_timestamp is None
+        and (p.status is None or p.status.phase not in _FINISHED)
+    ]
+    node = inputs.vmi.status.node_name if inputs.vmi.status else None
+    on_node = [p for p in live if node is not None and p.spec.node_name == node]
+    return on_node or live
+
+
+def _resolve(inputs: Inputs, subject: str, problems: list[Problem]) -> list[_Claim]:
+    pods = _launcher(inputs)
+    out = []
+    for i, entry in enumerate(inputs.vmi.spec.resource_claims or []):
+        path = f"spec.resourceClaims[{i}]"
+        if entry.resource_claim_name is not None:
+            out.append(_Claim(entry.name, path, entry.resource_claim_name, template=False))
+            continue
+        if entry.resource_claim_template_name is None:
+            message = f"{subject}: neither resourceClaimName nor resourceClaimTemplateName is set"
+            problems.append(Problem(message, path=path, severity=Severity.WARNING))
+            continue
+        names = {
+            s.resource_claim_name
+            for p in pods
+            for s in (p.status.resource_claim_statuses if p.status else None) or []
+            if s.name == entry.name and s.resource_claim_name is not None
+        }
+        if len(names) > 1:
+            message = (
+                f"{subject}: the virt-launcher pods name different claims for {entry.name!r} "
+                f"({', '.join(sorted(names))}); its keys are kept as they are"
+            )
+            problems.append(Problem(message, path=path))
+            out.append(_Claim(entry.name, path, None, template=True))
+            continue
+        name = next(iter(names), None)
+        if name is None:
+            message = (
+                f"{subject}: waiting for the claim generated for {entry.name!r} "
+                "(the virt-launcher pod's status.resourceClaimStatuses[])"
+            )
+            problems.append(Problem(message, path=path, severity=Severity.WARNING))
+        out.append(_Claim(entry.name, path, name, template=True))
+    return out
+
+
+def _old_uid(value: str) -> str | None:
+    return OnDisk.read(value.encode()).uid
+
+
+def _claim_streams(
+    claim: ResourceClaim,
+    inputs: Inputs,
+    old: Mapping[str, str],
+) -> dict[str, str]:
+    """Every stream of the claim, by key, with its generation over the stored value.
+
+    Raises:
+        SchemaError: the claim's metadata cannot be built (names, a device in no slice).
+    """
+    ident = claim_identity(claim)
+    directory = ident.pod_claim_name or ident.name
+    allocation = claim.status.allocation if claim.status else None
+    results = allocation.devices.results if allocation and allocation.devices else None
+    drivers = list(dict.fromkeys(r.driver for r in results or []))
+    out: dict[str, str] = {}
+    problems: list[Problem] = []
+    for driver in drivers:
+        for item in build_metadata(claim, inputs.slices.get(driver, ()), driver):
+            key = f"{directory}.{item.request}.{driver}{METADATA_SUFFIX}"
+            if len(key) > NAME_MAX or not _KEY.match(key):
+                message = (
+                    f"ConfigMap key {key!r} is not a valid key (at most {NAME_MAX} characters)"
+                )
+                problems.append(Problem(message, f"ResourceClaim/{ident.namespace}/{ident.name}"))
+                continue
+            before = old.get(key)
+            document = next_generation(item.document, before.encode() if before else None)
+            out[key] = encode_stream(document, DEVICE_METADATA).decode()
+    if problems:
+        raise SchemaError(problems)
+    return out
+
+
+def _streams(
+    inputs: Inputs, subject: str, old: Mapping[str, str], problems: list[Problem]
+) -> dict[str, str]:
+    namespace = inputs.vmi.metadata.namespace
+    data: dict[str, str] = {}
+    for ref in _resolve(inputs, subject, problems):
+        if ref.claim_name is None:
+            continue
+        claim = inputs.claims.get(ref.claim_name)
+        claim_what = f"ResourceClaim/{namespace}/{ref.claim_name}"
+        if claim is None:
+            message = f"{subject}: waiting for {claim_what} (not found)"
+            problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
+            continue
+        status = claim.status
+        if status is None or status.allocation is None:
+            message = f"{subject}: waiting for {claim_what} to be allocated"
+            problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
+            continue
+        annotation = (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
+        if ref.template and annotation != ref.entry:
+            message = (
+                f"{claim_what}: annotation {POD_CLAIM_NAME_ANNOTATION} is {annotation!r}, "
+                f"not the VMI's claim name {ref.entry!r}: the keys follow the claim"
+            )
+            problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
+        try:
+            streams = _claim_streams(claim, inputs, old)
+        except SchemaError as e:
+            problems.extend(e.problems)
+            uid = claim.metadata.uid
+            kept = {k: v for k, v in old.items() if k != HINTS_KEY and _old_uid(v) == uid}
+            if kept:
+                message = f"{claim_what}: its {len(kept)} stored key(s) are kept as they are"
+                problems.append(Problem(message, severity=Severity.WARNING))
+            streams = kept
+        for key, value in streams.items():
+            if key in data:
+                message = f"{claim_what}: key {key!r} is also another claim's; the first is kept"
+                problems.append(Problem(message, path=ref.path))
+                continue
+            data[key] = value
+    return data
+
+
+# --------------------------------------------------------------------------- hints
+
+
+def _hints_generation(document: GuestHints, old: str | None) -> GuestHints:
+    """The hints' generation over the stored stream: kept when unchanged, else + 1."""
+    generation, content = 0, None
+    if old is not None:
+        try:
+            before = decode_stream(old, GUEST_HINTS).document
+        except SchemaError:
+            generation = OnDisk.read(old.encode()).generation  # whatever its first object says
+        else:
+            generation = before.metadata.generation
+            content = _without_generation(before)
+    if content is None or content != _without_generation(document):
+        generation += 1
+    meta = document.metadata.model_copy(update={"generation": max(generation, 1)})
+    return document.model_copy(update={"metadata": meta})
+
+
+def _without_generation(document: GuestHints) -> dict[str, Any]:
+    body = document.to_json_dict()
+    body.get("metadata", {}).pop("generation", None)
+    return body
+
+
+# --------------------------------------------------------------------------- the object
+
+
+def _refuse(base: dict[str, Any], message: str, path: str = "") -> Rendered:
+    problem = Problem(message, path=path)
+    return Rendered(**base, verb=Verb.REFUSE, problems=(problem,))
+
+
+def _stored(existing: Mapping[str, Any], subject: str) -> ConfigMap:
+    value = {"apiVersion": "v1", "kind": "ConfigMap", **existing}
+    try:
+        return ConfigMap.model_validate(value, strict=True)
+    except ValidationError as e:
+        problem = Problem(
+            f"{subject}: the stored ConfigMap does not parse: {e.error_count()} errors"
+        )
+        raise SchemaError([problem]) from e
+
+
+def _vmi_refusal(vmi: VirtualMachineInstance, name: str) -> tuple[str, str] | None:
+    """Why no ConfigMap can be made for the VMI (message, field), if it cannot."""
+    subject = what(vmi)
+    if not vmi.metadata.namespace:
+        return f"{subject}: metadata.namespace is missing", "metadata.namespace"
+    if not vmi.metadata.uid:
+        return f"{subject}: metadata.uid is missing: nothing to own the ConfigMap", "metadata.uid"
+    if len(name) > NAME_MAX or len(vmi.metadata.name) > LABEL_VALUE_MAX:
+        message = (
+            f"{subject}: a name of {len(vmi.metadata.name)} characters makes no valid ConfigMap "
+            f"name {NAME_PREFIX}<name> (<= {NAME_MAX}) and label {VMI_LABEL} (<= {LABEL_VALUE_MAX})"
+        )
+        return message, "metadata.name"
+    if not _LABEL_VALUE.match(vmi.metadata.name):
+        return f"{subject}: the name is no label value", "metadata.name"
+    return None
+
+
+def _stored_refusal(stored: ConfigMap, subject: str) -> tuple[str, str] | None:
+    """Why the stored ConfigMap must not be touched, if it must not."""
+    if (stored.metadata.labels or {}).get(MANAGED_BY) != MANAGER:
+        message = (
+            f"{subject} exists and is not managed by {MANAGER} (label {MANAGED_BY}): left alone"
+        )
+        return message, f"metadata.labels[{MANAGED_BY!r}]"
+    if stored.immutable:
+        return f"{subject} is immutable: it cannot be updated", "immutable"
+    return None
+
+
+def _precheck(inputs: Inputs, base: dict[str, Any]) -> Rendered | ConfigMap | None:
+    """A decision made before rendering (refuse, leave alone), or the stored ConfigMap."""
+    vmi = inputs.vmi
+    refusal = _vmi_refusal(vmi, base["name"])
+    if refusal is not None:
+        return _refuse(base, *refusal)
+    stored: ConfigMap | None = None
+    if inputs.existing is not None:
+        subject = f"ConfigMap/{base['namespace']}/{base['name']}"
+        try:
+            stored = _stored(inputs.existing, subject)
+        except SchemaError as e:
+            return Rendered(**base, verb=Verb.REFUSE, problems=e.problems)
+        refusal = _stored_refusal(stored, subject)
+        if refusal is not None:
+            return _refuse(base, *refusal)
+    finished = vmi.status is not None and vmi.status.phase in _FINISHED
+    if vmi.metadata.deletion_timestamp is not None or finished:
+        message = f"{what(vmi)}: finished or deleting; its ConfigMap is left as it is"
+        note = Problem(message, severity=Severity.WARNING)
+        return Rendered(**base, verb=Verb.NONE, problems=(note,))
+    return stored
+
+
+def _data(inputs: Inputs, old: Mapping[str, str], problems: list[Problem]) -> dict[str, str]:
+    """Every key the ConfigMap should hold, sorted."""
+    data = _streams(inputs, what(inputs.vmi), old, problems)
+    hints, warnings = vmi_hints(inputs.vmi)
+    problems.extend(warnings)
+    hints = _hints_generation(hints, old.get(HINTS_KEY))
+    data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
+    return {k: data[k] for k in sorted(data)}
+
+
+def render(inputs: Inputs) -> Rendered:
+    """What to do with the VMI's ConfigMap (see the module docstring)."""
+    vmi = inputs.vmi
+    namespace = vmi.metadata.namespace or ""
+    name = configmap_name(vmi.metadata.name)
+    base: dict[str, Any] = {
+        "vmi": f"{namespace}/{vmi.metadata.name}",
+        "namespace": namespace,
+        "name": name,
+    }
+    if not uses_dra(vmi):
+        return Rendered(**base, verb=Verb.NONE)
+    checked = _precheck(inputs, base)
+    if isinstance(checked, Rendered):
+        return checked
+    stored = checked
+    old = dict(stored.data or {}) if stored is not None else {}
+    problems: list[Problem] = []
+    data = _data(inputs, old, problems)
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
+    if size > CONFIGMAP_BYTES_MAX:
+        message = (
+            f"{what(vmi)}: the bundle is {size} bytes, over a ConfigMap's {CONFIGMAP_BYTES_MAX}"
+        )
+        return Rendered(**base, verb=Verb.REFUSE, data=data, problems=(*problems, Problem(message)))
+    result = {**base, "data": data, "problems": tuple(problems)}
+    if inputs.existing is None or stored is None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels(vmi),
+                "ownerReferences": [owner_reference(vmi)],
+            },
+            "data": data,
+        }
+        return Rendered(**result, verb=Verb.CREATE, body=body)
+    return _update(inputs.existing, vmi, old, result, stored.metadata.resource_version)
+
+
+def _update(
+    existing: Mapping[str, Any],
+    vmi: VirtualMachineInstance,
+    old: Mapping[str, str],
+    result: dict[str, Any],
+    version: str | None,
+) -> Rendered:
+    """Nothing when the stored object already says it all; else the stored object, updated."""
+    data = result["data"]
+    meta = existing.get("metadata") or {}
+    current_labels = dict(meta.get("labels") or {})
+    same = (
+        old == data
+        and not existing.get("binaryData")
+        and all(current_labels.get(k) == v for k, v in labels(vmi).items())
+        and list(meta.get("ownerReferences") or []) == [owner_reference(vmi)]
+    )
+    if same:
+        return Rendered(**result, verb=Verb.NONE, resource_version=version)
+    body = copy.deepcopy(dict(existing))
+    body.update({"apiVersion": "v1", "kind": "ConfigMap", "data": data})
+    body.pop("binaryData", None)
+    body["metadata"] = {
+        **copy.deepcopy(dict(meta)),
+        "labels": {**current_labels, **labels(vmi)},
+        "ownerReferences": [owner_reference(vmi)],
+    }
+    return Rendered(**result, verb=Verb.UPDATE, body=body, resource_version=version)
+
+
+__all__ = [
+    "CONFIGMAP_BYTES_MAX",
+    "HINTS_KEY",
+    "MANAGED_BY",
+    "MANAGER",
+    "NAME_PREFIX",
+    "VMI_LABEL",
+    "Inputs",
+    "Rendered",
+    "Verb",
+    "configmap_name",
+    "labels",
+    "owner_reference",
+    "render",
+    "uses_dra",
+]

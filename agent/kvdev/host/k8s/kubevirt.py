@@ -1,0 +1,129 @@
+"""The parts of a KubeVirt ``VirtualMachineInstance`` (kubevirt.io/v1) that kvdev reads.
+
+Owns, from KubeVirt's API types (``staging/src/kubevirt.io/api/core/v1``): the VMI's claims
+(``spec.resourceClaims[]``, core/v1 PodResourceClaim), which device uses which claim request
+(``spec.networks[].resourceClaim``, ``spec.domain.devices.gpus[]`` / ``hostDevices[]`` with
+``claimName`` + ``requestName``), what the guest is told about an interface (``macAddress``,
+``pciAddress``, ``tag`` of ``spec.domain.devices.interfaces[]``), the shares
+(``spec.volumes[].configMap``, ``spec.domain.devices.filesystems[]``) and the node it runs on
+(``status.nodeName``). Every other field is ignored, as for every kvdev model.
+
+Values KubeVirt itself checks (MAC and PCI syntax) are kept as strings here: what kvdev cannot
+use costs only that value (see ``kvdev.host.controller.hints``), never the VMI.
+
+No I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from kvdev.host.k8s.common import ObjectMeta
+from kvdev.host.k8s.core import PodResourceClaim
+from kvdev.schema.base import Document, Model
+
+GROUP: Final = "kubevirt.io"
+API_VERSION: Final = f"{GROUP}/v1"
+KIND: Final = "VirtualMachineInstance"
+PLURAL: Final = "virtualmachineinstances"
+
+
+class ClaimRequest(Model):
+    """KubeVirt's ``ClaimRequest``: a VMI claim entry's name and one request of that claim."""
+
+    claim_name: str | None = None  # vmi.spec.resourceClaims[].name
+    request_name: str | None = None  # the claim's spec.devices.requests[].name
+
+
+class Network(Model):
+    """``spec.networks[]``: a DRA NIC has ``resourceClaim`` (pod and multus are not read)."""
+
+    name: str
+    resource_claim: ClaimRequest | None = None
+
+
+class Interface(Model):
+    """``spec.domain.devices.interfaces[]``: named like its network."""
+
+    name: str
+    mac_address: str | None = None
+    pci_address: str | None = None
+    tag: str | None = None
+
+
+class ClaimedDevice(Model):
+    """A ``gpus[]`` or ``hostDevices[]`` entry (``claimName``/``requestName`` inline)."""
+
+    name: str
+    device_name: str | None = None  # a device-plugin device: no claim
+    claim_name: str | None = None
+    request_name: str | None = None
+    tag: str | None = None
+
+
+class Filesystem(Model):
+    """``spec.domain.devices.filesystems[]``: a volume shared over virtiofs (tag = name)."""
+
+    name: str
+    virtiofs: dict[str, object] | None = None
+
+
+class Devices(Model):
+    """``spec.domain.devices``."""
+
+    interfaces: list[Interface] | None = None
+    gpus: list[ClaimedDevice] | None = None
+    host_devices: list[ClaimedDevice] | None = None
+    filesystems: list[Filesystem] | None = None
+
+
+class Domain(Model):
+    """``spec.domain``: only its devices."""
+
+    devices: Devices | None = None
+
+
+class ConfigMapVolumeSource(Model):
+    """``spec.volumes[].configMap``: KubeVirt's has no ``items`` (every key is a file)."""
+
+    name: str | None = None
+    optional: bool | None = None
+
+
+class Volume(Model):
+    """``spec.volumes[]``: only ConfigMap volumes are read."""
+
+    name: str
+    config_map: ConfigMapVolumeSource | None = None
+
+
+class VmiSpec(Model):
+    """The VMI spec fields kvdev reads."""
+
+    domain: Domain | None = None
+    networks: list[Network] | None = None
+    resource_claims: list[PodResourceClaim] | None = None
+    volumes: list[Volume] | None = None
+
+
+class VmiStatus(Model):
+    """``status``: the node the VMI runs on."""
+
+    node_name: str | None = None
+    phase: str | None = None
+
+
+class VirtualMachineInstance(Document):
+    """A KubeVirt VMI."""
+
+    api_version: Literal["kubevirt.io/v1"]
+    kind: Literal["VirtualMachineInstance"]
+    metadata: ObjectMeta
+    spec: VmiSpec
+    status: VmiStatus | None = None
+
+    @property
+    def devices(self) -> Devices:
+        """``spec.domain.devices``, empty when absent."""
+        domain = self.spec.domain
+        return domain.devices if domain is not None and domain.devices else Devices()

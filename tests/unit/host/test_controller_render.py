@@ -1,0 +1,368 @@
+"""kvdev-host controller's pure half: the ConfigMap contract, generations, hints, the index."""
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvdev.errors import Severity
+from kvdev.host import cli
+from kvdev.host.commands.controller import index_of_files
+from kvdev.host.controller.hints import vmi_hints
+from kvdev.host.controller.index import Index, Kind, parse
+from kvdev.host.controller.render import HINTS_KEY, Inputs, Verb, render
+from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.schema import GUEST_HINTS, decode_stream
+from kvdev.schema.stream import DEVICE_METADATA
+
+REPO = Path(__file__).resolve().parents[3]
+HOST = REPO / "packaging" / "examples" / "host"
+TREE = REPO / "packaging" / "examples" / "dra-device-attributes"
+FILES = [str(HOST / "claims.yaml"), str(HOST / "slices.yaml"), str(HOST / "vmi.yaml")]
+VMI_UID = "3e0c7a9b-6d1f-4b8e-a2c4-9f5d7e1b3a60"
+KEY = ("vms", "vm1")
+F_ARGS = [a for f in FILES for a in ("-f", f)]
+
+
+def docs():
+    out = []
+    for f in FILES:
+        for d in yaml.safe_load_all(Path(f).read_text()):
+            out.extend(d["items"] if d.get("kind") == "List" else [d])
+    return out
+
+
+def index_of(objects):
+    index = Index()
+    kinds = {
+        "VirtualMachineInstance": Kind.VMI,
+        "Pod": Kind.POD,
+        "ResourceClaim": Kind.CLAIM,
+        "ResourceSlice": Kind.SLICE,
+        "ConfigMap": Kind.CONFIGMAP,
+    }
+    for kind in Kind:
+        index.replace(kind, [parse(kind, o) for o in objects if kinds[o["kind"]] is kind])
+    return index
+
+
+def rendered(objects):
+    inputs = index_of(objects).inputs(KEY)
+    assert inputs is not None
+    return render(inputs)
+
+
+def stored_from(result, resource_version="1"):
+    body = copy.deepcopy(result.body)
+    body["metadata"]["resourceVersion"] = resource_version
+    body["metadata"]["uid"] = "cccccccc-0000-4000-8000-000000000001"
+    return body
+
+
+def by_kind(objects, kind, name):
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def test_every_stream_is_the_host_writers_bytes_under_the_contract_key():
+    result = rendered(docs())
+    assert result.verb is Verb.CREATE
+    expected = {}
+    for path in TREE.rglob("*-metadata.json"):
+        _, directory, request, filename = path.relative_to(TREE).parts
+        # the example's dranet file was updated once (deferred network data): generation 2
+        text = path.read_text().replace('"generation": 2', '"generation": 1')
+        expected[f"{directory}.{request}.{filename}"] = text
+    streams = {k: v for k, v in result.data.items() if k != HINTS_KEY}
+    assert streams == expected
+    assert set(streams) == {
+        "vm1-devices.nic-1.sriov.example.com-metadata.json",
+        "vm1-devices.nic-2.sriov.example.com-metadata.json",
+        "vm1-devices.gpu.gpu.nvidia.com-metadata.json",
+        "fast-nic.nic.dra.net-metadata.json",
+    }
+    assert result.problems == ()
+
+
+def test_the_object_is_owned_by_the_vmi_and_labelled():
+    body = rendered(docs()).body
+    assert body["metadata"] == {
+        "name": "kvdev-vm1",
+        "namespace": "vms",
+        "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller", "kvdev.io/vmi": "vm1"},
+        "ownerReferences": [
+            {
+                "apiVersion": "kubevirt.io/v1",
+                "kind": "VirtualMachineInstance",
+                "name": "vm1",
+                "uid": VMI_UID,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    assert (body["apiVersion"], body["kind"]) == ("v1", "ConfigMap")
+
+
+def test_hints_come_from_the_vmi_spec():
+    data = rendered(docs()).data
+    hints = decode_stream(data[HINTS_KEY], GUEST_HINTS).document
+    assert hints.metadata.generation == 1
+    assert hints.metadata.name == "vm1"
+    assert [h.to_json_dict() for h in hints.devices] == [
+        {
+            "claim": {"resourceClaimName": "vm1-devices"},
+            "request": "nic-1",
+            "guest": {
+                "pciAddress": "0000:07:00.0",
+                "tag": "dra:vm1-devices/nic-1/0",
+                "macAddress": "02:00:00:3b:02:01",
+            },
+        },
+        {
+            "claim": {"resourceClaimName": "vm1-devices"},
+            "request": "nic-2",
+            "guest": {
+                "pciAddress": "0000:08:00.0",
+                "tag": "dra:vm1-devices/nic-2/0",
+                "macAddress": "02:00:00:3b:02:02",
+            },
+        },
+        {
+            "claim": {"podClaimName": "fast-nic"},
+            "request": "nic",
+            "guest": {"pciAddress": "0000:0a:00.0", "tag": "dra:fast-nic/nic/0"},
+        },
+        {
+            "claim": {"resourceClaimName": "vm1-devices"},
+            "request": "gpu",
+            "guest": {"tag": "dra:vm1-devices/gpu/0"},
+        },
+    ]
+
+
+def test_a_value_kvdev_cannot_use_costs_only_itself():
+    vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
+    vmi["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = "not-a-mac"
+    vmi["spec"]["domain"]["devices"]["gpus"][0]["claimName"] = "nope"
+    hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
+    first = hints.devices[0].to_json_dict()["guest"]
+    assert first == {"pciAddress": "0000:07:00.0", "tag": "dra:vm1-devices/nic-1/0"}
+    assert [w.path for w in warnings] == [
+        "spec.domain.devices.interfaces[1].macAddress",
+        "spec.domain.devices.gpus[0]",
+    ]
+    assert all(w.severity is Severity.WARNING for w in warnings)
+    assert "VirtualMachineInstance/vms/vm1" in warnings[0].message
+    assert len(hints.devices) == 3  # no GPU hint
+
+
+def test_nothing_changed_means_no_write():
+    objects = docs()
+    first = rendered(objects)
+    again = rendered([*objects, stored_from(first)])
+    assert again.verb is Verb.NONE
+    assert again.body is None
+    assert again.data == first.data
+
+
+def test_a_changed_claim_status_bumps_only_its_streams_generation():
+    objects = docs()
+    first = rendered(objects)
+    claim = by_kind(objects, "ResourceClaim", "vm1-devices")
+    claim["status"]["devices"][0]["networkData"]["ips"] = ["10.1.0.99/24"]
+    result = rendered([*objects, stored_from(first)])
+    assert result.verb is Verb.UPDATE
+    assert result.resource_version == "1"
+    changed = {k for k in first.data if first.data[k] != result.data[k]}
+    assert changed == {"vm1-devices.nic-1.sriov.example.com-metadata.json"}
+    doc = decode_stream(result.data[next(iter(changed))], DEVICE_METADATA).document
+    assert doc.generation == 2
+    assert doc.requests[0].devices[0].network_data.ips == ["10.1.0.99/24"]
+    gens = {
+        k: decode_stream(v, DEVICE_METADATA).document.generation
+        for k, v in result.data.items()
+        if k != HINTS_KEY
+    }
+    assert sorted(gens.values()) == [1, 1, 1, 2]
+    # the update keeps the stored object's identity and what others put on it
+    assert result.body["metadata"]["resourceVersion"] == "1"
+    assert result.body["metadata"]["uid"] == "cccccccc-0000-4000-8000-000000000001"
+
+
+def test_a_recreated_claim_restarts_at_generation_1_and_hints_keep_theirs():
+    objects = docs()
+    first = rendered(objects)
+    stored = stored_from(first)
+    key = "vm1-devices.nic-1.sriov.example.com-metadata.json"
+    doc = json.loads(stored["data"][key].split("\n}\n")[0] + "\n}")
+    doc["metadata"]["generation"] = 7
+    stored["data"][key] = stored["data"][key].replace('"generation": 1', '"generation": 7')
+    claim = by_kind(objects, "ResourceClaim", "vm1-devices")
+    claim["metadata"]["uid"] = "8c1d2f55-2a0e-4c8e-9e1b-000000000002"
+    result = rendered([*objects, stored])
+    assert decode_stream(result.data[key], DEVICE_METADATA).document.generation == 1
+    hints = decode_stream(result.data[HINTS_KEY], GUEST_HINTS).document
+    assert hints.metadata.generation == 1  # same content: kept
+
+
+def test_changed_hints_take_the_next_generation():
+    objects = docs()
+    stored = stored_from(rendered(objects))
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    vmi["spec"]["domain"]["devices"]["gpus"][0]["tag"] = "gpu-a"
+    result = rendered([*objects, stored])
+    hints = decode_stream(result.data[HINTS_KEY], GUEST_HINTS).document
+    assert hints.metadata.generation == 2
+    assert [k for k in result.data if result.data[k] != stored["data"][k]] == [HINTS_KEY]
+
+
+def test_a_configmap_kvdev_does_not_manage_is_left_alone():
+    objects = docs()
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kvdev-vm1", "namespace": "vms", "resourceVersion": "3"},
+        "data": {"x": "y"},
+    }
+    result = rendered([*objects, foreign])
+    assert result.verb is Verb.REFUSE
+    assert result.body is None
+    assert "not managed by kvdev-host-controller" in result.errors[0].message
+
+
+def test_waiting_claims_give_hints_only_and_say_why():
+    objects = docs()
+    by_kind(objects, "ResourceClaim", "vm1-devices")["status"] = {}
+    pod = by_kind(objects, "Pod", "virt-launcher-vm1-abcde")
+    pod["status"]["resourceClaimStatuses"] = []
+    result = rendered(objects)
+    assert result.verb is Verb.CREATE
+    assert list(result.data) == [HINTS_KEY]
+    messages = [p.message for p in result.problems]
+    assert any("waiting for ResourceClaim/vms/vm1-devices to be allocated" in m for m in messages)
+    assert any("waiting for the claim generated for 'fast-nic'" in m for m in messages)
+    assert not result.errors
+
+
+def test_a_claim_that_cannot_be_built_keeps_its_stored_keys():
+    objects = docs()
+    stored = stored_from(rendered(objects))
+    gpu_slice = by_kind(objects, "ResourceSlice", "node-a-gpu.nvidia.com-k2")
+    gpu_slice["spec"]["devices"] = []
+    claim = by_kind(objects, "ResourceClaim", "vm1-devices")
+    claim["status"]["devices"][0]["networkData"]["ips"] = ["10.1.0.99/24"]
+    result = rendered([*objects, stored])
+    assert result.verb is Verb.NONE  # vm1-devices' keys kept as stored: nothing to write
+    assert result.data == stored["data"]
+    assert "gpu-vfio-0 is in none of the ResourceSlices" in result.errors[0].message
+    assert result.errors[0].path == "status.allocation.devices.results[2]"
+
+
+def test_a_vmi_without_dra_gets_nothing_and_a_finished_one_is_left_alone():
+    objects = docs()
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    plain = copy.deepcopy(vmi)
+    del plain["spec"]["resourceClaims"]
+    assert rendered([o for o in objects if o is not vmi] + [plain]).verb is Verb.NONE
+    vmi["status"]["phase"] = "Succeeded"
+    assert rendered(objects).verb is Verb.NONE
+
+
+def test_a_vmi_name_too_long_for_the_label_is_refused_by_name():
+    objects = docs()
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    vmi["metadata"]["name"] = "v" * 64
+    index = index_of(objects)
+    result = render(index.inputs(("vms", "v" * 64)))
+    assert result.verb is Verb.REFUSE
+    assert result.errors[0].path == "metadata.name"
+
+
+def test_the_index_routes_each_change_to_the_vmi_it_concerns():
+    objects = docs()
+    index = index_of(objects)
+    assert index.vmis() == [KEY]
+
+    def changed(kind, name, mutate):
+        obj = copy.deepcopy(by_kind(objects, kind.kind, name))
+        mutate(obj)
+        return index.upsert(kind, parse(kind, obj))
+
+    def bump(obj):
+        obj["metadata"]["resourceVersion"] = "99"
+
+    assert changed(Kind.CLAIM, "vm1-devices", bump) == {KEY}
+    assert changed(Kind.CLAIM, "virt-launcher-vm1-fast-nic-q7w2x", bump) == {KEY}
+    assert changed(Kind.SLICE, "node-a-dra.net-p9", bump) == {KEY}
+    assert changed(Kind.POD, "virt-launcher-vm1-abcde", bump) == {KEY}
+    assert changed(Kind.VMI, "vm1", bump) == {KEY}
+    other = copy.deepcopy(by_kind(objects, "ResourceSlice", "node-a-dra.net-p9"))
+    other["metadata"]["name"] = "node-b"
+    other["spec"]["pool"]["name"] = "node-b"
+    assert index.upsert(Kind.SLICE, parse(Kind.SLICE, other)) == set()
+    # a re-list of the same versions concerns nobody
+    unchanged = index.replace(Kind.CLAIM, [index.get(Kind.CLAIM, ("vms", "vm1-devices"))])
+    assert unchanged == {KEY}  # the other claim is gone from the list: its VMI is concerned
+    assert index.replace(Kind.CLAIM, [index.get(Kind.CLAIM, ("vms", "vm1-devices"))]) == set()
+
+
+def test_once_prints_yaml_that_round_trips_to_the_same_bytes(capsys):
+    assert cli.main(["controller", "--once", *F_ARGS]) == 0
+    captured = capsys.readouterr()
+    printed = yaml.safe_load(captured.out)
+    expected = render(index_of_files(FILES, io.StringIO()).inputs(KEY))
+    assert printed == expected.body
+    assert captured.err == (
+        "kvdev-host controller: vms/vm1: create ConfigMap vms/kvdev-vm1 "
+        "(4 stream(s) + guest-hints.json)\n"
+    )
+    assert "  guest-hints.json: |\n" in captured.out
+
+
+def test_once_json_is_a_list_and_errors_exit_1(tmp_path, capsys):
+    args = ["controller", "--once", *F_ARGS, "-o", "json"]
+    assert cli.main(args) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["kvdev-vm1"]
+    foreign = tmp_path / "cm.yaml"
+    foreign.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kvdev-vm1, namespace: vms}\n"
+    )
+    assert cli.main([*args, "-f", str(foreign)]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["items"] == []
+    assert "refused" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["controller", "--once"], "--once needs -f FILE"),
+        (["controller", "-f", "x.yaml"], "-f needs --once"),
+    ],
+)
+def test_usage_errors_exit_2(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_invalid_input_names_the_object_and_field(tmp_path, capsys):
+    bad = tmp_path / "vmi.yaml"
+    bad.write_text(
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\n"
+        "metadata: {name: vm1, namespace: vms}\nspec: {networks: [{name: 3}]}\n"
+    )
+    assert cli.main(["controller", "--once", "-f", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "VirtualMachineInstance/vms/vm1" in err
+    assert "spec.networks[0].name" in err
+
+
+def test_inputs_defaults_are_empty():
+    vmi = VirtualMachineInstance.model_validate(by_kind(docs(), "VirtualMachineInstance", "vm1"))
+    result = render(Inputs(vmi=vmi))
+    assert result.verb is Verb.CREATE
+    assert list(result.data) == [HINTS_KEY]
