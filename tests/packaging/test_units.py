@@ -162,3 +162,48 @@ def test_tmpfiles_creates_the_link_directory(tmp_path):
     made = tmp_path / str(AgentConfig().link_dir).lstrip("/")
     assert made.is_dir()
     assert made.stat().st_mode & 0o777 == 0o755
+
+
+# Settings that run a unit in a mount namespace of its own (systemd.exec(5), "sandboxing"):
+# a mount made there never reaches the agent.
+MOUNT_NAMESPACE_SETTINGS = frozenset(
+    {
+        "PrivateTmp",
+        "PrivateDevices",
+        "PrivateMounts",
+        "ProtectHome",
+        "ProtectSystem",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "ProtectControlGroups",
+        "ProtectProc",
+        "ProcSubset",
+        "ReadOnlyPaths",
+        "ReadWritePaths",
+        "InaccessiblePaths",
+        "TemporaryFileSystem",
+        "BindPaths",
+        "BindReadOnlyPaths",
+        "RootDirectory",
+        "RootImage",
+        "MountFlags",
+        "PrivateNetwork",
+        "NetworkNamespacePath",
+        "RuntimeDirectory",
+        "StateDirectory",
+        "MountAPIVFS",
+    }
+)
+
+
+def test_the_share_unit_mounts_in_the_system_namespace_before_the_agent():
+    share = settings(SHARE)
+    assert not MOUNT_NAMESPACE_SETTINGS & share.keys(), (
+        "the mount would stay in a private namespace"
+    )
+    assert "kvdev-agent.service" in words(share["Before"])
+    agent = settings(SERVICE)
+    assert "kvdev-metadata-share.service" in words(agent["Wants"])
+    assert "kvdev-metadata-share.service" in words(agent["After"])
+    assert "[Install]" not in SHARE.read_text().splitlines()  # static: the agent wants it
