@@ -413,3 +413,19 @@ def test_a_deleted_configmap_is_made_again_and_lists_are_paged(double, tmp_path)
     assert double.count("POST", "/configmaps") == 2
     slices = double.count("GET", "/resourceslices", watch=False)
     assert slices >= 3  # three slices, one per page
+
+
+def test_an_object_that_does_not_parse_is_skipped_and_the_last_good_one_kept(double, api, caplog):
+    with Running(api, resync=3600) as controller:
+        until(lambda: configmap(double) is not None and controller.idle.is_set(), "first sync")
+        good = controller.index.get(Kind.VMI, ("vms", "vm1")).version
+        vmi = double.get("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1")
+        broken = copy.deepcopy(vmi)
+        broken["spec"]["networks"][1]["name"] = 3
+        double.put(broken)
+        until(lambda: "spec.networks[1].name" in caplog.text, "the bad field reported")
+        assert controller.index.get(Kind.VMI, ("vms", "vm1")).version == good
+        vmi["spec"]["domain"]["devices"]["gpus"][0]["tag"] = "gpu-a"
+        double.put(vmi)
+        until(lambda: '"tag":"gpu-a"' in configmap(double)["data"]["guest-hints.json"], "fixed")
+    assert "VirtualMachineInstance/vms/vm1" in caplog.text
