@@ -119,8 +119,8 @@ class Reflector:
         version = ""
         while True:
             page = self.api.list_page(self.kind, limit=self.page_size, token=token)
-            if token is None or page.resource_version:
-                version = page.resource_version or version
+            if token is None:  # every page of one list is one snapshot: the first one's version
+                version = page.resource_version
             items.extend(s for s in (self._parse(i) for i in page.items) if s is not None)
             token = page.token
             if token is None:
