@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeletlab import publish
 from kvdev.guest.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,3 +158,22 @@ def test_other_entry_points_answer_version(script):
     done = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert done.stdout.startswith(script + " ")
+
+
+def test_a_configmap_volume_is_checked_key_by_key_as_the_agent_reads_it(tmp_path):
+    """The guest's view of a VMI's kvdev ConfigMap: flat keys, ``..data``, role by content."""
+    volume = tmp_path / "volume"
+    streams = sorted(TREE.rglob("*.json"))
+    publish(volume, {f"key-{i}.json": p.read_bytes() for i, p in enumerate(streams)})
+    done = run("metadata", "validate", "--json", str(volume))
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    kinds = sorted(f["role"] for f in report["files"])
+    assert kinds == sorted(["GuestHints"] + ["DeviceMetadata"] * (len(streams) - 1))
+    assert {Path(f["path"]).parent for f in report["files"]} == {volume}  # keys, not versions
+
+    publish(volume, {"key-0.json": b'{"kind": "DeviceMetadata", "apiVersion": '})
+    broken = run("metadata", "validate", str(volume))
+    assert broken.returncode == 2, broken.stdout
+    assert f"{volume}/key-0.json" in broken.stdout
+    assert "1 file(s): 0 valid, 1 invalid" in broken.stdout

@@ -155,8 +155,15 @@ def _load(
 
 
 def read_path(path: Path, settle: Settle = SETTLE) -> Iterator[RawFile]:
-    """Read a file, or every file of a directory tree, as given on a command line."""
+    """Read a file, or every file of a directory tree, as given on a command line.
+
+    A directory that is a ConfigMap volume is read as the agent reads one (its keys, of the
+    version in force), not as a tree of paths.
+    """
     if path.is_dir():
+        if (path / CONFIGMAP_DATA).is_symlink():
+            yield from read_sources(path, settle=settle)[0]
+            return
         yield from read_tree(path, settle=settle)
         return
     relpath = _anchored_relpath(path)
