@@ -114,14 +114,22 @@ def _attr(device: pyudev.Device, name: str) -> str | None:
 
 
 def _nic(device: pyudev.Device) -> Nic | None:
-    """The network interface, or None when it vanished (``ifindex``, read last, is gone)."""
+    """The network interface, or None when it vanished while being read.
+
+    Every net device has an ``address`` file (empty, or an IPv4 address for some tunnels), so
+    one that cannot be read means the link is gone, also when a link of the same name (a new
+    one, the same sysfs path) answers the ``ifindex`` read after it. The udev event of the
+    change wakes the next pass, which sees what is there then.
+    """
     name: str = device.sys_name
-    mac = _mac(_attr(device, "address"))
+    address = _attr(device, "address")
+    if address is None:
+        return None
     try:
         ifindex = int(_attr(device, "ifindex") or "")
     except ValueError:
         return None
-    return Nic(ifname=name, ifindex=ifindex, mac=mac)
+    return Nic(ifname=name, ifindex=ifindex, mac=_mac(address))
 
 
 @dataclass
