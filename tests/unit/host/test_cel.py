@@ -29,8 +29,8 @@ GPU = "gpu.example.com"
 NIC = "nic.example.com"
 
 
-def view(driver: str, spec: dict[str, Any], *, consumable_capacity: bool = True) -> DeviceView:
-    return device_view(driver, Device.model_validate(spec), consumable_capacity=consumable_capacity)
+def view(driver: str, spec: dict[str, Any]) -> DeviceView:
+    return device_view(driver, Device.model_validate(spec))
 
 
 A100 = {
@@ -80,10 +80,10 @@ def test_device_view_files_unqualified_names_under_the_driver_domain(a100: Devic
     assert a100.allow_multiple_allocations is False
 
 
-def test_device_view_allow_multiple_allocations_follows_the_gate() -> None:
+def test_device_view_allow_multiple_allocations_is_the_device_flag() -> None:
+    """Class B: always defined, false when unset, whatever DRAConsumableCapacity says."""
     shared = {"name": "nic-0", "allowMultipleAllocations": True}
     assert view(NIC, shared).allow_multiple_allocations is True
-    assert view(NIC, shared, consumable_capacity=False).allow_multiple_allocations is None
     assert view(NIC, BARE).allow_multiple_allocations is False
 
 
@@ -202,11 +202,11 @@ def test_allow_multiple_allocations_on_a_shared_device() -> None:
     assert matches("device.allowMultipleAllocations", nic)
 
 
-def test_allow_multiple_allocations_is_absent_without_the_gate() -> None:
-    nic = view(NIC, {"name": "nic-0", "allowMultipleAllocations": True}, consumable_capacity=False)
-    assert not matches("has(device.allowMultipleAllocations)", nic)
-    with pytest.raises(CelRuntimeError, match="no such key"):
-        matches("device.allowMultipleAllocations", nic)
+def test_allow_multiple_allocations_is_defined_on_every_device() -> None:
+    """Class B: the scheduler defines the field on every device (false when unset)."""
+    bare = view(NIC, BARE)
+    assert matches("has(device.allowMultipleAllocations)", bare)
+    assert not matches("device.allowMultipleAllocations", bare)
 
 
 # --------------------------------------------------------------------------- domains

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from kvdev.errors import KvdevError, SchemaError
 from kvdev.host.allocation.extended import status_for
+from kvdev.host.commands.allocate import add_filter_timeout_argument, filter_clock
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -101,6 +102,7 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="evaluate CEL selectors afresh for every node checked (for comparison)",
     )
+    add_filter_timeout_argument(sub)
     sub.set_defaults(run=_run)
 
 
@@ -183,12 +185,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary_only=args.summary_only,
         feature_gates=args.feature_gates,
         selector_cache=not args.no_selector_cache,
+        filter_timeout=args.filter_timeout,
         out=out,
         err=err,
     )
 
 
-def run_schedule(
+def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
     *,
     files: Sequence[str],
     output: str,
@@ -197,9 +200,11 @@ def run_schedule(
     selector_cache: bool,
     out: TextIO,
     err: TextIO,
+    filter_timeout: str = "10s",
 ) -> int:
     """``kvdev-host schedule``; returns the exit status."""
     try:
+        clock = filter_clock(filter_timeout)
         features = parse_feature_gates(feature_gates)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -213,7 +218,13 @@ def run_schedule(
         return EXIT_INVALID
     progress = _Bar(err) if err.isatty() else None
     start = time.perf_counter()
-    result = schedule(objects, features=features, selector_cache=selector_cache, progress=progress)
+    result = schedule(
+        objects,
+        features=features,
+        selector_cache=selector_cache,
+        progress=progress,
+        clock=clock,
+    )
     seconds = time.perf_counter() - start
     if not summary_only:
         objs = [_pod_output(p) for p in result.placed]

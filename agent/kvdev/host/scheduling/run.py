@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kvdev.host.allocation.allocator import Clock
 from kvdev.host.allocation.cluster import apply_taint_rules
 from kvdev.host.allocation.extended import SpecialClaim, class_mapping
 from kvdev.host.allocation.features import Features
@@ -101,6 +102,7 @@ class _Scheduler:
         *,
         selector_cache: bool,
         filter_cache: bool,
+        clock: Clock | None,
     ) -> None:
         objs = list(objects)
         classes = [o for o in objs if isinstance(o, DeviceClass)]
@@ -123,6 +125,7 @@ class _Scheduler:
             features,
             selector_cache=selector_cache,
             filter_cache=filter_cache,
+            clock=clock,
         )
         for claim in self.book.claims.values():
             alloc = claim.status.allocation if claim.status else None
@@ -247,16 +250,19 @@ def schedule(
     selector_cache: bool = True,
     filter_cache: bool = True,
     progress: Progress | None = None,
+    clock: Clock | None = None,
 ) -> ScheduleResult:
     """Place every Pod of ``objects`` without ``spec.nodeName``, in input order.
 
     ``selector_cache``: share CEL selector results across allocator runs (off: each node
     check evaluates afresh, for comparison). ``filter_cache``: remember node rejections
     while the node is unchanged (``nodefilter``). ``progress(done, total)`` after each pod.
+    ``clock``: the filter timeout of each node's allocation (none: no limit).
     """
     return _Scheduler(
         objects,
         features or Features(),
         selector_cache=selector_cache,
         filter_cache=filter_cache,
+        clock=clock,
     ).run(progress)

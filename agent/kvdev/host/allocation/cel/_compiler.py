@@ -16,7 +16,7 @@ from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
 from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
 from kvdev.host.allocation.cel._functions import FUNCTIONS
 from kvdev.host.allocation.cel._tokens import matching_brackets, tokenize, top_level_commas
-from kvdev.host.allocation.cel._values import type_name
+from kvdev.host.allocation.cel._values import as_quantity, as_semver, type_name
 
 if TYPE_CHECKING:
     from kvdev.host.allocation.cel._view import DeviceView
@@ -105,13 +105,7 @@ class Selector:
         """The static worst-case cost estimate (compared with :data:`COST_LIMIT`)."""
         return self._analysis.cost
 
-    def matches(self, device: DeviceView) -> bool:
-        """Evaluate the selector against one device.
-
-        Raises:
-            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
-            CelRuntimeError: evaluation failed or did not produce a bool.
-        """
+    def _execute(self, device: DeviceView) -> object:
         if self._analysis.cost > COST_LIMIT:
             raise CelCostLimitError(
                 f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
@@ -119,15 +113,44 @@ class Selector:
             )
         try:
             ctx = device.context(self._analysis.domains)
-            result = self._program.execute(ctx)
+            return self._program.execute(ctx)
         except Exception as exc:  # whatever the library raises is an evaluation failure
             raise CelRuntimeError(_runtime_message(self.expression, exc)) from exc
+
+    def value(self, device: DeviceView) -> object:
+        """Evaluate to whatever the expression yields (module docstring of the package).
+
+        Raises:
+            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
+            CelRuntimeError: evaluation failed.
+        """
+        return _native(self._execute(device))
+
+    def matches(self, device: DeviceView) -> bool:
+        """Evaluate the selector against one device.
+
+        Raises:
+            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
+            CelRuntimeError: evaluation failed or did not produce a bool.
+        """
+        result = self._execute(device)
         if not isinstance(result, bool):
             raise CelRuntimeError(
                 f"CEL runtime error: {_quote(self.expression)}: expression must evaluate to bool, "
                 f"got {type_name(result)}"
             )
         return result
+
+
+def _native(v: object) -> object:
+    """A CEL result with the tagged version and quantity strings as Python values."""
+    if isinstance(v, list | tuple):
+        return [_native(x) for x in v]
+    semver = as_semver(v)
+    if semver is not None:
+        return semver
+    amount = as_quantity(v)
+    return v if amount is None else amount
 
 
 def _quote(expression: str, limit: int = 200) -> str:

@@ -28,14 +28,14 @@ class DeviceView:
         attributes: domain -> id -> value: ``int``, ``bool``, ``str``, :class:`Semver`, or a
             list of one of these.
         capacity: domain -> id -> quantity string.
-        allow_multiple_allocations: None when DRAConsumableCapacity is off (the field is
-            absent from the CEL object).
+        allow_multiple_allocations: the device's flag, false when unset (always present in
+            the CEL object, whatever DRAConsumableCapacity says, as the scheduler has it).
     """
 
     driver: str
     attributes: Mapping[str, Mapping[str, object]]
     capacity: Mapping[str, Mapping[str, str]]
-    allow_multiple_allocations: bool | None
+    allow_multiple_allocations: bool
     # Converted CEL contexts, one per set of extra (empty) domains a selector needs.
     _contexts: dict[frozenset[str], cel.Context] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
@@ -73,8 +73,7 @@ class DeviceView:
             "attributes": attrs,
             "capacity": caps,
         }
-        if self.allow_multiple_allocations is not None:
-            device["allowMultipleAllocations"] = self.allow_multiple_allocations
+        device["allowMultipleAllocations"] = self.allow_multiple_allocations
         return device
 
 
@@ -91,7 +90,7 @@ def _split_name(driver: str, name: str) -> tuple[str, str]:
     return (domain, ident) if sep else (driver, name)
 
 
-def device_view(driver: str, device: Device, *, consumable_capacity: bool = True) -> DeviceView:
+def device_view(driver: str, device: Device) -> DeviceView:
     """Build the CEL view of a ResourceSlice device published by ``driver``.
 
     Unqualified attribute and capacity names go under the driver's domain (``model`` on
@@ -116,7 +115,5 @@ def device_view(driver: str, device: Device, *, consumable_capacity: bool = True
         driver=driver,
         attributes=attributes,
         capacity=capacity,
-        allow_multiple_allocations=(
-            bool(device.allow_multiple_allocations) if consumable_capacity else None
-        ),
+        allow_multiple_allocations=bool(device.allow_multiple_allocations),
     )

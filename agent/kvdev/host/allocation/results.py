@@ -1,0 +1,200 @@
+"""Search picks as ``ResourceClaim.status.allocation``, the way upstream writes them.
+
+Owns, per claim: the device results (request or ``request/subrequest``, adminAccess, the
+request's tolerations as written, whatever the taint gate says (class J), shareID and
+consumedCapacity for multi-allocatable devices, binding conditions copied from the device),
+the configuration (each class's config once, for the requests using the class, then the
+claim's config entries naming a request or the chosen subrequest; an entry whose requests
+cover every request of the claim, class config included, gets ``requests`` cleared, class A),
+the node selector (the node's name when a device is node-local or binds to the node, else
+one term merging the slices' or per-device selectors), and kvdev's KEP-5963
+compatibilityGroups.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from kvdev.host.allocation.features import Features
+from kvdev.host.allocation.groups import GroupKey
+from kvdev.host.allocation.plans import ClaimPlan, Slot
+from kvdev.host.allocation.pools import NodeLike
+from kvdev.host.allocation.search import Pick
+from kvdev.host.k8s.claim import AllocationResult
+from kvdev.host.k8s.common import NodeSelectorRequirement
+
+_SHARE_NAMESPACE = uuid.UUID("6f1d2a9e-4c1b-5b7e-9a55-2f0c3e8d7b10")
+
+
+def quantity(value: Fraction) -> str:
+    """An exact amount as a Kubernetes quantity string."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    nano = value * 10**9
+    return f"{nano.numerator // nano.denominator}n"
+
+
+def _device(plan: ClaimPlan, index: int, pick: Pick, features: Features) -> dict[str, Any]:
+    alt, candidate = pick.request, pick.candidate
+    driver, pool, device = candidate.id
+    out: dict[str, Any] = {"request": alt.name, "driver": driver, "pool": pool, "device": device}
+    if alt.admin:
+        out["adminAccess"] = True
+    if alt.tolerations:
+        out["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in alt.tolerations
+        ]
+    dev = candidate.device
+    if features.DRADeviceBindingConditions:
+        if dev.binding_conditions:
+            out["bindingConditions"] = list(dev.binding_conditions)
+        if dev.binding_failure_conditions:
+            out["bindingFailureConditions"] = list(dev.binding_failure_conditions)
+    if pick.shared:
+        claim = plan.claim.metadata
+        name = f"{claim.namespace}/{claim.name}/{alt.name}/{'/'.join(candidate.id)}/{index}"
+        out["shareID"] = str(uuid.uuid5(_SHARE_NAMESPACE, name))
+        if pick.consumed:
+            out["consumedCapacity"] = {k: quantity(v) for k, v in pick.consumed.items()}
+    return out
+
+
+def _merge(target: list[dict[str, Any]], reqs: Sequence[NodeSelectorRequirement] | None) -> None:
+    for req in reqs or []:
+        dumped = req.model_dump(by_alias=True, exclude_none=True)
+        if not any(
+            d["key"] == dumped["key"]
+            and d["operator"] == dumped["operator"]
+            and set(d.get("values") or []) == set(dumped.get("values") or [])
+            for d in target
+        ):
+            target.append(dumped)
+
+
+def node_selector(picks: Sequence[Pick], node: NodeLike) -> dict[str, Any] | None:
+    """The allocation's node selector, or None when the devices are available everywhere."""
+    expressions: list[dict[str, Any]] = []
+    fields_: list[dict[str, Any]] = []
+    for pick in picks:
+        dev = pick.candidate.device
+        spec = pick.candidate.slice.spec
+        if spec.per_device_node_selection:
+            name, selector = dev.node_name, dev.node_selector
+        else:
+            name, selector = spec.node_name, spec.node_selector
+        if name is not None or dev.binds_to_node:
+            names = {"key": "metadata.name", "operator": "In", "values": [node.name]}
+            return {"nodeSelectorTerms": [{"matchFields": [names]}]}
+        if selector is not None and len(selector.node_selector_terms) == 1:
+            term = selector.node_selector_terms[0]
+            _merge(fields_, term.match_fields)
+            _merge(expressions, term.match_expressions)
+    if not expressions and not fields_:
+        return None
+    term_out: dict[str, Any] = {}
+    if expressions:
+        term_out["matchExpressions"] = expressions
+    if fields_:
+        term_out["matchFields"] = fields_
+    return {"nodeSelectorTerms": [term_out]}
+
+
+def _chosen(slot: Slot) -> str:
+    return slot.alternatives[slot.selected if slot.first_available else 0].name
+
+
+def _covers(requests: Sequence[str], slot: Slot) -> bool:
+    return slot.name in requests or (slot.first_available and _chosen(slot) in requests)
+
+
+def config(plan: ClaimPlan) -> list[dict[str, Any]]:
+    """``status.allocation.devices.config`` (module docstring)."""
+    out = [*_class_config(plan), *_claim_config(plan)]
+    for entry in out:
+        if entry["requests"] and all(_covers(entry["requests"], s) for s in plan.slots):
+            entry["requests"] = []
+        if not entry["requests"]:
+            del entry["requests"]
+    return out
+
+
+def _class_config(plan: ClaimPlan) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    by_class: dict[str, tuple[int, int]] = {}
+    for slot in plan.slots:
+        alt = slot.alternatives[slot.selected if slot.first_available else 0]
+        known = by_class.get(alt.class_name)
+        if known is not None:
+            for i in range(*known):
+                out[i]["requests"].append(alt.name)
+            continue
+        start = len(out)
+        for cfg in alt.device_class.spec.config or []:
+            entry: dict[str, Any] = {"source": "FromClass", "requests": [alt.name]}
+            if cfg.opaque is not None:
+                entry["opaque"] = cfg.opaque.model_dump(by_alias=True, exclude_none=True)
+            out.append(entry)
+        by_class[alt.class_name] = (start, len(out))
+    return out
+
+
+def _claim_config(plan: ClaimPlan) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    devices = plan.claim.spec.devices
+    for claim_cfg in (devices.config if devices else None) or []:
+        listed = list(claim_cfg.requests or [])
+        if listed and not any(_covers(listed, slot) for slot in plan.slots):
+            continue
+        entry: dict[str, Any] = {"source": "FromClaim", "requests": listed}
+        if claim_cfg.opaque is not None:
+            entry["opaque"] = claim_cfg.opaque.model_dump(by_alias=True, exclude_none=True)
+        out.append(entry)
+    return out
+
+
+def _compatibility_groups(
+    picks: Sequence[Pick], groups: Mapping[GroupKey, frozenset[str]]
+) -> dict[str, list[str]]:
+    """KEP-5963 result field: the groups shared on each counter set the claim draws from.
+
+    Keyed ``<driver>/<pool>/<counterSet>``: counter sets are scoped to a (driver, pool) and
+    two drivers may well use the same pool name (often the node's).
+    """
+    out: dict[str, list[str]] = {}
+    for pick in picks:
+        driver, pool, _ = pick.candidate.id
+        for use in pick.candidate.device.consumes_counters or []:
+            key = (driver, pool, use.counter_set)
+            if key in groups:
+                out["/".join(key)] = sorted(groups[key])
+    return dict(sorted(out.items()))
+
+
+def allocation_result(
+    plan: ClaimPlan,
+    picks: Sequence[Pick],
+    node: NodeLike,
+    features: Features,
+    groups: Mapping[GroupKey, frozenset[str]],
+) -> AllocationResult:
+    """One claim's ``status.allocation``."""
+    devices: dict[str, Any] = {
+        "results": [_device(plan, i, p, features) for i, p in enumerate(picks)]
+    }
+    cfg = config(plan)
+    if cfg:
+        devices["config"] = cfg
+    data: dict[str, Any] = {"devices": devices}
+    selector = node_selector(picks, node)
+    if selector is not None:
+        data["nodeSelector"] = selector
+    compatibility = _compatibility_groups(picks, groups)
+    if compatibility:
+        data["compatibilityGroups"] = compatibility
+    return AllocationResult.model_validate(data)
