@@ -133,29 +133,53 @@ def slice_visible(slice_: ResourceSlice, node: NodeLike) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Candidate:
     """One device the search may visit, with what the checks read of it, computed once.
 
     ``visible`` is False for a device of a ``perDeviceNodeSelection`` slice that does not
-    select the node (rejected after the selectors, as upstream does).
+    select the node (rejected after the selectors, as upstream does). ``multi`` is the
+    device's allowMultipleAllocations as written (the gate is the search's), ``need`` what it
+    takes per counter set and counter, ``blocking`` its NoSchedule/NoExecute taints,
+    ``binding`` whether it declares bindingConditions, ``caps`` its capacities.
     """
 
-    id: DeviceID
-    device: Device
-    slice: ResourceSlice
-    pool: Pool = field(repr=False)
-    visible: bool = True
-    multi: bool = False  # allowMultipleAllocations as written (the gate is the search's)
-    need: Mapping[str, Mapping[str, Fraction]] = field(default_factory=dict)  # set -> counter
-    blocking: tuple[DeviceTaint, ...] = ()  # NoSchedule/NoExecute taints
-    binding: bool = False  # bindingConditions is set
-    caps: Mapping[str, Capacity] = field(default_factory=dict)
+    __slots__ = (
+        "binding",
+        "blocking",
+        "caps",
+        "device",
+        "driver",
+        "id",
+        "multi",
+        "need",
+        "pool",
+        "slice",
+        "visible",
+    )
 
-    @property
-    def driver(self) -> str:
-        """The device's driver."""
-        return self.id[0]
+    def __init__(self, pool: Pool, slice_: ResourceSlice, device: Device, node: NodeLike) -> None:
+        self.id: DeviceID = (pool.driver, pool.name, device.name)
+        self.driver = pool.driver
+        self.device = device
+        self.slice = slice_
+        self.pool = pool
+        self.visible = (
+            device_visible(device, node) if slice_.spec.per_device_node_selection else True
+        )
+        self.multi = bool(device.allow_multiple_allocations)
+        self.need: Mapping[str, Mapping[str, Fraction]] = (
+            counter_need(device) if device.consumes_counters else {}
+        )
+        self.blocking: tuple[DeviceTaint, ...] = (
+            tuple(t for t in device.taints if t.effect in _BLOCKING) if device.taints else ()
+        )
+        self.binding = device.binding_conditions is not None
+        self.caps: Mapping[str, Capacity] = (
+            {k: parse_capacity(v) for k, v in device.capacity.items()} if device.capacity else {}
+        )
+
+    def __repr__(self) -> str:
+        return f"Candidate({'/'.join(self.id)})"
 
 
 def counter_need(device: Device) -> dict[str, dict[str, Fraction]]:
@@ -190,6 +214,7 @@ class Pool:
     binding: bool = False  # some device of ``slices`` declares bindingConditions
     raw: list[ResourceSlice] = field(default_factory=list)  # every slice of the generation
     _by_name: dict[str, Device] | None = field(default=None, repr=False)
+    _grouped: bool | None = field(default=None, repr=False)
 
     @property
     def id(self) -> PoolID:
@@ -217,29 +242,24 @@ class Pool:
             self._by_name = out
         return self._by_name
 
+    @property
+    def grouped(self) -> bool:
+        """Some device of the pool declares compatibility groups (KEP-5963)."""
+        if self._grouped is None:
+            self._grouped = any(
+                use.compatibility_groups
+                for _, d in self.devices()
+                for use in d.consumes_counters or ()
+            )
+        return self._grouped
+
     def devices(self) -> list[tuple[str, Device]]:
         """(name, device) of relevant and other slices: whose counters allocated devices take."""
         return [(d.name, d) for s in (*self.slices, *self.others) for d in s.spec.devices or []]
 
 
-def _candidate(pool: Pool, s: ResourceSlice, d: Device, node: NodeLike) -> Candidate:
-    per_device = bool(s.spec.per_device_node_selection)
-    return Candidate(
-        id=(pool.driver, pool.name, d.name),
-        device=d,
-        slice=s,
-        pool=pool,
-        visible=device_visible(d, node) if per_device else True,
-        multi=bool(d.allow_multiple_allocations),
-        need=counter_need(d),
-        blocking=tuple(t for t in d.taints or () if t.effect in _BLOCKING),
-        binding=d.binding_conditions is not None,
-        caps={k: parse_capacity(v) for k, v in (d.capacity or {}).items()},
-    )
-
-
 def _candidates(pool: Pool, node: NodeLike) -> list[Candidate]:
-    return [_candidate(pool, s, d, node) for s in pool.slices for d in s.spec.devices or []]
+    return [Candidate(pool, s, d, node) for s in pool.slices for d in s.spec.devices or []]
 
 
 def _invalid(pool: Pool, reason: str) -> Pool:
@@ -336,17 +356,25 @@ def _newest(
     node: NodeLike, slices: Sequence[ResourceSlice], features: Features
 ) -> dict[PoolID, list[ResourceSlice]]:
     """The node's relevant slices per pool, at the newest generation among them."""
-    ordered = [s for s in slices if s.spec.node_name == node.name]
-    ordered += [s for s in slices if not s.spec.node_name]
+    mine: list[ResourceSlice] = []
+    shared: list[ResourceSlice] = []
+    name = node.name
+    for s in slices:
+        on = s.spec.node_name
+        if on == name:
+            mine.append(s)
+        elif not on:
+            shared.append(s)
     found: dict[PoolID, list[ResourceSlice]] = {}
-    for s in ordered:
+    for s in (*mine, *shared):
         if not _relevant(s, node, features):
             continue
-        pid = (s.spec.driver, s.spec.pool.name)
+        spec = s.spec
+        pid = (spec.driver, spec.pool.name)
         have = found.get(pid)
-        if have is None or s.spec.pool.generation > have[0].spec.pool.generation:
+        if have is None or spec.pool.generation > have[0].spec.pool.generation:
             found[pid] = [s]
-        elif s.spec.pool.generation == have[0].spec.pool.generation:
+        elif spec.pool.generation == have[0].spec.pool.generation:
             have.append(s)
     return found
 
@@ -370,30 +398,43 @@ def gather_pools(
     plain: list[Pool] = []
     last: list[Pool] = []
     for (driver, name), mine in found.items():
-        generation = mine[0].spec.pool.generation
-        count = mine[0].spec.pool.resource_slice_count
-        pool_slices = cluster[(driver, name)] if cluster is not None else None
-        if pool_slices is None:
-            pool_slices = [s for s in slices if (s.spec.driver, s.spec.pool.name) == (driver, name)]
-        raw = [s for s in pool_slices if s.spec.pool.generation == generation]
-        pool = Pool(driver=driver, name=name, generation=generation, raw=raw)
-        if len(mine) == count:
-            _build(pool, mine, None, feats)
-        else:
-            if any(s.spec.pool.generation > generation for s in pool_slices):
-                continue  # obsolete: a newer generation exists elsewhere
-            if len(raw) != count:
-                pool.incomplete = True
-                plain.append(pool)
-                continue
-            _build(pool, mine, raw, feats)
-        if not pool.invalid:
+        pool = _pool(driver, name, mine, slices, cluster, feats)
+        if pool is None:
+            continue  # obsolete: a newer generation exists elsewhere
+        if pool.usable:
             pool.candidates = _candidates(pool, node)
             pool.binding = any(c.binding for c in pool.candidates)
         (last if pool.binding else plain).append(pool)
     plain.sort(key=lambda p: (p.driver, p.name))
     last.sort(key=lambda p: (p.driver, p.name))
     return plain + last
+
+
+def _pool(  # noqa: PLR0913 - one pool's slices and where to find the rest
+    driver: str,
+    name: str,
+    mine: list[ResourceSlice],
+    slices: Sequence[ResourceSlice],
+    cluster: Mapping[PoolID, Sequence[ResourceSlice]] | None,
+    features: Features,
+) -> Pool | None:
+    """One pool from the node's slices of it (None: obsolete), completed from the cluster."""
+    generation = mine[0].spec.pool.generation
+    count = mine[0].spec.pool.resource_slice_count
+    if len(mine) == count:
+        pool = Pool(driver=driver, name=name, generation=generation, raw=mine)
+        return _build(pool, mine, None, features)
+    everything = cluster.get((driver, name), ()) if cluster is not None else None
+    if everything is None:
+        everything = [s for s in slices if (s.spec.driver, s.spec.pool.name) == (driver, name)]
+    if any(s.spec.pool.generation > generation for s in everything):
+        return None
+    raw = [s for s in everything if s.spec.pool.generation == generation]
+    pool = Pool(driver=driver, name=name, generation=generation, raw=raw)
+    if len(raw) != count:
+        pool.incomplete = True
+        return pool
+    return _build(pool, mine, raw, features)
 
 
 class PoolIndex:

@@ -156,10 +156,15 @@ class Search:
     def _initial_groups(self) -> Mapping[GroupKey, frozenset[str]]:
         """Compatibility groups (KEP-5963) of the devices already allocated, per counter set."""
         groups: dict[GroupKey, frozenset[str]] = {}
-        by_id = {p.id: p for p in self.pools}
-        for driver, pool_name, device in sorted({*self.allocated, *self.aggregated}):
-            pool = by_id.get((driver, pool_name))
-            if pool is None or device not in pool.all_devices:
+        if not self.features.DRADeviceCompatibilityGroups:
+            return groups
+        by_id = {p.id: p for p in self.pools if p.grouped}
+        if not by_id:
+            return groups
+        held = [i for i in {*self.allocated, *self.aggregated} if i[:2] in by_id]
+        for driver, pool_name, device in sorted(held):
+            pool = by_id[(driver, pool_name)]
+            if device not in pool.all_devices:
                 continue
             declared = device_groups(pool.id, pool.all_devices[device], self.features)
             for gkey, mine in declared.items():
