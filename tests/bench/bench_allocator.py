@@ -255,7 +255,7 @@ def _corpus(stem: str) -> Callable[[], object]:
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
     path = next((REPO / "tests" / "data" / "allocator").glob(f"{stem}-*.yaml"))
-    case = runner._load(path)  # noqa: SLF001 - the runner's own loader
+    case = runner._load(path)
 
     def run() -> object:
         out = runner.run_case(case)

@@ -56,9 +56,14 @@ class Allocated:
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    """The claims do not fit on this node (not an error)."""
+    """The claims do not fit on this node (not an error).
+
+    ``stopped``: why the search stopped before trying everything upstream's would, when it
+    proved that nothing fits (``hopeless``).
+    """
 
     notes: tuple[str, ...] = field(default=(), compare=False)
+    stopped: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +94,16 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
     pools: Sequence[Pool] | None = None,
     selection: Selection | None = None,
     clock: Clock | None = None,
+    shortcuts: bool = True,
 ) -> Outcome:
     """Allocate all ``claims`` together on ``node``, first fit in upstream search order.
 
     ``pools``: the node's pools when the caller already has them (``PoolIndex.pools_for``;
     ``slices`` is then not read). ``selection``: a selector cache shared across calls (made
     for the same ``features``); without it each call evaluates selectors afresh. ``clock``:
-    the filter timeout (without one the search is not limited in time).
+    the filter timeout (without one the search is not limited in time). ``shortcuts``: skip
+    work that cannot change the answer (candidates refused with no trace left, searches
+    proven hopeless); off, the search walks every step upstream's does (for comparison).
 
     Raises:
         ValueError: ``selection`` was made for other features.
@@ -115,6 +123,7 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
         selection=selection or Selection(feats),
         clock=clock,
         node=node.name,
+        shortcuts=shortcuts,
     )
     try:
         search.prepare(
@@ -128,7 +137,7 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
     if not found:
         if any(p.invalid for p in node_pools):
             return Failed("invalid-pool", "invalid resource pools were encountered", notes)
-        return Unschedulable(notes)
+        return Unschedulable(notes, search.stopped)
     return Allocated(
         {
             plan.claim.metadata.name: allocation_result(plan, picks, node, feats, search.groups)

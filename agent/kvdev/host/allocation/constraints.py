@@ -82,10 +82,30 @@ class Match:
     common: tuple[str, frozenset[object]] | None = None  # list mode: running intersection
     count: int = 0
     picked: list[Value] = field(default_factory=list)  # values of the devices picked
+    stale: bool = False  # the intersection is narrower than the picked devices' (list mode)
 
     def applies(self, base: str, sub: str) -> bool:
         """Whether the constraint covers a (sub)request."""
         return _applies(self.requests, base, sub)
+
+    def accepts(self, value: Value | None) -> bool:
+        """Whether ``add`` would admit the value (nothing changes)."""
+        if value is None:
+            return False
+        if self.count == 0:
+            return True
+        kind, is_list, values = value
+        if self.lists:
+            common = self.common
+            return common is not None and common[0] == kind and bool(common[1] & values)
+        first = self.first
+        return (
+            first is not None
+            and not is_list
+            and not first[1]
+            and first[0] == kind
+            and (first[2] == values)
+        )
 
     def add(self, base: str, value: Value | None) -> bool:  # noqa: ARG002 - as Distinct.add
         """Admit a device with ``value`` (None: it lacks the attribute) and remember it.
@@ -96,6 +116,7 @@ class Match:
             return False
         kind, is_list, values = value
         if self.count == 0:
+            self.stale = False
             if self.lists:
                 self.common = (kind, values)
             else:
@@ -118,6 +139,12 @@ class Match:
         """Forget one device of a covered request (the count only)."""
         self.count -= 1
         self.picked.pop()
+        if self.lists and self.count and self.common is not None:
+            # Stale when the remembered intersection is narrower than the picked devices' own.
+            true: frozenset[object] | None = None
+            for _, _, vals in self.picked:
+                true = vals if true is None else true & vals
+            self.stale = true is not None and true != self.common[1]
 
     def documented(self, value: Value | None) -> bool:
         """Whether the value fits the devices actually picked (the API's rule)."""
@@ -146,6 +173,15 @@ class Distinct:
     def applies(self, base: str, sub: str) -> bool:
         """Whether the constraint covers a (sub)request."""
         return _applies(self.requests, base, sub)
+
+    @property
+    def stale(self) -> bool:
+        """Fewer values are remembered than devices picked (one request has several)."""
+        return len(self.remembered) < self.count
+
+    def accepts(self, value: Value | None) -> bool:
+        """Whether ``add`` would admit the value (nothing changes)."""
+        return value is not None and (not self.count or self._differs(value))
 
     def add(self, base: str, value: Value | None) -> bool:
         """Admit a device of request ``base`` with ``value`` if it differs from what is kept."""

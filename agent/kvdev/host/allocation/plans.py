@@ -80,6 +80,8 @@ class Request:
     need: list[object] = field(default_factory=list)
     taint: list[bool | None] = field(default_factory=list)
     values: list[dict[str, Value | None] | None] = field(default_factory=list)
+    fit: list[bool | None] = field(default_factory=list)  # capacity, devices not shared
+    first: list[object] = field(default_factory=list)  # the first constraint's values
     applicable: tuple[Constraint, ...] = ()  # the claim's constraints covering this request
 
 

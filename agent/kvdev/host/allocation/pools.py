@@ -410,7 +410,7 @@ def gather_pools(
     return plain + last
 
 
-def _pool(  # noqa: PLR0913 - one pool's slices and where to find the rest
+def _pool(
     driver: str,
     name: str,
     mine: list[ResourceSlice],

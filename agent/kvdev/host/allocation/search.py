@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kvdev.host.allocation import capacity as cap
-from kvdev.host.allocation.constraints import Constraint, Distinct, Value, lookup
+from kvdev.host.allocation.constraints import Constraint, Distinct, Match, Value, lookup
 from kvdev.host.allocation.counters import Counters
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.groups import GroupKey, device_groups, narrow
+from kvdev.host.allocation.hopeless import hopeless
 from kvdev.host.allocation.plans import (
     RESULTS_LIMIT,
     AllocationFailedError,
@@ -60,6 +61,13 @@ from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 from kvdev.host.k8s.resource import DeviceClass
 
 FAIL, OK, EXCEEDED = 0, 1, 2
+_UNSEEN = object()  # a constraint value not looked up yet
+PROBE_STEPS = 8192  # after this many steps (or PROBE_WORK devices looked at) ...
+PROBE_WORK = 1_000_000  # ... the search asks once whether it is hopeless (``hopeless``)
+
+
+class _Stop(Exception):  # noqa: N818 - control flow, not an error
+    """Unwinds the recursion: the search was proven hopeless, or ran out of steps."""
 
 
 def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bool:
@@ -104,7 +112,7 @@ class Clock:
 class Search:
     """One allocator run (module docstring)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the run's inputs, keyword-only
         self,
         *,
         pools: Sequence[Pool],
@@ -114,8 +122,10 @@ class Search:
         selection: Selection,
         clock: Clock | None = None,
         node: str = "",
+        shortcuts: bool = True,
     ) -> None:
         self.pools = list(pools)
+        self.shortcuts = shortcuts
         self.candidates = [c for p in self.pools if p.usable for c in p.candidates]
         self._start: dict[int, int] = {}
         pos = 0
@@ -141,6 +151,11 @@ class Search:
         self._values: dict[tuple[int, str], Value | None] = {}
         self.notes: dict[str, None] = {}
         self.steps = 0
+        self.work = 0  # devices the loops looked at (roughly)
+        self.stopped = ""  # why the search stopped early, when it did
+        self._probe_at = PROBE_STEPS if shortcuts else -1
+        self._max_steps = -1  # a bounded search (``alone``)
+        self._classes: Mapping[str, DeviceClass] = {}
         self.node = node
         self._clock = clock
         self._deadline = (
@@ -186,6 +201,7 @@ class Search:
                 request meets an incomplete or invalid pool, or a selector fails.
         """
         n = len(self.candidates)
+        self._classes = classes
         for claim in claims:
             label = f"{claim.metadata.namespace or 'default'}/{claim.metadata.name}"
             slots = []
@@ -203,6 +219,8 @@ class Search:
                     alt.need = [None] * n
                     alt.taint = [None] * n
                     alt.values = [None] * n
+                    alt.fit = [None] * n
+                    alt.first = [_UNSEEN] * n
                     if alt.all_mode:
                         self._all_devices(label, alt)
                 slots.append(Slot(req.name, tuple(alts), req.first_available is not None))
@@ -228,7 +246,7 @@ class Search:
                 )
             start = self._start[id(pool)]
             for pos in range(start, start + len(pool.candidates)):
-                if self.selectable(alt, pos) and (not self.consumable or self._fits(alt, pos)):
+                if self.selectable(alt, pos) and (not self.consumable or self.fits(alt, pos)):
                     alt.all_devices.append(pos)
         alt.num = len(alt.all_devices)
 
@@ -258,7 +276,7 @@ class Search:
             alt.need[pos] = False if need is None else need
         return None if need is False else need  # type: ignore[return-value]
 
-    def _fits(self, alt: Request, pos: int) -> bool:
+    def fits(self, alt: Request, pos: int) -> bool:
         """Upstream's capacity check: the request's need on top of what is in use."""
         need = self._need(alt, pos)
         if need is None:
@@ -266,7 +284,15 @@ class Search:
         ident = self.candidates[pos].id
         return cap.fits(need, self.aggregated.get(ident), self.picking.get(ident))
 
-    def _blocked(self, alt: Request, pos: int) -> bool:
+    def fits_alone(self, alt: Request, pos: int) -> bool:
+        """Capacity for ``alt`` with nothing of this run picked (``hopeless``)."""
+        need = self._need(alt, pos)
+        return need is not None and cap.fits(
+            need, self.aggregated.get(self.candidates[pos].id), None
+        )
+
+    def blocked(self, alt: Request, pos: int) -> bool:
+        """A NoSchedule/NoExecute taint of the device is not tolerated by ``alt``."""
         hit = alt.taint[pos]
         if hit is None:
             hit = any(not tolerated(t, alt.tolerations) for t in self.candidates[pos].blocking)
@@ -293,7 +319,7 @@ class Search:
         if not candidate.visible:
             return "other-node"
         self.selectable(alt, pos)  # derived attributes
-        if self.consumable and not self._fits(alt, pos):
+        if self.consumable and not self.fits(alt, pos):
             return "capacity"
         return self._pick_verdict(alt, pos)
 
@@ -310,7 +336,7 @@ class Search:
                 self.counters.release(candidate)
             if self._groups(candidate, multi=multi) is None:
                 return "compatibility-group"
-        if self.taints and candidate.blocking and self._blocked(alt, pos):
+        if self.taints and candidate.blocking and self.blocked(alt, pos):
             return "taint"
         for con in alt.applicable:
             value = lookup(
@@ -329,10 +355,46 @@ class Search:
             AllocationFailedError: a selector fails, an ``All`` device breaks a constraint,
                 or the filter timeout passes.
         """
-        return self._one(0, 0, 0, 0, False, 0) == OK  # noqa: FBT003 - internal recursion
+        try:
+            return self._one(0, 0, 0, 0, False, 0) == OK  # noqa: FBT003 - internal recursion
+        except _Stop:
+            return False
+
+    def alone(self, claim: ResourceClaim, *, steps: int) -> tuple[bool | None, int]:
+        """Whether ``claim`` fits alone, from the devices in use before the run.
+
+        At most ``steps`` steps: (None, steps) when they are not enough. Errors (a selector
+        failing) give None too. Returns the steps used.
+        """
+        trial = Search(
+            pools=self.pools,
+            allocated=self.allocated,
+            allocated_capacity=self.aggregated,
+            features=self.features,
+            selection=self.selection,
+            node=self.node,
+        )
+        trial._probe_at = -1
+        trial._max_steps = steps
+        try:
+            trial.prepare([claim], self._classes)
+            found = trial._one(0, 0, 0, 0, False, 0) == OK  # noqa: FBT003
+        except (_Stop, AllocationFailedError):
+            return None, trial.steps
+        return found, trial.steps
+
+    def _probe(self) -> None:
+        """Ask once whether the search is hopeless; stop it if so."""
+        self._probe_at = -1
+        if hopeless(self):
+            raise _Stop
 
     def _tick(self) -> None:
         self.steps += 1
+        if self.steps == self._probe_at:
+            self._probe()
+        if self.steps == self._max_steps:
+            raise _Stop
         if self._deadline is not None and not self.steps & self._mask:
             self._expired()
 
@@ -349,7 +411,7 @@ class Search:
                 f"{self.steps:,} steps (as the scheduler's Filter does; --filter-timeout)",
             )
 
-    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:  # noqa: PLR0911, PLR0912, C901 - upstream's allocateOne, one branch per case
+    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:  # noqa: PLR0911, C901 - upstream's allocateOne, one branch per case
         self._tick()
         if ci == len(self.plans):
             return OK
@@ -384,22 +446,59 @@ class Search:
             if done != OK:
                 self._deallocate(ci, pick)
             return done
+        return self._scan(ci, ri, si, di, in_sub, start, alt)
+
+    def _scan(  # noqa: C901, PLR0912 - the hot loop, kept in one piece
+        self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, alt: Request
+    ) -> int:
+        """Upstream's device loop for one device of ``alt``, from position ``start``.
+
+        A candidate the first constraint of the request would refuse is passed over before
+        the capacity check and the pick, when that refusal leaves nothing behind (the device
+        takes no counters): upstream rejects it there too, with no other effect.
+        """
         allocated, allocating = self.allocated, self.allocating
         candidates = self.candidates
         admin = alt.admin
+        sel, fit, first = alt.sel, alt.fit, alt.first
+        first_con = alt.applicable[0] if alt.applicable and self.shortcuts else None
+        # A refusal by a stale matchAttribute memory is a quirk worth a note: not skipped.
+        quiet = first_con is not None and not (isinstance(first_con, Match) and first_con.stale)
+        consumable = self.consumable
+        timed = self._deadline is not None
+        self.work += len(candidates) - start
+        if self.work > PROBE_WORK and self._probe_at > 0:
+            self._probe()
         for pos in range(start, len(candidates)):
-            if not pos & 0x3FF and self._deadline is not None:
+            if timed and not pos & 0x3FF:
                 self._expired()
-            ident = candidates[pos].id
+            candidate = candidates[pos]
+            ident = candidate.id
             if admin:
                 if ci in allocating.get(ident, ()):
                     continue
             elif ident in allocated or allocating.get(ident):
                 continue
-            if not self.selectable(alt, pos):
+            ok = sel[pos]
+            if ok is None:
+                ok = self.selectable(alt, pos)
+            if not ok:
                 continue
-            if self.consumable and not self._fits(alt, pos):
-                continue
+            if quiet and not candidate.need:
+                assert first_con is not None
+                value = first[pos]
+                if value is _UNSEEN:
+                    value = first[pos] = self._value(first_con, alt, pos)
+                if not first_con.accepts(value):  # type: ignore[arg-type]
+                    continue
+            if consumable:
+                fits = fit[pos]
+                if fits is None:
+                    fits = self.fits(alt, pos)
+                    if not candidate.multi:
+                        fit[pos] = fits
+                if not fits:
+                    continue
             pick = self._allocate(ci, alt, pos, must=False)
             if pick is None:
                 continue
@@ -409,7 +508,15 @@ class Search:
             self._deallocate(ci, pick)
             if done == EXCEEDED:
                 return EXCEEDED
+            if quiet and isinstance(first_con, Match):
+                quiet = not first_con.stale
         return FAIL
+
+    def _value(self, con: Constraint, alt: Request, pos: int) -> Value | None:
+        candidate = self.candidates[pos]
+        return lookup(
+            candidate.driver, candidate.device, con.attribute, alt.values[pos], self._values
+        )
 
     # ------------------------------------------------------------------ one pick
 
@@ -443,16 +550,14 @@ class Search:
                 self.counters.release(candidate)
             return None
         self.groups = groups
-        if self.taints and candidate.blocking and self._blocked(alt, pos):
+        if self.taints and candidate.blocking and self.blocked(alt, pos):
             self.groups = before
             self._leak(candidate, alt, took, "a taint")
             return None
         constraints = alt.applicable
         for i, con in enumerate(constraints):
-            value = lookup(
-                candidate.driver, candidate.device, con.attribute, alt.values[pos], self._values
-            )
-            documented = con.documented(value)
+            value = self._value(con, alt, pos)
+            documented = con.documented(value) if con.stale else None
             if not con.add(alt.base, value):
                 if must:
                     self.groups = before
@@ -468,14 +573,14 @@ class Search:
                     self._remembered(con, ident, alt, admitted=False)
                 self._leak(candidate, alt, took, "a constraint")
                 return None
-            if not documented:
+            if documented is False:
                 self._remembered(con, ident, alt, admitted=True)
         if not multi:
             self.allocating.setdefault(ident, set()).add(ci)
         consumed: dict[str, Fraction] | None = None
         shared = False
         if self.consumable:
-            if not self._fits(alt, pos):
+            if not self.fits(alt, pos):
                 self.note(
                     f"device {'/'.join(ident)}, request {alt.name}: not enough capacity left; "
                     "its constraint entries, its in-use mark and its counters stay (as the "
