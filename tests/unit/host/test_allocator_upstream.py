@@ -17,7 +17,15 @@ import pytest
 import yaml
 
 from kvdev.host import cli
-from kvdev.host.allocation.allocator import Allocated, Failed, Unschedulable
+from kvdev.host.allocation.allocator import (
+    Allocated,
+    Clock,
+    Failed,
+    NodeInfo,
+    Unschedulable,
+    allocate,
+)
+from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice
 
 HERE = Path(__file__).resolve().parent
 UPSTREAM = HERE.parents[1] / "data" / "allocator-upstream"
@@ -174,3 +182,73 @@ def test_where_the_scheduler_deviates_from_its_api_the_outcome_says_so(prefix, w
     notes = " | ".join(outcome.notes)
     assert "as the 1.37 scheduler does" in notes
     assert words in notes
+
+
+def _steps_clock(limit):
+    """A clock that moves one second per reading, read every step: at most ``limit`` steps."""
+    ticks = iter(range(10**9))
+    return Clock(now=lambda: float(next(ticks)), timeout=limit, every=1)
+
+
+def test_the_result_limit_is_decided_per_alternative_before_any_device_510():
+    """Fixture 510's mechanism: 20 + 16 results would pass the limit of 32, so the search goes
+    back to the firstAvailable choice at once instead of trying other sets of 20 devices."""
+    gpu = "gpu.example.com"
+    case = {
+        "node": {"name": "node-a", "labels": {}},
+        "deviceClasses": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": gpu},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{gpu}"'}}]},
+            }
+        ],
+        "resourceSlices": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "node-a-gpus"},
+                "spec": {
+                    "driver": gpu,
+                    "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+                    "nodeName": "node-a",
+                    "devices": [{"name": f"gpu-{i}"} for i in range(40)],
+                },
+            }
+        ],
+        "claims": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c", "namespace": "default"},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "r0",
+                                "firstAvailable": [
+                                    {"name": "big", "deviceClassName": gpu, "count": 20},
+                                    {"name": "small", "deviceClassName": gpu, "count": 2},
+                                ],
+                            },
+                            {"name": "r1", "exactly": {"deviceClassName": gpu, "count": 16}},
+                        ]
+                    }
+                },
+            }
+        ],
+    }
+    node = NodeInfo("node-a")
+    claims = [ResourceClaim.model_validate(c, strict=True) for c in case["claims"]]
+    inputs = {
+        "classes": [DeviceClass.model_validate(c, strict=True) for c in case["deviceClasses"]],
+        "slices": [ResourceSlice.model_validate(s, strict=True) for s in case["resourceSlices"]],
+    }
+    # upstream's own pruning, no kvdev shortcut: well under 200 steps (C(40, 20) without it)
+    out = allocate(node, claims, clock=_steps_clock(200), shortcuts=False, **inputs)
+    assert isinstance(out, Allocated), out
+    picked = [(r.request, r.device) for r in out.results["c"].devices.results]
+    assert picked == [("r0/small", "gpu-0"), ("r0/small", "gpu-1")] + [
+        ("r1", f"gpu-{i}") for i in range(2, 18)
+    ]
