@@ -14,7 +14,7 @@ import re
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvdev.errors import KvdevError, SchemaError, UsageError
 from kvdev.host.allocation.allocator import (
@@ -26,7 +26,6 @@ from kvdev.host.allocation.allocator import (
     allocate,
 )
 from kvdev.host.allocation.cluster import ClusterState, cluster_state
-from kvdev.host.allocation.explain import REASONS, RequestReport, explain
 from kvdev.host.allocation.extended import status_for
 from kvdev.host.commands.common import (
     EXIT_INVALID,
@@ -42,6 +41,9 @@ from kvdev.host.commands.common import (
 from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim
 from kvdev.host.k8s.claim import AllocationResult
+
+if TYPE_CHECKING:
+    from kvdev.host.allocation.explain import RequestReport
 
 _ALLOCATE_EPILOG = f"""\
 input:
@@ -225,6 +227,8 @@ def _notes(notes: Sequence[str]) -> str:
 
 
 def _explanation(reports: Sequence[RequestReport]) -> str:
+    from kvdev.host.allocation.explain import REASONS  # noqa: PLC0415 - only with --explain
+
     lines = []
     for r in reports:
         wanted = "all" if r.wanted is None else str(r.wanted)
@@ -297,27 +301,43 @@ def run_allocate(  # noqa: PLR0913 - the command's options, keyword-only
     if isinstance(outcome, Failed):
         err.write(_notes(outcome.notes))
         return _fail(outcome.keyword, outcome.message, output, out, err, EXIT_INVALID)
-    reports = explain(state.node, state.pending, **inputs) if explain_ else None
+    reports = _reports(state, inputs) if explain_ else None
     if reports is not None:
         err.write(_explanation(reports))
-    if reports is not None or not isinstance(outcome, Allocated):
-        err.write(_notes(outcome.notes))
     if isinstance(outcome, Allocated):
-        for special in state.special:
-            pod = special.pod.metadata
-            err.write(
-                f"kvdev-host: allocate: pod {pod.namespace or 'default'}/{pod.name}: "
-                f"extended resources in claim {special.claim.metadata.name}; status "
-                f"{json.dumps(status_for(special), separators=(',', ':'))}\n"
-            )
-        print_objects(
-            [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
-            output,
-            out,
-        )
+        if reports is not None:
+            err.write(_notes(outcome.notes))
+        _print_allocated(state, outcome, output, out, err)
         return EXIT_OK
-    if reports is None:
-        reports = explain(state.node, state.pending, **inputs)
-    return _fail(
-        "unschedulable", _why(reports, state.pending, node), output, out, err, EXIT_UNSCHEDULABLE
+    notes = list(outcome.notes)
+    if outcome.stopped:
+        notes.append(
+            f"the search stopped before trying every combination: {outcome.stopped} (upstream's "
+            "tries them all and comes to the same answer)"
+        )
+    err.write(_notes(notes))
+    why = _why(reports or _reports(state, inputs), state.pending, node)
+    return _fail("unschedulable", why, output, out, err, EXIT_UNSCHEDULABLE)
+
+
+def _reports(state: ClusterState, inputs: dict[str, Any]) -> list[RequestReport]:
+    from kvdev.host.allocation.explain import explain  # noqa: PLC0415 - not on the fast path
+
+    return explain(state.node, state.pending, **inputs)
+
+
+def _print_allocated(
+    state: ClusterState, outcome: Allocated, output: str, out: TextIO, err: TextIO
+) -> None:
+    for special in state.special:
+        pod = special.pod.metadata
+        err.write(
+            f"kvdev-host: allocate: pod {pod.namespace or 'default'}/{pod.name}: "
+            f"extended resources in claim {special.claim.metadata.name}; status "
+            f"{json.dumps(status_for(special), separators=(',', ':'))}\n"
+        )
+    print_objects(
+        [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
+        output,
+        out,
     )

@@ -10,15 +10,16 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Final
 
-import cel
-
 from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
 from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
 from kvdev.host.allocation.cel._functions import FUNCTIONS
+from kvdev.host.allocation.cel._native import native
 from kvdev.host.allocation.cel._tokens import matching_brackets, tokenize, top_level_commas
 from kvdev.host.allocation.cel._values import as_quantity, as_semver, type_name
 
 if TYPE_CHECKING:
+    import cel
+
     from kvdev.host.allocation.cel._view import DeviceView
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # upstream CELSelectorExpressionMaxLength (bytes)
@@ -124,7 +125,7 @@ class Selector:
             CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
             CelRuntimeError: evaluation failed.
         """
-        return _native(self._execute(device))
+        return _pythonic(self._execute(device))
 
     def matches(self, device: DeviceView) -> bool:
         """Evaluate the selector against one device.
@@ -142,10 +143,10 @@ class Selector:
         return result
 
 
-def _native(v: object) -> object:
+def _pythonic(v: object) -> object:
     """A CEL result with the tagged version and quantity strings as Python values."""
     if isinstance(v, list | tuple):
-        return [_native(x) for x in v]
+        return [_pythonic(x) for x in v]
     semver = as_semver(v)
     if semver is not None:
         return semver
@@ -206,7 +207,7 @@ def compile_uncached(expression: str) -> Selector:
         )
     source = _rewrite_bind(expression)
     try:
-        program = cel.compile(source)
+        program = native.compile(source)
     except (ValueError, RuntimeError) as exc:
         raise CelCompileError(
             f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"

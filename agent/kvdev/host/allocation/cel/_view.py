@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import cel
-
 from kvdev.host.allocation.cel._functions import FUNCTIONS
+from kvdev.host.allocation.cel._native import native
 from kvdev.host.allocation.cel._values import Semver, quantity_from_text, semver_value
 
 if TYPE_CHECKING:
+    import cel
+
     from kvdev.host.k8s.resource import Device
 
 
@@ -51,7 +52,7 @@ class DeviceView:
             domains = frozenset(d for d in domains if d not in attrs or d not in caps)
         ctx = self._contexts.get(domains)
         if ctx is None:
-            ctx = cel.Context(
+            ctx = native.Context(
                 variables={"device": self._cel_device(domains)}, functions=dict(FUNCTIONS)
             )
             self._contexts[domains] = ctx
