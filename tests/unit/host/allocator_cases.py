@@ -5,7 +5,8 @@ selector, on all nodes and with per-device node selection; several slices, older
 generations, incomplete pools; typed and list attributes, capacities with request policies,
 shared counters, taints, binding conditions; CEL selectors (some that fail on devices lacking
 an attribute); ExactCount / All, adminAccess, tolerations, capacity requests, firstAvailable;
-constraints; claim config; devices and capacity already in use; now and then a gate off.
+constraints, derived attributes (KEP-6080); claim config; devices and capacity already in use;
+now and then a gate off.
 ``case(seed)`` is deterministic.
 """
 
@@ -33,6 +34,14 @@ SELECTORS = [
     f'!has(device.attributes["{NIC}"].model) || device.attributes["{NIC}"].model != "l4"',
     "device.allowMultipleAllocations",
     f'device.capacity["{GPU}"].memory.compareTo(quantity("16Gi")) >= 0',  # may fail
+]
+DERIVED = [
+    (
+        'has(device.attributes["resource.kubernetes.io"].numaNode) ? '
+        'device.attributes["resource.kubernetes.io"].numaNode : 7'
+    ),
+    f'device.driver == "{GPU}" ? "g" : "n"',
+    f'device.attributes["{GPU}"].mem / 8',  # fails where mem is missing
 ]
 CLASSES = {
     "gpu": [f'device.driver == "{GPU}"'],
@@ -187,7 +196,15 @@ def _claim(rng: random.Random, index: int, features: dict[str, bool]) -> dict[st
                 exactly["adminAccess"] = True
             requests.append({"name": f"r{r}", "exactly": exactly})
     devices: dict[str, Any] = {"requests": requests}
-    if rng.random() < 0.45:
+    if rng.random() < 0.12:  # KEP-6080: every request derives derived/n, one constraint on it
+        expression = rng.choice(DERIVED)
+        for request in requests:
+            for fields in request.get("firstAvailable") or [request.get("exactly")]:
+                fields["derivedAttributes"] = [{"name": "derived/n", "expression": expression}]
+        devices["constraints"] = [
+            {rng.choice(["matchAttribute", "distinctAttribute"]): "derived/n"}
+        ]
+    elif rng.random() < 0.45:
         names = [r["name"] for r in requests]
         attr = rng.choice([NUMA, PCIE, f"{GPU}/model", NUMA])
         constraint: dict[str, Any] = {
