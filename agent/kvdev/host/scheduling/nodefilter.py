@@ -116,7 +116,7 @@ class NodeFilter:
     ) -> None:
         self.view = view
         self.clock = clock
-        self.classes = classes
+        self.classes = dict(classes)  # events may change them (``events``)
         self.features = features
         self.selection = Selection(features) if selector_cache else None
         self.filter_cache = filter_cache
