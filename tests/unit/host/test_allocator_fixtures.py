@@ -20,6 +20,7 @@ from kvdev.host.allocation.allocator import (
     allocate,
 )
 from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice, parse_quantity
+from kvdev.host.k8s.claim import AllocationResult
 
 FIXTURES = Path(__file__).resolve().parents[2] / "data" / "allocator"
 FILES = sorted(FIXTURES.glob("*.yaml"))
@@ -195,3 +196,15 @@ def test_outcomes_are_reproducible():
 
 def test_fraction_capacity_accepted():
     assert parse_quantity("4Gi") == Fraction(4 * 2**30)
+
+
+def test_results_are_valid_models():
+    """Results are assembled without validation: they must still validate as written."""
+    for path in FILES:
+        outcome = run_case(_load(path))
+        if not isinstance(outcome, Allocated):
+            continue
+        for result in outcome.results.values():
+            data = result.to_json_dict()
+            again = AllocationResult.model_validate(data, strict=True)
+            assert again.to_json_dict() == data, path.stem

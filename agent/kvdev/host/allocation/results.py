@@ -9,6 +9,9 @@ cover every request of the claim, class config included, gets ``requests`` clear
 the node selector (the node's name when a device is node-local or binds to the node, else
 one term merging the slices' or per-device selectors), and kvdev's KEP-5963
 compatibilityGroups.
+
+The models are assembled without validating again (``model_construct``): every value comes
+from objects that were validated when they were loaded.
 """
 
 from __future__ import annotations
@@ -23,8 +26,13 @@ from kvdev.host.allocation.groups import GroupKey
 from kvdev.host.allocation.plans import ClaimPlan, Slot
 from kvdev.host.allocation.pools import NodeLike
 from kvdev.host.allocation.search import Pick
-from kvdev.host.k8s.claim import AllocationResult
-from kvdev.host.k8s.common import NodeSelectorRequirement
+from kvdev.host.k8s.claim import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+)
+from kvdev.host.k8s.common import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 
 _SHARE_NAMESPACE = uuid.UUID("6f1d2a9e-4c1b-5b7e-9a55-2f0c3e8d7b10")
 
@@ -40,47 +48,54 @@ def quantity(value: Fraction) -> str:
     return f"{nano.numerator // nano.denominator}n"
 
 
-def _device(plan: ClaimPlan, index: int, pick: Pick, features: Features) -> dict[str, Any]:
+def _device(
+    plan: ClaimPlan, index: int, pick: Pick, features: Features
+) -> DeviceRequestAllocationResult:
     alt, candidate = pick.request, pick.candidate
     driver, pool, device = candidate.id
-    out: dict[str, Any] = {"request": alt.name, "driver": driver, "pool": pool, "device": device}
-    if alt.admin:
-        out["adminAccess"] = True
-    if alt.tolerations:
-        out["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True) for t in alt.tolerations
-        ]
     dev = candidate.device
-    if features.DRADeviceBindingConditions:
-        if dev.binding_conditions:
-            out["bindingConditions"] = list(dev.binding_conditions)
-        if dev.binding_failure_conditions:
-            out["bindingFailureConditions"] = list(dev.binding_failure_conditions)
+    share_id = None
     if pick.shared:
         claim = plan.claim.metadata
         name = f"{claim.namespace}/{claim.name}/{alt.name}/{'/'.join(candidate.id)}/{index}"
-        out["shareID"] = str(uuid.uuid5(_SHARE_NAMESPACE, name))
-        if pick.consumed:
-            out["consumedCapacity"] = {k: quantity(v) for k, v in pick.consumed.items()}
-    return out
+        share_id = str(uuid.uuid5(_SHARE_NAMESPACE, name))
+    binding = features.DRADeviceBindingConditions
+    return DeviceRequestAllocationResult.model_construct(
+        request=alt.name,
+        driver=driver,
+        pool=pool,
+        device=device,
+        admin_access=True if alt.admin else None,
+        tolerations=list(alt.tolerations) or None,
+        binding_conditions=list(dev.binding_conditions or ()) or None if binding else None,
+        binding_failure_conditions=(
+            list(dev.binding_failure_conditions or ()) or None if binding else None
+        ),
+        share_id=share_id,
+        consumed_capacity=(
+            {k: quantity(v) for k, v in pick.consumed.items()}
+            if pick.shared and pick.consumed
+            else None
+        ),
+    )
 
 
-def _merge(target: list[dict[str, Any]], reqs: Sequence[NodeSelectorRequirement] | None) -> None:
+def _merge(
+    target: list[NodeSelectorRequirement], reqs: Sequence[NodeSelectorRequirement] | None
+) -> None:
     for req in reqs or []:
-        dumped = req.model_dump(by_alias=True, exclude_none=True)
+        values = set(req.values or [])
         if not any(
-            d["key"] == dumped["key"]
-            and d["operator"] == dumped["operator"]
-            and set(d.get("values") or []) == set(dumped.get("values") or [])
+            d.key == req.key and d.operator == req.operator and set(d.values or []) == values
             for d in target
         ):
-            target.append(dumped)
+            target.append(req)
 
 
-def node_selector(picks: Sequence[Pick], node: NodeLike) -> dict[str, Any] | None:
+def node_selector(picks: Sequence[Pick], node: NodeLike) -> NodeSelector | None:
     """The allocation's node selector, or None when the devices are available everywhere."""
-    expressions: list[dict[str, Any]] = []
-    fields_: list[dict[str, Any]] = []
+    expressions: list[NodeSelectorRequirement] = []
+    fields_: list[NodeSelectorRequirement] = []
     for pick in picks:
         dev = pick.candidate.device
         spec = pick.candidate.slice.spec
@@ -89,20 +104,21 @@ def node_selector(picks: Sequence[Pick], node: NodeLike) -> dict[str, Any] | Non
         else:
             name, selector = spec.node_name, spec.node_selector
         if name is not None or dev.binds_to_node:
-            names = {"key": "metadata.name", "operator": "In", "values": [node.name]}
-            return {"nodeSelectorTerms": [{"matchFields": [names]}]}
+            pinned = NodeSelectorRequirement.model_construct(
+                key="metadata.name", operator="In", values=[node.name]
+            )
+            term = NodeSelectorTerm.model_construct(match_fields=[pinned])
+            return NodeSelector.model_construct(node_selector_terms=[term])
         if selector is not None and len(selector.node_selector_terms) == 1:
             term = selector.node_selector_terms[0]
             _merge(fields_, term.match_fields)
             _merge(expressions, term.match_expressions)
     if not expressions and not fields_:
         return None
-    term_out: dict[str, Any] = {}
-    if expressions:
-        term_out["matchExpressions"] = expressions
-    if fields_:
-        term_out["matchFields"] = fields_
-    return {"nodeSelectorTerms": [term_out]}
+    merged = NodeSelectorTerm.model_construct(
+        match_expressions=expressions or None, match_fields=fields_ or None
+    )
+    return NodeSelector.model_construct(node_selector_terms=[merged])
 
 
 def _chosen(slot: Slot) -> str:
@@ -113,14 +129,18 @@ def _covers(requests: Sequence[str], slot: Slot) -> bool:
     return slot.name in requests or (slot.first_available and _chosen(slot) in requests)
 
 
-def config(plan: ClaimPlan) -> list[dict[str, Any]]:
+def config(plan: ClaimPlan) -> list[DeviceAllocationConfiguration]:
     """``status.allocation.devices.config`` (module docstring)."""
-    out = [*_class_config(plan), *_claim_config(plan)]
-    for entry in out:
-        if entry["requests"] and all(_covers(entry["requests"], s) for s in plan.slots):
-            entry["requests"] = []
-        if not entry["requests"]:
-            del entry["requests"]
+    out = []
+    for entry in [*_class_config(plan), *_claim_config(plan)]:
+        requests = entry["requests"]
+        if requests and all(_covers(requests, s) for s in plan.slots):
+            requests = []
+        out.append(
+            DeviceAllocationConfiguration.model_construct(
+                source=entry["source"], requests=requests or None, opaque=entry.get("opaque")
+            )
+        )
     return out
 
 
@@ -135,11 +155,10 @@ def _class_config(plan: ClaimPlan) -> list[dict[str, Any]]:
                 out[i]["requests"].append(alt.name)
             continue
         start = len(out)
-        for cfg in alt.device_class.spec.config or []:
-            entry: dict[str, Any] = {"source": "FromClass", "requests": [alt.name]}
-            if cfg.opaque is not None:
-                entry["opaque"] = cfg.opaque.model_dump(by_alias=True, exclude_none=True)
-            out.append(entry)
+        out.extend(
+            {"source": "FromClass", "requests": [alt.name], "opaque": cfg.opaque}
+            for cfg in alt.device_class.spec.config or []
+        )
         by_class[alt.class_name] = (start, len(out))
     return out
 
@@ -151,10 +170,7 @@ def _claim_config(plan: ClaimPlan) -> list[dict[str, Any]]:
         listed = list(claim_cfg.requests or [])
         if listed and not any(_covers(listed, slot) for slot in plan.slots):
             continue
-        entry: dict[str, Any] = {"source": "FromClaim", "requests": listed}
-        if claim_cfg.opaque is not None:
-            entry["opaque"] = claim_cfg.opaque.model_dump(by_alias=True, exclude_none=True)
-        out.append(entry)
+        out.append({"source": "FromClaim", "requests": listed, "opaque": claim_cfg.opaque})
     return out
 
 
@@ -184,17 +200,12 @@ def allocation_result(
     groups: Mapping[GroupKey, frozenset[str]],
 ) -> AllocationResult:
     """One claim's ``status.allocation``."""
-    devices: dict[str, Any] = {
-        "results": [_device(plan, i, p, features) for i, p in enumerate(picks)]
-    }
-    cfg = config(plan)
-    if cfg:
-        devices["config"] = cfg
-    data: dict[str, Any] = {"devices": devices}
-    selector = node_selector(picks, node)
-    if selector is not None:
-        data["nodeSelector"] = selector
-    compatibility = _compatibility_groups(picks, groups)
-    if compatibility:
-        data["compatibilityGroups"] = compatibility
-    return AllocationResult.model_validate(data)
+    devices = DeviceAllocationResult.model_construct(
+        results=[_device(plan, i, p, features) for i, p in enumerate(picks)],
+        config=config(plan) or None,
+    )
+    return AllocationResult.model_construct(
+        devices=devices,
+        node_selector=node_selector(picks, node),
+        compatibility_groups=_compatibility_groups(picks, groups) or None,
+    )

@@ -73,6 +73,10 @@ three nested loops over device list attributes (48**3 iterations: fine upstream,
 runtime cost counts the actual list sizes), can be refused here. In exchange nothing that
 passes runs long: a bound expression does at most ~1e6 steps (~0.2 s in the library).
 
+``device.driver == "..."``, ``device.attributes["<domain>"].<id> == <literal>`` and chains of
+them joined by ``&&`` are answered from the view without building the CEL context when the
+answer is plain (``_fast``; CEL decides whenever an attribute is missing or of another type).
+
 :meth:`Selector.value` evaluates an expression to whatever it yields (a derived attribute,
 KEP-6080): ``int``, ``bool``, ``str``, :class:`Semver`, ``Fraction`` for a quantity, lists of
 those; the cost limit applies the same way.

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 
 from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
 from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
+from kvdev.host.allocation.cel._fast import shortcut
 from kvdev.host.allocation.cel._functions import FUNCTIONS
 from kvdev.host.allocation.cel._native import native
 from kvdev.host.allocation.cel._tokens import matching_brackets, tokenize, top_level_commas
@@ -91,12 +92,13 @@ def _rewrite_bind(source: str) -> str:
 class Selector:
     """A compiled CEL selector expression. Create with :func:`compile_selector`."""
 
-    __slots__ = ("_analysis", "_program", "expression")
+    __slots__ = ("_analysis", "_fast", "_program", "expression")
 
     def __init__(self, expression: str, program: cel.Program, analysis: Analysis) -> None:
         self.expression = expression
         self._program = program
         self._analysis = analysis
+        self._fast = shortcut(expression)
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -134,6 +136,10 @@ class Selector:
             CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
             CelRuntimeError: evaluation failed or did not produce a bool.
         """
+        if self._fast is not None:
+            said = self._fast(device)
+            if said is not None:
+                return said
         result = self._execute(device)
         if not isinstance(result, bool):
             raise CelRuntimeError(
