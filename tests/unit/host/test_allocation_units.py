@@ -88,7 +88,7 @@ def _counter_candidate(used):
 
 
 def test_counters_fit():
-    counters = Counters(lambda _: False)
+    counters = Counters(set())
     four = _counter_candidate(4)
     assert counters.take(four)
     assert counters.take(four)

@@ -16,7 +16,7 @@ allocated devices of the pool take) and what the run's picks consume, with upstr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Collection, Mapping
 from fractions import Fraction
 
 from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
@@ -28,8 +28,8 @@ Sets = dict[str, dict[str, Fraction]]  # counter set -> counter -> amount
 class Counters:
     """Counter availability and consumption of one allocator run (module docstring)."""
 
-    def __init__(self, allocated: Callable[[DeviceID], bool]) -> None:
-        self._allocated = allocated
+    def __init__(self, *allocated: Collection[DeviceID]) -> None:
+        self._allocated = allocated  # devices in use before the run (exclusive, shared)
         self.available: dict[str, Sets] = {}
         self.consumed: dict[str, Sets] = {}
         self.leaked: dict[str, Sets] = {}
@@ -37,7 +37,8 @@ class Counters:
     def _compute(self, pool: Pool) -> Sets:
         out = {name: dict(counters) for name, counters in pool.counter_sets.items()}
         for name, device in pool.devices():
-            if not self._allocated((pool.driver, pool.name, name)):
+            ident = (pool.driver, pool.name, name)
+            if not any(ident in held for held in self._allocated):
                 continue
             for use in device.consumes_counters or []:
                 mine = out.get(use.counter_set)

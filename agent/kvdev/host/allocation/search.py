@@ -142,7 +142,7 @@ class Search:
         # DRAConsumableCapacity off: a result with a shareID holds its device (class I).
         self.allocated = allocated if self.consumable else allocated | frozenset(allocated_capacity)
         self.selection = selection
-        self.counters = Counters(self._is_allocated)
+        self.counters = Counters(self.allocated, self.aggregated)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.picking: dict[DeviceID, dict[str, Fraction]] = {}
         self.groups: Mapping[GroupKey, frozenset[str]] = self._initial_groups()
@@ -164,9 +164,6 @@ class Search:
         self._mask = (clock.every - 1) if clock is not None else 0
 
     # ------------------------------------------------------------------ state helpers
-
-    def _is_allocated(self, ident: DeviceID) -> bool:
-        return ident in self.allocated or ident in self.aggregated
 
     def _initial_groups(self) -> Mapping[GroupKey, frozenset[str]]:
         """Compatibility groups (KEP-5963) of the devices already allocated, per counter set."""
