@@ -38,8 +38,9 @@ from kvdev.host.allocation.plans import AllocationFailedError, Request
 if TYPE_CHECKING:
     from kvdev.host.allocation.search import Search
 
-ALONE_STEPS = 5_000  # the bounded search of one claim alone
-ALONE_TOTAL = 50_000  # ... and of all of them
+ALONE_STEPS = 5_000  # the bounded search of one claim alone: steps ...
+ALONE_WORK = 100_000  # ... devices looked at
+ALONE_TOTAL = 400_000  # ... for all the claims
 
 
 def _no_errors(search: Search) -> bool:
@@ -51,8 +52,12 @@ def _no_errors(search: Search) -> bool:
                     return False
                 try:
                     for pos in range(len(search.candidates)):
+                        if not pos & 0x3FF:
+                            search.check_deadline()
                         search.selectable(alt, pos)
-                except AllocationFailedError:
+                except AllocationFailedError as e:
+                    if e.keyword == "filter-timeout":
+                        raise
                     return False
     return True
 
@@ -141,7 +146,7 @@ def _alone_impossible(search: Search) -> bool:
     for plan in reversed(search.plans):
         if left <= 0:
             break
-        trial, used = search.alone(plan.claim, steps=min(ALONE_STEPS, left))
+        trial, used = search.alone(plan.claim, steps=ALONE_STEPS, work=min(ALONE_WORK, left))
         left -= used
         if trial is False:
             return True

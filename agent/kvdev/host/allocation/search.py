@@ -154,7 +154,8 @@ class Search:
         self.work = 0  # devices the loops looked at (roughly)
         self.stopped = ""  # why the search stopped early, when it did
         self._probe_at = PROBE_STEPS if shortcuts else -1
-        self._max_steps = -1  # a bounded search (``alone``)
+        self._max_steps = -1  # a bounded search (``alone``): steps ...
+        self._max_work = -1  # ... and devices looked at
         self._classes: Mapping[str, DeviceClass] = {}
         self.node = node
         self._clock = clock
@@ -357,11 +358,12 @@ class Search:
         except _Stop:
             return False
 
-    def alone(self, claim: ResourceClaim, *, steps: int) -> tuple[bool | None, int]:
+    def alone(self, claim: ResourceClaim, *, steps: int, work: int) -> tuple[bool | None, int]:
         """Whether ``claim`` fits alone, from the devices in use before the run.
 
-        At most ``steps`` steps: (None, steps) when they are not enough. Errors (a selector
-        failing) give None too. Returns the steps used.
+        At most ``steps`` steps and ``work`` devices looked at, and no later than this run's
+        deadline: None when that is not enough, or on an error (a selector failing).
+        Returns the devices looked at too.
         """
         trial = Search(
             pools=self.pools,
@@ -372,13 +374,23 @@ class Search:
             node=self.node,
         )
         trial._probe_at = -1
-        trial._max_steps = steps
+        trial._max_steps, trial._max_work = steps, work
+        trial._clock, trial._deadline, trial._mask = self._clock, self._deadline, self._mask
         try:
             trial.prepare([claim], self._classes)
             found = trial._one(0, 0, 0, 0, False, 0) == OK  # noqa: FBT003
         except (_Stop, AllocationFailedError):
-            return None, trial.steps
-        return found, trial.steps
+            return None, trial.work
+        return found, trial.work
+
+    def check_deadline(self) -> None:
+        """Raise ``filter-timeout`` when the run's deadline has passed (``hopeless`` asks).
+
+        Raises:
+            AllocationFailedError: ``filter-timeout``.
+        """
+        if self._deadline is not None:
+            self._expired()
 
     def _probe(self) -> None:
         """Ask once whether the search is hopeless; stop it if so."""
@@ -463,9 +475,7 @@ class Search:
         quiet = first_con is not None and not (isinstance(first_con, Match) and first_con.stale)
         consumable = self.consumable
         timed = self._deadline is not None
-        self.work += len(candidates) - start
-        if self.work > PROBE_WORK and self._probe_at > 0:
-            self._probe()
+        self._account(len(candidates) - start)
         for pos in range(start, len(candidates)):
             if timed and not pos & 0x3FF:
                 self._expired()
@@ -508,6 +518,14 @@ class Search:
             if quiet and isinstance(first_con, Match):
                 quiet = not first_con.stale
         return FAIL
+
+    def _account(self, looked: int) -> None:
+        """Count devices a loop will look at; probe once past PROBE_WORK; stop a bounded run."""
+        self.work += looked
+        if self.work > PROBE_WORK and self._probe_at > 0:
+            self._probe()
+        if 0 <= self._max_work < self.work:
+            raise _Stop
 
     def _value(self, con: Constraint, alt: Request, pos: int) -> Value | None:
         candidate = self.candidates[pos]
