@@ -149,3 +149,47 @@ def test_features_overrides():
     assert Features.from_overrides({"DRADeviceTaints": False}).DRADeviceTaints is False
     with pytest.raises(ValueError, match="unknown allocator features"):
         Features.from_overrides({"DRANope": True})
+
+
+def test_each_subrequest_is_checked_in_full_before_the_next():
+    """Upstream's order: the first alternative (All: its pools) before the second's class."""
+    from kvdev.host.allocation.allocator import Failed, allocate  # noqa: PLC0415
+    from kvdev.host.k8s import DeviceClass, ResourceClaim  # noqa: PLC0415
+
+    gpu = "gpu.example.com"
+    incomplete = ResourceSlice.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": gpu,
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 2},
+                "nodeName": "node-a",
+                "devices": [{"name": "gpu-0"}],
+            },
+        }
+    )
+    cls = DeviceClass.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": gpu},
+            "spec": {},
+        }
+    )
+    subs = [
+        {"name": "all", "deviceClassName": gpu, "allocationMode": "All"},
+        {"name": "other", "deviceClassName": "missing"},
+    ]
+    claim = ResourceClaim.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "r", "firstAvailable": subs}]}},
+        }
+    )
+    out = allocate(NODE, [claim], classes=[cls], slices=[incomplete])
+    assert isinstance(out, Failed)
+    assert out.keyword == "pool-incomplete"

@@ -56,7 +56,7 @@ from kvdev.host.allocation.plans import (
     plan_request,
 )
 from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
-from kvdev.host.k8s.claim import ResourceClaim
+from kvdev.host.k8s.claim import DeviceSubRequest, ExactDeviceRequest, ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 from kvdev.host.k8s.resource import DeviceClass
 
@@ -205,14 +205,14 @@ class Search:
             slots = []
             for req in (claim.spec.devices.requests if claim.spec.devices else None) or []:
                 check_gates(label, req, self.features)
-                if req.exactly is not None:
-                    alts = [plan_request(label, req.name, "", req.exactly, classes, self.features)]
-                else:
-                    alts = [
-                        plan_request(label, req.name, sub.name, sub, classes, self.features)
-                        for sub in req.first_available or []
-                    ]
-                for alt in alts:
+                specs: list[tuple[str, ExactDeviceRequest | DeviceSubRequest]] = (
+                    [("", req.exactly)]
+                    if req.exactly is not None
+                    else [(sub.name, sub) for sub in req.first_available or []]
+                )
+                alts = []
+                for sub, spec in specs:  # each one checked in full before the next, as upstream
+                    alt = plan_request(label, req.name, sub, spec, classes, self.features)
                     alt.sel = [None] * n
                     alt.need = [None] * n
                     alt.taint = [None] * n
@@ -221,6 +221,7 @@ class Search:
                     alt.first = [_UNSEEN] * n
                     if alt.all_mode:
                         self._all_devices(label, alt)
+                    alts.append(alt)
                 slots.append(Slot(req.name, tuple(alts), req.first_available is not None))
             plan = ClaimPlan(claim, tuple(slots), ())
             check_limit(plan)
