@@ -191,19 +191,19 @@ def scale_cases():
             "128-pools-all-mode",
             as_list(device_class(), *pools(128, 79), claim(mode="All")),
             "too-many-devices",
-            ("claim cl", "32"),
+            ("claim default/cl", "32"),
         ),
         Case(
             "128-pools-match-nothing",  # every pair tried: 10,112**2 / 2 checks
             as_list(device_class(), *pools(128, 79), claim(count=2, constraints=unique)),
-            "search-limit",
-            ("default/cl", "device checks"),
+            "filter-timeout",
+            ("default/cl", "timed out trying to allocate devices"),
         ),
         Case(
             "128-pools-distinct-8-of-7",  # every 8-subset of 10,112 devices
             as_list(device_class(), *pools(128, 79), claim(count=8, constraints=distinct)),
-            "search-limit",
-            ("default/cl", "device checks"),
+            "filter-timeout",
+            ("default/cl", "timed out trying to allocate devices"),
             long_only=True,
         ),
         Case(
@@ -211,7 +211,7 @@ def scale_cases():
             as_list(
                 device_class(), *pools(128, 79, values=31), claim(count=32, constraints=distinct)
             ),
-            "search-limit",
+            "filter-timeout",
             ("default/cl",),
             long_only=True,
         ),

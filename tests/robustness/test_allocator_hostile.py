@@ -8,7 +8,7 @@ in a child process whose peak RSS is its VmHWM (read every 20 ms: the mark only 
 wait4's ru_maxrss would include this process's RSS at fork). Each must end in its expected outcome
 (keyword, and a message naming the object and field) and, on the command line, stay within
 MEMORY_BOUND of RSS, exit 0/1/2 and never print a Python traceback. Times are printed as
-figures, not asserted (the search's own step budget bounds the work). Then random
+figures, not asserted (the allocator's filter timeout, FILTER_TIMEOUT, bounds the work). Then random
 quantity strings and random CEL token soups must parse or fail with our own errors only.
 """
 
@@ -26,6 +26,7 @@ from hostile_inputs import DRIVER, NODE, all_cases, resource_slice
 from kvdev.errors import SchemaError
 from kvdev.host.allocation.allocator import (
     Allocated,
+    Clock,
     Failed,
     NodeInfo,
     Unschedulable,
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.robustness
 
 MEMORY_BOUND = 500  # MB of peak RSS of the kvdev-host process
 HARD_TIMEOUT = 600.0  # a hang guard only: a run still going after this is killed (a failure)
+FILTER_TIMEOUT = 2.0  # s: the allocator's own bound on a search (the scheduler's is 10 s)
 
 
 def in_process(case):
@@ -51,6 +53,7 @@ def in_process(case):
         [o for o in objects if isinstance(o, ResourceClaim)],
         classes=[o for o in objects if isinstance(o, DeviceClass)],
         slices=[o for o in objects if isinstance(o, ResourceSlice)],
+        clock=Clock(now=time.monotonic, timeout=FILTER_TIMEOUT),
     )
     if isinstance(outcome, Allocated):
         return "allocated", ""
@@ -66,6 +69,7 @@ def via_cli(case, tmp_path):
     path.write_text(case.text, encoding="utf-8")
     out, err = tmp_path / f"{case.name}.out", tmp_path / f"{case.name}.err"
     cmd = [sys.executable, "-m", "kvdev.host", "allocate", "-f", str(path), "--node", NODE]
+    cmd += ["--filter-timeout", f"{FILTER_TIMEOUT}s"]
     started = time.monotonic()
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen([*cmd, "-o", "json"], stdout=stdout, stderr=stderr)

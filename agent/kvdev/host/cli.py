@@ -2,22 +2,35 @@
 
 It owns the top-level parser (``--help``, ``--version``, the list of commands) and the
 dispatch: each command lives in its own module under ``kvdev.host.commands`` and registers
-its sub-parser there. Exit codes are a contract (``kvdev.host.commands.common``): 0 success,
-1 does not fit, 2 usage error, invalid input or an allocator error.
+its sub-parser there. Only the module of the command being run is imported (the others cost
+start-up time: gRPC, the allocator's CEL); ``build_parser()`` without a command has them all.
+Exit codes are a contract (``kvdev.host.commands.common``): 0 success, 1 does not fit, 2
+usage error, invalid input or an allocator error.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from kvdev import __version__
 from kvdev.errors import UsageError
-from kvdev.host.commands import allocate, bundle, controller, prepare, schedule, serve, status
 from kvdev.host.commands.common import EXIT_INVALID, Parser
 
-_COMMANDS = (allocate, schedule, prepare, status, bundle, serve, controller)
+# command -> its module under kvdev.host.commands, in --help order
+_COMMANDS = {
+    "allocate": "allocate",
+    "schedule": "schedule",
+    "prepare": "prepare",
+    "update": "prepare",
+    "unprepare": "prepare",
+    "status": "status",
+    "bundle": "bundle",
+    "serve": "serve",
+    "controller": "controller",
+}
 
 _MAIN_EPILOG = """\
 the round trip:
@@ -47,8 +60,8 @@ exit status:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``kvdev-host`` parser with its commands."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``kvdev-host`` parser with its commands; with ``command``, only that one in full."""
     parser = Parser(
         prog="kvdev-host",
         description="kvdev host tools: allocate DRA devices like the scheduler does, publish\n"
@@ -59,14 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kvdev-host {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for command in _COMMANDS:
-        command.register(commands)
+    wanted = (
+        [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    )
+    for module in wanted:
+        importlib.import_module(f"kvdev.host.commands.{module}").register(commands)
+    if command in _COMMANDS:
+        for name, module in _COMMANDS.items():
+            if module != _COMMANDS[command]:
+                commands.add_parser(name)  # a name only: its module is not needed
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvdev-host`` console script; returns the exit status."""
-    parser = build_parser()
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list[0] if args_list else None)
+    argv = args_list
     try:
         args = parser.parse_args(argv)
     except UsageError as e:

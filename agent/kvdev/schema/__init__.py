@@ -15,23 +15,65 @@ Modules, lowest first (each imports only those above it):
 * ``documents``   one file's bytes in, one checked result out
 
 The whole package is pure: no I/O, no clocks, no environment.
+
+Names are loaded on first use (PEP 562): importing one module of the package (the host's
+allocator needs ``metadata`` alone) does not load the others.
 """
 
-from kvdev.schema.configdrive import ConfigDriveMetadata, TaggedDevice
-from kvdev.schema.described import DescribedDevice, describe
-from kvdev.schema.documents import FileResult, check_file, sniff_role
-from kvdev.schema.hints import GuestHints
-from kvdev.schema.reading import DeviceMetadata
-from kvdev.schema.stream import (
-    DEVICE_METADATA,
-    GUEST_HINTS,
-    Decoded,
-    DocumentKind,
-    decode_document,
-    decode_stream,
-    encode_stream,
-)
-from kvdev.schema.tree import MetadataLocation, Role, metadata_location, role_of
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvdev.schema.configdrive import ConfigDriveMetadata, TaggedDevice
+    from kvdev.schema.described import DescribedDevice, describe
+    from kvdev.schema.documents import FileResult, check_file, sniff_role
+    from kvdev.schema.hints import GuestHints
+    from kvdev.schema.reading import DeviceMetadata
+    from kvdev.schema.stream import (
+        DEVICE_METADATA,
+        GUEST_HINTS,
+        Decoded,
+        DocumentKind,
+        decode_document,
+        decode_stream,
+        encode_stream,
+    )
+    from kvdev.schema.tree import MetadataLocation, Role, metadata_location, role_of
+
+_WHERE = {
+    "ConfigDriveMetadata": "configdrive",
+    "TaggedDevice": "configdrive",
+    "DescribedDevice": "described",
+    "describe": "described",
+    "FileResult": "documents",
+    "check_file": "documents",
+    "sniff_role": "documents",
+    "GuestHints": "hints",
+    "DeviceMetadata": "reading",
+    "DEVICE_METADATA": "stream",
+    "GUEST_HINTS": "stream",
+    "Decoded": "stream",
+    "DocumentKind": "stream",
+    "decode_document": "stream",
+    "decode_stream": "stream",
+    "encode_stream": "stream",
+    "MetadataLocation": "tree",
+    "Role": "tree",
+    "metadata_location": "tree",
+    "role_of": "tree",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEVICE_METADATA",

@@ -40,6 +40,7 @@ class Model(BaseModel):
         frozen=True,
         extra="allow",
         hide_input_in_errors=True,
+        defer_build=True,
     )
 
     @model_serializer(mode="wrap")

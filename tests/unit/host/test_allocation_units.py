@@ -4,65 +4,98 @@ from fractions import Fraction
 
 import pytest
 
-from kvdev.host.allocation.capacity import consumption, counters_fit, fits, qualify
-from kvdev.host.allocation.constraints import EMPTY, Constraint, admit
+from kvdev.host.allocation.capacity import fits as capacity_fits
+from kvdev.host.allocation.capacity import need, parse_capacity
+from kvdev.host.allocation.constraints import Distinct, Match
+from kvdev.host.allocation.counters import Counters
 from kvdev.host.allocation.features import Features
-from kvdev.host.allocation.pools import NodeInfo, term_matches
+from kvdev.host.allocation.pools import NodeInfo, Pool, _candidates, term_matches
 from kvdev.host.k8s.common import NodeSelectorTerm
-from kvdev.host.k8s.resource import Device
+from kvdev.host.k8s.resource import Device, ResourceSlice
 
 GI = 2**30
 NODE = NodeInfo("node-a", {"zone": "z1", "gpus": "4"})
 
 
-def _device(policy):
-    return Device.model_validate(
+def _caps(policy):
+    dev = Device.model_validate(
         {
             "name": "nic-0",
             "allowMultipleAllocations": True,
             "capacity": {"memory": {"value": "16Gi", "requestPolicy": policy}},
         }
     )
+    return {k: parse_capacity(v) for k, v in (dev.capacity or {}).items()}
+
+
+def consumption(caps, requests):
+    got = need(requests, caps)
+    return None if got is None else {name: amount for name, amount, _ in got}
 
 
 def test_valid_range_rounds_up_to_step():
-    dev = _device({"validRange": {"min": "2Gi", "step": "2Gi", "max": "8Gi"}})
-    assert consumption("d.example.com", dev, {"d.example.com/memory": Fraction(3 * GI)}) == {
-        "memory": 4 * GI
-    }
-    assert consumption("d.example.com", dev, {"d.example.com/memory": Fraction(GI)}) == {
-        "memory": 2 * GI
-    }
+    caps = _caps({"validRange": {"min": "2Gi", "step": "2Gi", "max": "8Gi"}})
+    assert consumption(caps, {"memory": Fraction(3 * GI)}) == {"memory": 4 * GI}
+    assert consumption(caps, {"memory": Fraction(GI)}) == {"memory": 2 * GI}
 
 
 def test_valid_range_max_exceeded_makes_device_unusable():
-    dev = _device({"validRange": {"min": "2Gi", "max": "8Gi"}})
-    assert consumption("d.example.com", dev, {"d.example.com/memory": Fraction(10 * GI)}) is None
+    caps = _caps({"validRange": {"min": "2Gi", "max": "8Gi"}})
+    assert consumption(caps, {"memory": Fraction(10 * GI)}) is None
 
 
 def test_valid_values_pick_next_and_default_applies():
-    dev = _device({"default": "2Gi", "validValues": ["2Gi", "4Gi", "8Gi"]})
-    assert consumption("d.example.com", dev, {"d.example.com/memory": Fraction(3 * GI)}) == {
-        "memory": 4 * GI
-    }
-    assert consumption("d.example.com", dev, {}) == {"memory": 2 * GI}
-    assert consumption("d.example.com", dev, {"d.example.com/memory": Fraction(9 * GI)}) is None
+    caps = _caps({"default": "2Gi", "validValues": ["2Gi", "4Gi", "8Gi"]})
+    assert consumption(caps, {"memory": Fraction(3 * GI)}) == {"memory": 4 * GI}
+    assert consumption(caps, {}) == {"memory": 2 * GI}
+    assert consumption(caps, {"memory": Fraction(9 * GI)}) is None
 
 
 def test_undefined_capacity_and_fit():
-    dev = _device(None)
-    assert consumption("d.example.com", dev, {"d.example.com/bandwidth": Fraction(1)}) is None
-    assert fits(dev, {"memory": Fraction(12 * GI)}, {"memory": Fraction(4 * GI)})
-    assert not fits(dev, {"memory": Fraction(13 * GI)}, {"memory": Fraction(4 * GI)})
-    assert qualify("memory", "d.example.com") == "d.example.com/memory"
-    assert qualify("x.io/memory", "d.example.com") == "x.io/memory"
+    caps = _caps(None)
+    assert consumption(caps, {"bandwidth": Fraction(1)}) is None
+    # capacity keys compare as written, as upstream compares them
+    assert consumption(caps, {"d.example.com/memory": Fraction(1)}) is None
+    four = need({"memory": Fraction(4 * GI)}, caps)
+    assert four is not None
+    assert capacity_fits(four, {"memory": Fraction(12 * GI)}, None)
+    assert not capacity_fits(four, {"memory": Fraction(12 * GI)}, {"memory": Fraction(1)})
+
+
+def _counter_candidate(used):
+    slice_ = ResourceSlice.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": "d.example.com",
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "node-a",
+                "devices": [
+                    {
+                        "name": "part",
+                        "consumesCounters": [
+                            {"counterSet": "set", "counters": {"mem": {"value": str(used)}}}
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    pool = Pool("d.example.com", "p", 1, slices=[slice_], counter_sets={"set": {"mem": 8}})
+    return _candidates(pool, NODE)[0]
 
 
 def test_counters_fit():
-    totals = {"set": {"mem": Fraction(8)}}
-    assert counters_fit(totals, {("set", "mem"): Fraction(4)}, {("set", "mem"): Fraction(4)})
-    assert not counters_fit(totals, {("set", "mem"): Fraction(5)}, {("set", "mem"): Fraction(4)})
-    assert not counters_fit(totals, {}, {("other", "mem"): Fraction(1)})
+    counters = Counters(set())
+    four = _counter_candidate(4)
+    assert counters.take(four)
+    assert counters.take(four)
+    assert not counters.take(four)  # 12 > 8: refused, nothing taken
+    counters.release(four)
+    assert counters.take(four)
+    assert not counters.take(_counter_candidate(5))
 
 
 @pytest.mark.parametrize(
@@ -82,32 +115,81 @@ def test_node_selector_terms(term, matches):
 
 
 def test_list_attribute_match_keeps_running_intersection():
-    con = Constraint("d.example.com/x", distinct=False, requests=frozenset())
-    ok, mem = admit(con, EMPTY, ("string", frozenset({"a", "b"})))
-    assert ok
-    ok, mem = admit(con, mem, ("string", frozenset({"b", "c"})))
-    assert ok
-    ok, _ = admit(con, mem, ("string", frozenset({"c", "a"})))
-    assert not ok
+    con = Match("d.example.com/x", frozenset(), lists=True)
+    assert con.add("r", ("string", True, frozenset({"a", "b"})))
+    assert con.add("r", ("string", True, frozenset({"b", "c"})))
+    assert not con.add("r", ("string", True, frozenset({"c", "a"})))
 
 
 def test_distinct_compares_with_every_earlier_value():
-    con = Constraint("d.example.com/numa", distinct=True, requests=frozenset())
-    _, mem = admit(con, EMPTY, ("int", frozenset({0})))
-    _, mem = admit(con, mem, ("int", frozenset({1})))
-    ok, _ = admit(con, mem, ("int", frozenset({0})))
-    assert not ok
-    assert not admit(con, mem, None)[0]
+    con = Distinct("d.example.com/numa", frozenset(), lists=True)
+    assert con.add("a", ("int", False, frozenset({0})))
+    assert con.add("b", ("int", False, frozenset({1})))
+    assert not con.add("c", ("int", False, frozenset({0})))
+    assert not con.add("c", None)
+
+
+def test_distinct_remembers_the_last_device_of_a_request_only():
+    """Upstream's memory (fixture 414): the third device is compared with the second only."""
+    con = Distinct("d.example.com/numa", frozenset(), lists=True)
+    assert con.add("r", ("int", False, frozenset({0})))
+    assert con.add("r", ("int", False, frozenset({1})))
+    assert con.add("r", ("int", False, frozenset({0})))  # the API's rule would refuse it
+    assert not con.documented(("int", False, frozenset({0})))
 
 
 def test_constraint_scope_by_parent_or_subrequest():
-    con = Constraint("d.example.com/x", distinct=False, requests=frozenset({"a", "b/large"}))
-    assert con.applies("a", "a/small")
-    assert con.applies("b", "b/large")
-    assert not con.applies("b", "b/small")
+    con = Match("d.example.com/x", frozenset({"a", "b/large"}), lists=True)
+    assert con.applies("a", "small")
+    assert con.applies("b", "large")
+    assert not con.applies("b", "small")
 
 
 def test_features_overrides():
     assert Features.from_overrides({"DRADeviceTaints": False}).DRADeviceTaints is False
     with pytest.raises(ValueError, match="unknown allocator features"):
         Features.from_overrides({"DRANope": True})
+
+
+def test_each_subrequest_is_checked_in_full_before_the_next():
+    """Upstream's order: the first alternative (All: its pools) before the second's class."""
+    from kvdev.host.allocation.allocator import Failed, allocate  # noqa: PLC0415
+    from kvdev.host.k8s import DeviceClass, ResourceClaim  # noqa: PLC0415
+
+    gpu = "gpu.example.com"
+    incomplete = ResourceSlice.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": gpu,
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 2},
+                "nodeName": "node-a",
+                "devices": [{"name": "gpu-0"}],
+            },
+        }
+    )
+    cls = DeviceClass.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": gpu},
+            "spec": {},
+        }
+    )
+    subs = [
+        {"name": "all", "deviceClassName": gpu, "allocationMode": "All"},
+        {"name": "other", "deviceClassName": "missing"},
+    ]
+    claim = ResourceClaim.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "r", "firstAvailable": subs}]}},
+        }
+    )
+    out = allocate(NODE, [claim], classes=[cls], slices=[incomplete])
+    assert isinstance(out, Failed)
+    assert out.keyword == "pool-incomplete"

@@ -1,4 +1,5 @@
-"""Run the allocator over tests/data/allocator-extra (KEP-5963 compatibility groups, alpha).
+"""Run the allocator over tests/data/allocator-extra (KEP-5963 compatibility groups, KEP-6080
+derived attributes: both alpha).
 
 Same case format and comparison as the conformance corpus (``test_allocator_fixtures``, loaded
 by path), plus one expectation key of its own, described in that directory's README:
@@ -63,7 +64,8 @@ def test_allocator_extra_fixture(path):
 
 
 def test_extra_corpus_present_and_alpha():
-    assert len(FILES) == 11
+    assert len(FILES) == 20
+    assert sum(p.stem.startswith("D") for p in FILES) == 9
     for path in FILES:
         case = _load(path)
         assert path.stem == f"{path.stem.split('-', 1)[0]}-{case['name']}"

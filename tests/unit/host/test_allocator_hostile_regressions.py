@@ -10,8 +10,7 @@ import pytest
 
 from hostlab import NeverRun
 from kvdev.errors import SchemaError
-from kvdev.host.allocation import search
-from kvdev.host.allocation.allocator import Failed, NodeInfo, allocate
+from kvdev.host.allocation.allocator import Clock, Failed, NodeInfo, allocate
 from kvdev.host.allocation.cel import COST_LIMIT, CelCostLimitError, compile_selector, device_view
 from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice, load, parse_quantity
 
@@ -105,8 +104,10 @@ def test_selector_errors_name_the_claim_class_field_and_device():
     )
 
 
-def test_a_search_past_its_budget_fails_with_search_limit(monkeypatch):
-    monkeypatch.setattr(search, "SEARCH_BUDGET", 500)
+def test_a_search_past_its_filter_timeout_fails_with_filter_timeout():
+    """The scheduler's filter timeout, on a fake clock that moves a second per reading."""
+    ticks = iter(range(10**6))
+    clock = Clock(now=lambda: float(next(ticks)), timeout=5, every=1)
     cls = DeviceClass.model_validate(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -115,24 +116,26 @@ def test_a_search_past_its_budget_fails_with_search_limit(monkeypatch):
             "spec": {},
         }
     )
-    # two devices with the same unique value: none, but all 60*59/2 pairs are tried
-    claim = ResourceClaim.model_validate(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "cl", "namespace": "ns"},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "r", "exactly": {"deviceClassName": "c", "count": 2}}],
-                    "constraints": [{"matchAttribute": f"{DRIVER}/uniq"}],
-                }
-            },
-        }
-    )
-    out = allocate(NodeInfo("n", {}), [claim], classes=[cls], slices=[a_device()])
+    claims = [
+        ResourceClaim.model_validate(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"cl-{i}", "namespace": "ns"},
+                "spec": {
+                    "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}
+                },
+            }
+        )
+        for i in range(20)
+    ]
+    out = allocate(NodeInfo("n", {}), claims, classes=[cls], slices=[a_device()], clock=clock)
     assert isinstance(out, Failed)
-    assert out.keyword == "search-limit"
-    assert "claims ns/cl: gave up after 500 device checks over 60 devices" in out.message
+    assert out.keyword == "filter-timeout"
+    assert out.message.startswith("node n: timed out trying to allocate devices")
+    assert "filter timeout of 5 s" in out.message
+    unlimited = allocate(NodeInfo("n", {}), claims, classes=[cls], slices=[a_device()])
+    assert not isinstance(unlimited, Failed)
 
 
 @pytest.mark.parametrize("text", ["9" * 129, "0." + "0" * 200 + "1", "1" * 5000 + "Ki"])

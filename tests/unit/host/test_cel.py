@@ -20,6 +20,7 @@ from kvdev.host.allocation.cel import (
     Selector,
     Semver,
     compile_selector,
+    compile_uncached,
     device_view,
 )
 from kvdev.host.k8s.resource import Device
@@ -29,8 +30,8 @@ GPU = "gpu.example.com"
 NIC = "nic.example.com"
 
 
-def view(driver: str, spec: dict[str, Any], *, consumable_capacity: bool = True) -> DeviceView:
-    return device_view(driver, Device.model_validate(spec), consumable_capacity=consumable_capacity)
+def view(driver: str, spec: dict[str, Any]) -> DeviceView:
+    return device_view(driver, Device.model_validate(spec))
 
 
 A100 = {
@@ -80,10 +81,10 @@ def test_device_view_files_unqualified_names_under_the_driver_domain(a100: Devic
     assert a100.allow_multiple_allocations is False
 
 
-def test_device_view_allow_multiple_allocations_follows_the_gate() -> None:
+def test_device_view_allow_multiple_allocations_is_the_device_flag() -> None:
+    """Class B: always defined, false when unset, whatever DRAConsumableCapacity says."""
     shared = {"name": "nic-0", "allowMultipleAllocations": True}
     assert view(NIC, shared).allow_multiple_allocations is True
-    assert view(NIC, shared, consumable_capacity=False).allow_multiple_allocations is None
     assert view(NIC, BARE).allow_multiple_allocations is False
 
 
@@ -202,11 +203,11 @@ def test_allow_multiple_allocations_on_a_shared_device() -> None:
     assert matches("device.allowMultipleAllocations", nic)
 
 
-def test_allow_multiple_allocations_is_absent_without_the_gate() -> None:
-    nic = view(NIC, {"name": "nic-0", "allowMultipleAllocations": True}, consumable_capacity=False)
-    assert not matches("has(device.allowMultipleAllocations)", nic)
-    with pytest.raises(CelRuntimeError, match="no such key"):
-        matches("device.allowMultipleAllocations", nic)
+def test_allow_multiple_allocations_is_defined_on_every_device() -> None:
+    """Class B: the scheduler defines the field on every device (false when unset)."""
+    bare = view(NIC, BARE)
+    assert matches("has(device.allowMultipleAllocations)", bare)
+    assert not matches("device.allowMultipleAllocations", bare)
 
 
 # --------------------------------------------------------------------------- domains
@@ -475,3 +476,57 @@ def test_one_selector_many_devices_and_one_device_many_selectors(a100: DeviceVie
     assert matches('size(device.attributes["one.example.com"]) == 0', a100)
     assert matches('size(device.attributes["two.example.com"]) == 0', a100)
     assert matches('device.attributes["gpu.example.com"].model == "a100"', a100)
+
+
+# --------------------------------------------------------------------------- the fast path
+
+FAST = [
+    'device.driver == "gpu.example.com"',
+    "'gpu.example.com' == device.driver",
+    'device.attributes["gpu.example.com"].model == "a100"',
+    "device.attributes['gpu.example.com'].index == 1",
+    'device.attributes["gpu.example.com"].exclusiveMode == true',
+    'device.attributes["resource.kubernetes.io"].numaNode == 0',
+    'device.attributes["gpu.example.com"].fw == "1.2.3"',  # a version: CEL decides
+    'device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].model == "a100"',
+    'device.attributes["gpu.example.com"].nope == "x" && device.driver == "nic.example.com"',
+    'device.attributes["other.example.com"].model == "a100"',
+]
+
+
+def _outcome(selector: Any, device: DeviceView) -> Any:
+    try:
+        return selector.matches(device)
+    except CelRuntimeError:
+        return "error"
+
+
+@pytest.mark.parametrize("expression", FAST)
+def test_the_fast_path_answers_as_cel_does(expression: str) -> None:
+    devices = [
+        view(GPU, A100),
+        view(GPU, BARE),
+        view(NIC, BARE),
+        view(GPU, {"name": "x", "attributes": {"model": {"int": 3}, "index": {"string": "1"}}}),
+        view(GPU, {"name": "y", "attributes": {"fw": {"version": "1.2.3"}, "index": {"int": 1}}}),
+    ]
+    fast = compile_uncached(expression)
+    plain = compile_uncached(expression)
+    plain._fast = None
+    assert fast._fast is not None
+    for device in devices:
+        assert _outcome(fast, device) == _outcome(plain, device), device
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'device.driver == "a" || device.driver == "b"',
+        '(device.driver == "a")',
+        'device.driver == "a&&b"',
+        'device.attributes["d"].x == 1.5',
+        '!(device.driver == "a")',
+    ],
+)
+def test_other_expressions_have_no_fast_path(expression: str) -> None:
+    assert compile_uncached(expression)._fast is None

@@ -1,113 +1,148 @@
-"""Consumable capacity and shared counters: what a device pick consumes, and whether it fits.
+"""Consumable capacity (KEP-5075): what one pick of a device consumes, and whether it fits.
 
-Owns requestPolicy rounding (validRange / validValues / default), the per-pick capacity
-consumption, the fit check against capacity already consumed, and counter-set consumption of
-partitionable devices. Amounts are exact ``Fraction`` values.
+Owns, as the upstream allocator computes it, per capacity of the device:
+
+* the amount consumed: the request's amount rounded up by the capacity's ``requestPolicy``
+  (``validRange``: to ``min``, then to ``min + k*step`` in whole units; ``validValues``: to the
+  next listed value, else the amount itself), or, when the request names no amount, the
+  policy ``default`` or the whole capacity;
+* the policy check of that amount (an amount equal to the ``default`` always passes; above
+  ``max``, off the step grid, or not a listed value fails);
+* the fit: capacity already allocated + capacity picked in this run + this amount must not
+  exceed the capacity's value.
+
+A request naming a capacity the device does not define (by its exact key, as upstream
+compares them) makes the device unusable for it. Amounts are exact ``Fraction`` values.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 
 from kvdev.host.k8s.quantity import parse_quantity
-from kvdev.host.k8s.resource import CapacityRequestPolicy, Device
+from kvdev.host.k8s.resource import DeviceCapacity
 
 Amounts = Mapping[str, Fraction]
-CounterKey = tuple[str, str]  # (counter set, counter)
 
 
-def qualify(name: str, driver: str) -> str:
-    """A capacity or attribute name with its domain (the driver's when none is given)."""
-    return name if "/" in name else f"{driver}/{name}"
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """One capacity of a device and its request policy, parsed."""
+
+    value: Fraction
+    policy: bool = False
+    default: Fraction | None = None
+    values: tuple[Fraction, ...] | None = None  # validValues (None: not set)
+    ranged: bool = False  # validRange is set
+    low: Fraction | None = None
+    high: Fraction | None = None
+    step: Fraction | None = None
 
 
-def _round(amount: Fraction, policy: CapacityRequestPolicy | None) -> Fraction | None:
-    """The amount rounded up by the policy, or None when the policy cannot serve it."""
+def parse_capacity(cap: DeviceCapacity) -> Capacity:
+    """A ``DeviceCapacity`` as a ``Capacity``."""
+    policy = cap.request_policy
+    value = parse_quantity(cap.value)
     if policy is None:
-        return amount
-    default = parse_quantity(policy.default) if policy.default is not None else None
-    if policy.valid_values:
-        for text in policy.valid_values:
-            value = parse_quantity(text)
-            if value >= amount:
-                return value
-        return None
+        return Capacity(value)
     rng = policy.valid_range
-    if rng is None:
-        return amount
-    low = parse_quantity(rng.min)
-    value = max(amount, low)
-    if rng.step is not None:
-        step = parse_quantity(rng.step)
-        value = low + math.ceil((value - low) / step) * step
-    if rng.max is not None and value > parse_quantity(rng.max) and value != default:
-        return None
-    return value
 
+    def q(text: str | None) -> Fraction | None:
+        return None if text is None else parse_quantity(text)
 
-def consumption(driver: str, device: Device, requested: Amounts) -> dict[str, Fraction] | None:
-    """What one pick of ``device`` consumes per capacity (keys as the device spells them).
-
-    ``requested`` is keyed by qualified capacity name. None means the device cannot serve
-    the request (undefined capacity requested, or the policy rejects the amount).
-    """
-    caps = device.capacity or {}
-    by_qualified = {qualify(name, driver): name for name in caps}
-    if any(name not in by_qualified for name in requested):
-        return None
-    out: dict[str, Fraction] = {}
-    for qualified, name in by_qualified.items():
-        cap = caps[name]
-        policy = cap.request_policy
-        if qualified in requested:
-            value = _round(requested[qualified], policy)
-            if value is None:
-                return None
-        elif policy is not None and policy.default is not None:
-            value = parse_quantity(policy.default)
-        else:
-            value = parse_quantity(cap.value)
-        out[name] = value
-    return out
-
-
-def fits(device: Device, used: Amounts, new: Amounts) -> bool:
-    """Already consumed plus ``new`` stays within every capacity of the device."""
-    caps = device.capacity or {}
-    return all(
-        used.get(name, Fraction(0)) + amount <= parse_quantity(caps[name].value)
-        for name, amount in new.items()
+    return Capacity(
+        value,
+        policy=True,
+        default=q(policy.default),
+        values=None
+        if policy.valid_values is None
+        else tuple(parse_quantity(v) for v in policy.valid_values),
+        ranged=rng is not None,
+        low=q(rng.min) if rng else None,
+        high=q(rng.max) if rng else None,
+        step=q(rng.step) if rng else None,
     )
 
 
-def add(a: Amounts, b: Amounts) -> dict[str, Fraction]:
-    """Sum two amount maps."""
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, Fraction(0)) + v
-    return out
+def _whole(x: Fraction) -> int:
+    """Go's ``Quantity.Value()``: rounded up, away from zero, to a whole number."""
+    return math.ceil(x) if x >= 0 else math.floor(x)
 
 
-def counter_need(device: Device) -> dict[CounterKey, Fraction]:
-    """What a device takes from its pool's counter sets."""
-    out: dict[CounterKey, Fraction] = {}
-    for use in device.consumes_counters or []:
-        for name, counter in use.counters.items():
-            key = (use.counter_set, name)
-            out[key] = out.get(key, Fraction(0)) + parse_quantity(counter.value)
-    return out
+def _round_up(requested: Fraction, low: Fraction, step: Fraction | None) -> Fraction:
+    """``validRange``: to ``min``, then up to ``min + k*step`` in whole units."""
+    if requested < low or step is None:
+        return max(requested, low)
+    whole_low, whole_step = _whole(low), _whole(step)
+    n, rest = divmod(_whole(requested) - whole_low, whole_step)
+    return Fraction(whole_low + whole_step * (n + (1 if rest else 0)))
 
 
-def counters_fit(
-    totals: Mapping[str, Mapping[str, Fraction]],
-    used: Mapping[CounterKey, Fraction],
-    need: Mapping[CounterKey, Fraction],
-) -> bool:
-    """Used plus ``need`` stays within the pool's counters (undefined counters never fit)."""
-    for (cs, name), amount in need.items():
-        total = totals.get(cs, {}).get(name)
-        if total is None or used.get((cs, name), Fraction(0)) + amount > total:
+def consumed(requested: Fraction | None, cap: Capacity) -> Fraction:
+    """What one pick consumes of ``cap`` when the request asks for ``requested``."""
+    if requested is None:
+        return cap.default if cap.default is not None else cap.value
+    if cap.policy and cap.ranged and cap.low is not None:
+        return _round_up(requested, cap.low, cap.step)
+    if cap.policy and cap.values is not None:
+        return next((v for v in cap.values if requested <= v), requested)
+    return requested
+
+
+def _off_range(amount: Fraction, cap: Capacity) -> bool:
+    if cap.high is not None and amount > cap.high:
+        return True
+    if cap.step is None:
+        return False
+    step = _whole(cap.step)
+    return step != 0 and (_whole(amount) - _whole(cap.low or Fraction(0))) % step != 0
+
+
+def violates(amount: Fraction, cap: Capacity) -> bool:
+    """Whether the amount breaks the capacity's request policy."""
+    if not cap.policy or (cap.default is not None and amount == cap.default):
+        return False
+    if cap.ranged:
+        return _off_range(amount, cap)
+    return bool(cap.values) and amount not in (cap.values or ())
+
+
+Need = tuple[tuple[str, Fraction, Fraction], ...]  # (capacity, amount, capacity value)
+
+
+def need(requests: Amounts | None, caps: Mapping[str, Capacity]) -> Need | None:
+    """What one pick takes per capacity, or None when the request cannot use the device.
+
+    None: a requested capacity the device does not define, or an amount its policy refuses.
+    """
+    if requests and any(name not in caps for name in requests):
+        return None
+    out = []
+    for name, cap in caps.items():
+        amount = consumed(requests.get(name) if requests else None, cap)
+        if violates(amount, cap):
+            return None
+        out.append((name, amount, cap.value))
+    return tuple(out)
+
+
+def fits(need_: Need, used: Amounts | None, picking: Amounts | None) -> bool:
+    """Allocated (``used``) + picked in this run (``picking``) + ``need_`` within capacity."""
+    for name, amount, total in need_:
+        have = amount
+        if used:
+            have += used.get(name, 0)
+        if picking:
+            have += picking.get(name, 0)
+        if have > total:
             return False
     return True
+
+
+def add(into: dict[str, Fraction], more: Amounts) -> None:
+    """Add ``more`` to ``into``, name by name."""
+    for k, v in more.items():
+        into[k] = into.get(k, Fraction(0)) + v

@@ -2,11 +2,13 @@
 
 A separate pass next to the search, never part of it: for every claim, request and
 firstAvailable alternative it walks the devices of every slice and reports the first check that
-rejects each one, using the search's own checks (``Search.try_pick``) and the same pool and
-node-visibility rules. Each device is judged on its own against the devices already in use by
-existing claims, not against the other picks of the same run; a device reported as fitting may
-still lose to another claim's or request's pick, and constraints are judged against an empty
-memory (a missing attribute shows, a mismatch between two picks does not).
+rejects each one, in the search's own order and with its own checks (``Search.verdict``) and
+the same pool and node rules. Each device is judged on its own against the devices already in
+use by existing claims, not against the other picks of the same run; a device reported as
+fitting may still lose to another claim's or request's pick, and constraints are judged
+against an empty memory (a missing attribute shows, a mismatch between two picks does not).
+What only the search itself can see (a scheduler quirk that decided a rejection) comes with
+the outcome as ``notes``; the command prints both.
 
 Pure: data in, data out.
 """
@@ -14,20 +16,12 @@ Pure: data in, data out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 
-from kvdev.host.allocation.constraints import EMPTY
 from kvdev.host.allocation.features import Features
-from kvdev.host.allocation.plans import (
-    AllocationFailedError,
-    ClaimPlan,
-    Request,
-    Selection,
-    plan_claim,
-)
+from kvdev.host.allocation.plans import AllocationFailedError, Selection
 from kvdev.host.allocation.pools import (
-    Candidate,
     DeviceID,
     NodeLike,
     Pool,
@@ -35,7 +29,7 @@ from kvdev.host.allocation.pools import (
     gather_pools,
     slice_visible,
 )
-from kvdev.host.allocation.search import Search, State
+from kvdev.host.allocation.search import Search
 from kvdev.host.k8s.claim import ResourceClaim
 from kvdev.host.k8s.quantity import parse_quantity
 from kvdev.host.k8s.resource import DeviceClass, ResourceSlice
@@ -101,35 +95,37 @@ def explain(
 ) -> list[RequestReport]:
     """One report per claim and request alternative, in claim and request order.
 
-    Claims that cannot be planned (unknown class, invalid constraint...) are skipped: the
-    allocator reports those as errors.
+    Claims that cannot be planned (unknown class, invalid constraint, an ``All`` request
+    meeting an incomplete pool...) are skipped: the allocator reports those as errors.
     """
     feats = features or Features()
     by_name = {c.metadata.name: c for c in classes}
-    pools = gather_pools(node, slices)
-    search = Search(
-        plans=(),
-        pools=pools,
-        allocated=frozenset(allocated_devices),
-        allocated_capacity={
-            dev: {k: v if isinstance(v, Fraction) else parse_quantity(v) for k, v in m.items()}
-            for dev, m in (allocated_capacity or {}).items()
-        },
-        features=feats,
-        selection=Selection(feats),
-    )
-    rejected = _not_searched(node, slices, pools)
+    pools = gather_pools(node, slices, feats)
+    selection = Selection(feats)
+    held = frozenset(allocated_devices)
+    shared = {
+        dev: {k: v if isinstance(v, Fraction) else parse_quantity(v) for k, v in m.items()}
+        for dev, m in (allocated_capacity or {}).items()
+    }
+    rejected = _not_searched(node, slices, pools, feats)
     reports: list[RequestReport] = []
     for claim in claims:
+        search = Search(
+            pools=pools,
+            allocated=held,
+            allocated_capacity=shared,
+            features=feats,
+            selection=selection,
+            node=node.name,
+        )
         try:
-            plan = plan_claim(claim, by_name, feats)
+            search.prepare([claim], by_name)
         except AllocationFailedError:
             continue
-        state = _fresh(search, plan)
-        for alts in plan.requests:
-            for alt in alts:
+        for slot in search.plans[0].slots:
+            for alt in slot.alternatives:
                 verdicts = [
-                    *(_verdict(search, plan, alt, c, state) for c in search.candidates),
+                    *(_verdict(search, alt, pos) for pos in range(len(search.candidates))),
                     *rejected,
                 ]
                 reports.append(
@@ -143,33 +139,26 @@ def explain(
     return reports
 
 
-def _fresh(search: Search, plan: ClaimPlan) -> State:
-    return replace(search.initial_state(), memory=tuple(EMPTY for _ in plan.constraints))
-
-
-def _verdict(
-    search: Search, plan: ClaimPlan, alt: Request, candidate: Candidate, state: State
-) -> DeviceVerdict:
+def _verdict(search: Search, alt: object, pos: int) -> DeviceVerdict:
+    candidate = search.candidates[pos]
     name = "/".join(candidate.id)
     try:
-        after = search.try_pick(plan, alt, candidate, state)
+        reason = search.verdict(alt, pos)  # type: ignore[arg-type]
     except AllocationFailedError as e:
         return DeviceVerdict(name, "selector-error", e.message)
-    if isinstance(after, State):
-        return DeviceVerdict(name, None)
-    if after == "gated" and candidate.device.binding_conditions:
-        return DeviceVerdict(name, after, "binding conditions (DRADeviceBindingConditions)")
-    if after == "gated":
-        return DeviceVerdict(name, after, "shared counters (DRAPartitionableDevices)")
-    return DeviceVerdict(name, after)
+    if reason == "gated" and candidate.binding:
+        return DeviceVerdict(name, reason, "binding conditions (DRADeviceBindingConditions)")
+    if reason == "gated":
+        return DeviceVerdict(name, reason, "shared counters (DRAPartitionableDevices)")
+    return DeviceVerdict(name, reason)
 
 
 def _not_searched(
-    node: NodeLike, slices: Sequence[ResourceSlice], pools: Sequence[Pool]
+    node: NodeLike, slices: Sequence[ResourceSlice], pools: Sequence[Pool], features: Features
 ) -> list[DeviceVerdict]:
     """Devices the search never looks at, each with why (same reason for every request)."""
     by_pool = {p.id: p for p in pools}
-    searched = {c.id for p in pools if p.complete and not p.invalid for c in p.candidates}
+    searched = {c.id for p in pools if p.usable for c in p.candidates}
     out: list[DeviceVerdict] = []
     seen: set[str] = set()
     for s in sorted(slices, key=lambda x: (x.spec.driver, x.spec.pool.name, x.metadata.name)):
@@ -181,7 +170,11 @@ def _not_searched(
             if name in seen or ident in searched:
                 continue
             reason: str | None = None
-            if not slice_visible(s, node) or (
+            if not features.DRAPartitionableDevices and (
+                s.spec.per_device_node_selection is not None or s.spec.shared_counters
+            ):
+                reason = "gated"  # such slices are skipped with DRAPartitionableDevices off
+            elif not slice_visible(s, node) or (
                 s.spec.per_device_node_selection and not device_visible(d, node)
             ):
                 reason = "other-node"
@@ -189,7 +182,7 @@ def _not_searched(
                 reason = "pool-obsolete"
             elif pool.invalid:
                 reason = "pool-invalid"
-            elif not pool.complete:
+            elif pool.incomplete:
                 reason = "pool-incomplete"
             if reason is not None:
                 seen.add(name)

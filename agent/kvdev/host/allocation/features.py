@@ -11,6 +11,7 @@ class Features:
 
     DRAAdminAccess: bool = True
     DRAConsumableCapacity: bool = True
+    DRADerivedAttributes: bool = True  # KEP-6080, alpha in v1.37
     DRADeviceBindingConditions: bool = True
     DRADeviceCompatibilityGroups: bool = True  # KEP-5963, alpha in v1.37
     DRADeviceTaints: bool = True

@@ -1,12 +1,14 @@
-"""Turning claims into search plans, and the checks upstream makes before searching.
+"""Claims as search plans, the checks upstream makes before searching, and CEL evaluation.
 
-Owns the ``AllocationFailedError`` error (keyword + message), the (sub)request and claim
-plan shapes, class lookup, feature checks, selector/constraint validation, the per-claim
-32-result lower bound, and CEL selector evaluation with its cache (lazy: a selector is
-compiled and run only for the devices the search visits). A ``Selection`` lives for one
-allocator run, or, handed to several runs (the scheduler does), across them: results are
-keyed by (expression, device, pool generation), so each pair is evaluated at most once per
-pool generation.
+Owns the ``AllocationFailedError`` error (keyword + message), the shapes the search works on
+(``Request``: one request or firstAvailable subrequest, upstream's per-(sub)request data;
+``Slot``: a request with its alternatives; ``ClaimPlan``), the per-request checks in
+upstream's order (selector types, the admin-access gate, the class name and lookup, the
+allocation mode; the prioritized-list and consumable-capacity gates per request; the
+32-result lower bound and the constraint types per claim), and ``Selection``: CEL selectors
+and derived attributes (KEP-6080) evaluated lazily, for the devices the search visits, with
+a memo keyed by (expression, device, pool generation) that may live across allocator runs
+(the scheduler hands one to every run).
 """
 
 from __future__ import annotations
@@ -21,13 +23,19 @@ from kvdev.host.allocation.cel import (
     CelCostLimitError,
     CelRuntimeError,
     DeviceView,
+    Semver,
     compile_selector,
     device_view,
 )
-from kvdev.host.allocation.constraints import Constraint
+from kvdev.host.allocation.constraints import Constraint, Distinct, Match, Value
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.pools import Candidate, DeviceID
-from kvdev.host.k8s.claim import DeviceSubRequest, ExactDeviceRequest, ResourceClaim
+from kvdev.host.k8s.claim import (
+    DeviceRequest,
+    DeviceSubRequest,
+    ExactDeviceRequest,
+    ResourceClaim,
+)
 from kvdev.host.k8s.common import DeviceSelector, DeviceToleration
 from kvdev.host.k8s.quantity import parse_quantity
 from kvdev.host.k8s.resource import DeviceClass
@@ -44,31 +52,61 @@ class AllocationFailedError(PermanentError):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Request:
-    """One alternative of a claim request: the request itself or one firstAvailable entry."""
+    """One alternative of a claim request: the request itself or one firstAvailable entry.
+
+    Per-run caches, by candidate position (filled by the search): ``sel`` selectable (None:
+    not checked yet), ``need`` capacity need (False: unusable), ``taint`` blocked by a taint,
+    ``derived`` the derived attribute values.
+    """
 
     name: str  # as reported in results: ``req`` or ``req/sub``
-    parent: str
+    base: str  # the request's own name (constraints and config key on it)
+    sub: str  # the subrequest's name, "" for a plain request
     class_name: str
     device_class: DeviceClass
     selectors: tuple[str, ...]  # class expressions first, then the request's
+    origins: tuple[str, ...]  # where each selector is written, for error messages
     all_mode: bool
     count: int
     admin: bool
     tolerations: tuple[DeviceToleration, ...]
-    capacity: Mapping[str, Fraction]  # requested amounts by name as written
-    all_devices: tuple[Candidate, ...] = ()
-    origins: tuple[str, ...] = ()  # where each selector is written, for error messages
+    capacity: Mapping[str, Fraction] | None  # requested amounts by capacity key as written
+    derived: tuple[tuple[str, str], ...] = ()  # (name, expression)
+    num: int = 0  # devices this alternative adds
+    all_devices: list[int] = field(default_factory=list)  # allocationMode All: positions
+    sel: list[bool | None] = field(default_factory=list)
+    need: list[object] = field(default_factory=list)
+    taint: list[bool | None] = field(default_factory=list)
+    values: list[dict[str, Value | None] | None] = field(default_factory=list)
+    fit: list[bool | None] = field(default_factory=list)  # capacity, devices not shared
+    first: list[object] = field(default_factory=list)  # the first constraint's values
+    applicable: tuple[Constraint, ...] = ()  # the claim's constraints covering this request
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
+class Slot:
+    """One request of a claim: its alternatives, and which one the search settled on."""
+
+    name: str
+    alternatives: tuple[Request, ...]
+    first_available: bool
+    selected: int = 0
+
+
+@dataclass(slots=True, eq=False)
 class ClaimPlan:
-    """A claim ready for the search: requests (each a list of alternatives) and constraints."""
+    """A claim ready for the search: requests, constraints, and the picks being made."""
 
     claim: ResourceClaim
-    requests: tuple[tuple[Request, ...], ...]
+    slots: tuple[Slot, ...]
     constraints: tuple[Constraint, ...]
+
+    @property
+    def label(self) -> str:
+        """``<namespace>/<name>``."""
+        return f"{self.claim.metadata.namespace or 'default'}/{self.claim.metadata.name}"
 
 
 @dataclass(slots=True)
@@ -82,71 +120,145 @@ class Selection:
     features: Features
     views: dict[tuple[DeviceID, int], DeviceView] = field(default_factory=dict)
     results: dict[tuple[str, DeviceID, int], bool] = field(default_factory=dict)
+    derived: dict[tuple[str, DeviceID, int], Value | None] = field(default_factory=dict)
+
+    def _view(self, candidate: Candidate) -> DeviceView:
+        vkey = (candidate.id, candidate.pool.generation)
+        view = self.views.get(vkey)
+        if view is None:
+            view = device_view(candidate.driver, candidate.device)
+            self.views[vkey] = view
+        return view
 
     def matches(self, request: Request, candidate: Candidate) -> bool:
-        """Class selectors then request selectors, all must hold.
+        """Class selectors then request selectors, all must hold (stops at the first false).
 
         Raises:
             AllocationFailedError: a selector does not compile or fails at run time.
         """
+        generation = candidate.pool.generation
         for i, expression in enumerate(request.selectors):
-            try:
-                if not self._one(expression, candidate):
-                    return False
-            except AllocationFailedError as e:
-                where = request.origins[i] if i < len(request.origins) else f"selector {i}"
-                raise AllocationFailedError(
-                    e.keyword, f"{where}: device {'/'.join(candidate.id)}: {e.message}"
-                ) from e
+            key = (expression, candidate.id, generation)
+            hit = self.results.get(key)
+            if hit is None:
+                try:
+                    hit = compile_selector(expression).matches(self._view(candidate))
+                except (CelCompileError, CelRuntimeError) as e:
+                    raise _cel_error(e, request.origins[i], candidate) from e
+                self.results[key] = hit
+            if not hit:
+                return False
         return True
 
-    def _one(self, expression: str, candidate: Candidate) -> bool:
+    def derive(self, request: Request, candidate: Candidate) -> dict[str, Value | None]:
+        """The request's derived attributes (KEP-6080) for one device.
+
+        Raises:
+            AllocationFailedError: an expression fails, or yields a value that is not a
+                scalar attribute type (or, with ``DRAListTypeAttributes``, a list of one).
+        """
         generation = candidate.pool.generation
-        key = (expression, candidate.id, generation)
-        hit = self.results.get(key)
-        if hit is not None:
-            return hit
-        vkey = (candidate.id, generation)
-        view = self.views.get(vkey)
-        if view is None:
-            view = device_view(
-                candidate.driver,
-                candidate.device,
-                consumable_capacity=self.features.DRAConsumableCapacity,
-            )
-            self.views[vkey] = view
-        try:
-            result = compile_selector(expression).matches(view)
-        except CelCompileError as e:
-            raise AllocationFailedError("cel-compile-error", str(e)) from e
-        except CelCostLimitError as e:
-            raise AllocationFailedError("cel-cost-limit", str(e)) from e
-        except CelRuntimeError as e:
-            raise AllocationFailedError("cel-runtime-error", str(e)) from e
-        self.results[key] = result
-        return result
+        out: dict[str, Value | None] = {}
+        for i, (name, expression) in enumerate(request.derived):
+            key = (expression, candidate.id, generation)
+            if key in self.derived:
+                out[name] = self.derived[key]
+                continue
+            where = f"{_claimless(request)}: derivedAttributes[{i}] {name}"
+            try:
+                raw = compile_selector(expression).value(self._view(candidate))
+            except (CelCompileError, CelRuntimeError) as e:
+                raise _cel_error(e, where, candidate) from e
+            value = _derived_value(raw, lists=self.features.DRAListTypeAttributes)
+            if isinstance(value, str):
+                raise AllocationFailedError(
+                    "cel-runtime-error",
+                    f"{where}: device {'/'.join(candidate.id)}: CEL runtime error: {value}",
+                )
+            self.derived[key] = value
+            out[name] = value
+        return out
+
+
+def _claimless(request: Request) -> str:
+    return f"request {request.name}"
+
+
+def _cel_error(e: Exception, where: str, candidate: Candidate) -> AllocationFailedError:
+    keyword = (
+        "cel-compile-error"
+        if isinstance(e, CelCompileError)
+        else "cel-cost-limit"
+        if isinstance(e, CelCostLimitError)
+        else "cel-runtime-error"
+    )
+    return AllocationFailedError(keyword, f"{where}: device {'/'.join(candidate.id)}: {e}")
+
+
+def _scalar(v: object) -> tuple[str, object] | None:
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, int):
+        return ("int", v)
+    if isinstance(v, Semver):
+        return ("version", str(v))
+    if isinstance(v, str):
+        return ("string", v)
+    return None
+
+
+def _derived_value(raw: object, *, lists: bool) -> Value | str | None:
+    """A derived attribute's CEL result as a ``Value``, or why it cannot be one (a str)."""
+    if isinstance(raw, list | tuple):
+        if not lists:
+            return "a derived attribute must be a scalar (DRAListTypeAttributes is off)"
+        items = [_scalar(v) for v in raw]
+        kinds = {i[0] for i in items if i is not None}
+        if None in items or len(kinds) > 1:
+            return "a derived attribute list must hold scalars of one type"
+        if not items:
+            return None  # no value: constraints on it are not satisfied
+        return (kinds.pop(), True, frozenset(i[1] for i in items if i is not None))
+    one = _scalar(raw)
+    if one is None:
+        got = "a quantity" if isinstance(raw, Fraction) else type(raw).__name__
+        return f"a derived attribute must be a string, int, bool or semver, got {got}"
+    return (one[0], False, frozenset([one[1]]))
 
 
 def _expressions(selectors: Sequence[DeviceSelector] | None, where: str) -> list[str]:
     out = []
-    for sel in selectors or []:
-        if sel.cel is None or not sel.cel.expression:
+    for i, sel in enumerate(selectors or []):
+        if sel.cel is None:
             raise AllocationFailedError(
-                "unknown-selector", f"{where}: CEL expression empty (unsupported selector type?)"
+                "unknown-selector",
+                f"{where}, selector #{i}: CEL expression empty (unsupported selector type?)",
             )
         out.append(sel.cel.expression)
     return out
 
 
-def _request(
-    parent: str,
-    name: str,
+def plan_request(
+    claim: str,
+    base: str,
+    sub: str,
     spec: ExactDeviceRequest | DeviceSubRequest,
     classes: Mapping[str, DeviceClass],
     features: Features,
-    claim: str = "",
 ) -> Request:
-    where = f"request {name}"
+    """Upstream's static checks of one (sub)request, in its order; All devices not yet set.
+
+    Raises:
+        AllocationFailedError: the request can never be allocated as written.
+    """
+    name = f"{base}/{sub}" if sub else base
+    where = f"claim {claim}, request {name}"
+    request_selectors = _expressions(spec.selectors, where)
+    admin = getattr(spec, "admin_access", None)
+    if admin is not None and not features.DRAAdminAccess:
+        raise AllocationFailedError(
+            "feature-disabled", f"{where}: admin access is requested, but the feature is disabled"
+        )
     if not spec.device_class_name:
         raise AllocationFailedError(
             "missing-class-name", f"{where}: missing device class name (unsupported request type?)"
@@ -156,87 +268,66 @@ def _request(
         raise AllocationFailedError(
             "class-not-found", f"{where}: could not retrieve device class {spec.device_class_name}"
         )
-    admin = bool(getattr(spec, "admin_access", None))
-    if admin and not features.DRAAdminAccess:
-        raise AllocationFailedError(
-            "feature-disabled", f"{where}: admin access is requested, but the feature is disabled"
-        )
-    requested = (spec.capacity.requests or {}) if spec.capacity is not None else {}
-    if requested and not features.DRAConsumableCapacity:
-        raise AllocationFailedError(
-            "feature-disabled",
-            f"{where}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
-        )
-    selectors = [
-        *_expressions(device_class.spec.selectors, f"class {spec.device_class_name}"),
-        *_expressions(spec.selectors, where),
-    ]
+    class_selectors = _expressions(device_class.spec.selectors, f"class {spec.device_class_name}")
+    requested = spec.capacity.requests if spec.capacity is not None else None
+    derived = spec.derived_attributes if features.DRADerivedAttributes else None
     return Request(
         name=name,
-        parent=parent,
+        base=base,
+        sub=sub,
         class_name=spec.device_class_name,
         device_class=device_class,
-        selectors=tuple(selectors),
-        all_mode=spec.allocation_mode == "All",
-        count=spec.count or 1,
-        admin=admin,
-        tolerations=tuple(spec.tolerations or ()) if features.DRADeviceTaints else (),
-        capacity={k: parse_quantity(v) for k, v in requested.items()},
+        selectors=(*class_selectors, *request_selectors),
         origins=(
             *(
-                f"{claim}class {spec.device_class_name}: spec.selectors[{i}].cel.expression"
-                for i in range(len(device_class.spec.selectors or ()))
+                f"claim {claim}: class {spec.device_class_name}: spec.selectors[{i}].cel.expression"
+                for i in range(len(class_selectors))
             ),
             *(
-                f"{claim}request {name}: selectors[{i}].cel.expression"
-                for i in range(len(spec.selectors or ()))
+                f"claim {claim}: request {name}: selectors[{i}].cel.expression"
+                for i in range(len(request_selectors))
             ),
         ),
+        all_mode=spec.allocation_mode == "All",
+        count=spec.count or 1,
+        admin=bool(admin),
+        tolerations=tuple(spec.tolerations or ()),
+        capacity=None
+        if requested is None
+        else {k: parse_quantity(v) for k, v in requested.items()},
+        derived=tuple((d.name, d.expression) for d in derived or ()),
+        num=spec.count or 1,
     )
 
 
-def plan_claim(
-    claim: ResourceClaim, classes: Mapping[str, DeviceClass], features: Features
-) -> ClaimPlan:
-    """Validate one claim and plan its requests and constraints (All devices not yet set).
+def check_gates(claim: str, slot_spec: DeviceRequest, features: Features) -> None:
+    """The per-request gate checks upstream makes before planning a request.
 
     Raises:
-        AllocationFailedError: the claim can never be allocated as written.
+        AllocationFailedError: ``feature-disabled``.
     """
-    devices = claim.spec.devices
-    requests: list[tuple[Request, ...]] = []
-    label = f"claim {claim.metadata.namespace or 'default'}/{claim.metadata.name}: "
-    for req in (devices.requests if devices else None) or []:
-        if req.exactly is not None:
-            requests.append((_request(req.name, req.name, req.exactly, classes, features, label),))
-            continue
-        if not features.DRAPrioritizedList:
+    subs = slot_spec.first_available or []
+    if subs and not features.DRAPrioritizedList:
+        raise AllocationFailedError(
+            "feature-disabled",
+            f"claim {claim}, request {slot_spec.name}: has subrequests, but the "
+            "DRAPrioritizedList feature is disabled",
+        )
+    if features.DRAConsumableCapacity:
+        return
+    if slot_spec.exactly is not None and slot_spec.exactly.capacity is not None:
+        raise AllocationFailedError(
+            "feature-disabled",
+            f"claim {claim}, request {slot_spec.name}: has capacity requests, but the "
+            "DRAConsumableCapacity feature is disabled",
+        )
+    for sub in subs:
+        if sub.capacity is not None:
             raise AllocationFailedError(
                 "feature-disabled",
-                f"request {req.name}: has subrequests, but the DRAPrioritizedList feature is "
-                "disabled",
+                f"claim {claim}, subrequest {sub.name}: has capacity requests, but the "
+                "DRAConsumableCapacity feature is disabled",
             )
-        requests.append(
-            tuple(
-                _request(req.name, f"{req.name}/{sub.name}", sub, classes, features, label)
-                for sub in req.first_available or []
-            )
-        )
-    constraints = []
-    for con in (devices.constraints if devices else None) or []:
-        attribute = con.match_attribute or con.distinct_attribute
-        if attribute is None:
-            raise AllocationFailedError(
-                "unknown-constraint", "empty constraint (unsupported constraint type?)"
-            )
-        constraints.append(
-            Constraint(
-                attribute=attribute,
-                distinct=con.distinct_attribute is not None,
-                requests=frozenset(con.requests or ()),
-            )
-        )
-    return ClaimPlan(claim=claim, requests=tuple(requests), constraints=tuple(constraints))
 
 
 def check_limit(plan: ClaimPlan) -> None:
@@ -245,15 +336,34 @@ def check_limit(plan: ClaimPlan) -> None:
     Raises:
         AllocationFailedError: ``too-many-devices``.
     """
-    lower = sum(min(alt_size(alt) for alt in alts) for alts in plan.requests if alts)
+    lower = sum(min(a.num for a in s.alternatives) for s in plan.slots if s.alternatives)
     if lower > RESULTS_LIMIT:
         raise AllocationFailedError(
             "too-many-devices",
-            f"claim {plan.claim.metadata.name}: number of requested devices {lower} exceeds "
-            f"the claim limit of {RESULTS_LIMIT}",
+            f"claim {plan.label}: number of requested devices {lower} exceeds the claim "
+            f"limit of {RESULTS_LIMIT}",
         )
 
 
-def alt_size(request: Request) -> int:
-    """How many results the alternative adds."""
-    return len(request.all_devices) if request.all_mode else request.count
+def plan_constraints(claim: ResourceClaim, features: Features) -> tuple[Constraint, ...]:
+    """The claim's constraints as fresh search objects.
+
+    Raises:
+        AllocationFailedError: ``unknown-constraint``.
+    """
+    devices = claim.spec.devices
+    out: list[Constraint] = []
+    lists = features.DRAListTypeAttributes
+    for i, con in enumerate((devices.constraints if devices else None) or []):
+        names = frozenset(con.requests or ())
+        if con.match_attribute is not None:
+            out.append(Match(con.match_attribute, names, lists))
+        elif con.distinct_attribute is not None:
+            out.append(Distinct(con.distinct_attribute, names, lists))
+        else:
+            raise AllocationFailedError(
+                "unknown-constraint",
+                f"claim {claim.metadata.namespace or 'default'}/{claim.metadata.name}, "
+                f"constraint #{i}: empty constraint (unsupported constraint type?)",
+            )
+    return tuple(out)

@@ -1,79 +1,81 @@
-"""The depth-first, first-fit backtracking search: claims -> requests -> alternatives -> devices.
+"""The depth-first, first-fit search over claims, requests, alternatives and devices.
 
-Owns the immutable search ``State`` passed down the recursion, the candidate checks (in use,
-selectors, capacity, counters, compatibility groups, taints, constraints), allocationMode
-All, adminAccess, the per-claim result limit, binding-condition gating and the run's budget
-of device checks (``search-limit``, :data:`SEARCH_BUDGET`). It returns the picks per claim;
-turning them into API results is ``allocator``'s job.
+A port of the upstream allocator's search (the variant with every gate on) with its mutable
+state and its exact order of checks, so that it answers as the scheduler does, quirks
+included. Owns:
+
+* ``prepare``: the claims as plans, checked in upstream's order (per claim: per request the
+  gates, then each (sub)request; an ``All`` request lists its devices right away, pool by
+  pool: an incomplete or invalid pool is an error where it comes in that order, class K; the
+  selectors of every device are evaluated; multi-allocatable devices without enough capacity
+  left are left out, class E; then the 32-result bound and the constraints).
+* the recursion (``_one``): claims in order, requests in order, firstAvailable alternatives in
+  order, devices as combinations in pool/slice/device order; a claim's result limit is
+  decided per alternative before any device is tried (``EXCEEDED`` backtracks to the nearest
+  firstAvailable choice, and stops at the claim's boundary).
+* one candidate (``_allocate``): in use (admin access: only within the claim), selectors
+  (lazy, cached per request and device), the device's node (per-device selection), capacity,
+  then the pick: partitionable gate, shared counters (skipped for a multi-allocatable device
+  already shared), compatibility groups (kvdev, KEP-5963), taints, constraints (an ``All``
+  device that fails one is an error), capacity once more. What upstream leaves behind when a
+  later check fails is left behind here too: counters (class C, fixture 711), and for an
+  ``All`` device that fails the last capacity check its constraint entries and its "in use"
+  mark (class M).
+* undoing a pick when backtracking, with upstream's omissions (a multi-allocatable device's
+  counters are not given back; an empty capacity share is never removed).
+* the filter timeout: the search gives up with ``filter-timeout`` past its deadline, as the
+  scheduler's Filter does (``allocate(..., timeout=)``).
+* ``notes``: when a quirk of the scheduler, rather than the API's rule, decided a rejection
+  (``explain`` prints them).
+
+Turning the picks into API results is ``results``' job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
-from kvdev.host.allocation.capacity import (
-    CounterKey,
-    add,
-    consumption,
-    counter_need,
-    counters_fit,
-    fits,
-    qualify,
-)
-from kvdev.host.allocation.constraints import EMPTY, Memory, Values, admit, attribute_values
+from kvdev.host.allocation import capacity as cap
+from kvdev.host.allocation.constraints import Constraint, Distinct, Match, Value, lookup
+from kvdev.host.allocation.counters import Counters
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.groups import GroupKey, device_groups, narrow
+from kvdev.host.allocation.hopeless import hopeless
 from kvdev.host.allocation.plans import (
     RESULTS_LIMIT,
     AllocationFailedError,
     ClaimPlan,
     Request,
     Selection,
-    alt_size,
+    Slot,
+    check_gates,
+    check_limit,
+    plan_constraints,
+    plan_request,
 )
-from kvdev.host.allocation.pools import Candidate, DeviceID, Pool, PoolID
+from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
+from kvdev.host.k8s.claim import DeviceSubRequest, ExactDeviceRequest, ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
+from kvdev.host.k8s.resource import DeviceClass
 
-_BLOCKING = frozenset({"NoSchedule", "NoExecute"})
-# Device checks one run may make (~4-7 us each on a shared 2-core machine: 2-3.5 s in all).
-# First fit over many devices with constraints nobody can meet is exponential in the count
-# (upstream bounds it by the scheduler's filter timeout); past this: ``search-limit``.
-SEARCH_BUDGET = 500_000
-
-
-@dataclass(frozen=True, slots=True)
-class Pick:
-    """One device chosen for one (sub)request."""
-
-    request: Request
-    candidate: Candidate
-    consumed: Mapping[str, Fraction] | None  # only for multi-allocatable devices
+FAIL, OK, EXCEEDED = 0, 1, 2
+_UNSEEN = object()  # a constraint value not looked up yet
+PROBE_STEPS = 8192  # after this many steps (or PROBE_WORK devices looked at) ...
+PROBE_WORK = 1_000_000  # ... the search asks once whether it is hopeless (``hopeless``)
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    """Everything the search has decided so far; never mutated, replaced on every pick."""
-
-    picked: frozenset[DeviceID]  # exclusive picks of this run, all claims
-    claim_picked: frozenset[DeviceID]  # picks of the current claim (admin or not)
-    shares: Mapping[DeviceID, Mapping[str, Fraction]]  # in-run capacity consumption
-    counters: Mapping[PoolID, Mapping[CounterKey, Fraction]]  # incl. already allocated
-    # per counter set with grouped devices: the groups all of them share (KEP-5963); incl.
-    # already allocated devices. A counter set without grouped devices is absent.
-    groups: Mapping[GroupKey, frozenset[str]]
-    memory: tuple[Memory, ...]  # per constraint of the current claim
-    results: tuple[Pick, ...]  # current claim
-    done: tuple[tuple[Pick, ...], ...]  # finished claims
+class _Stop(Exception):  # noqa: N818 - control flow, not an error
+    """Unwinds the recursion: the search was proven hopeless, or ran out of steps."""
 
 
 def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bool:
     """Some toleration matches the taint (key, operator/value, effect)."""
     for tol in tolerations:
-        if tol.key and tol.key != taint.key:
-            continue
         if tol.effect and tol.effect != taint.effect:
+            continue
+        if tol.key and tol.key != taint.key:
             continue
         if (tol.operator or "Equal") == "Equal" and (tol.value or "") != (taint.value or ""):
             continue
@@ -81,349 +83,600 @@ def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bo
     return False
 
 
-class Search:
-    """One allocator run's search over claim plans."""
+@dataclass(slots=True, eq=False)
+class Pick:
+    """One device chosen for one (sub)request."""
 
-    def __init__(
+    request: Request
+    position: int
+    candidate: Candidate
+    multi: bool
+    shared: bool  # gets a shareID
+    consumed: dict[str, Fraction] | None  # consumedCapacity (multi-allocatable devices)
+    constraints: tuple[Constraint, ...]
+    groups: Mapping[GroupKey, frozenset[str]] | None  # before the pick, to restore
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The filter timeout: ``now()`` in seconds and the seconds allowed (0: no limit).
+
+    The search reads ``now()`` once every ``every`` steps (a power of two).
+    """
+
+    now: Callable[[], float]
+    timeout: float
+    every: int = 1024
+
+
+class Search:
+    """One allocator run (module docstring)."""
+
+    def __init__(  # noqa: PLR0913 - the run's inputs, keyword-only
         self,
         *,
-        plans: Sequence[ClaimPlan],
         pools: Sequence[Pool],
         allocated: frozenset[DeviceID],
         allocated_capacity: Mapping[DeviceID, Mapping[str, Fraction]],
         features: Features,
         selection: Selection,
+        clock: Clock | None = None,
+        node: str = "",
+        shortcuts: bool = True,
     ) -> None:
-        self.plans = plans
-        self.candidates = [c for p in pools if p.complete and not p.invalid for c in p.candidates]
-        self.pools = {p.id: p for p in pools}
-        self.allocated = allocated
-        self.allocated_capacity = allocated_capacity
+        self.pools = list(pools)
+        self.shortcuts = shortcuts
+        self.candidates = [c for p in self.pools if p.usable for c in p.candidates]
+        self._start: dict[int, int] = {}
+        pos = 0
+        for p in self.pools:
+            if p.usable:
+                self._start[id(p)] = pos
+                pos += len(p.candidates)
         self.features = features
+        self.consumable = features.DRAConsumableCapacity
+        self.partitionable = features.DRAPartitionableDevices
+        self.taints = features.DRADeviceTaints
+        self.binding = features.DRADeviceBindingConditions
+        self.aggregated = allocated_capacity
+        # DRAConsumableCapacity off: a result with a shareID holds its device (class I).
+        self.allocated = allocated if self.consumable else allocated | frozenset(allocated_capacity)
         self.selection = selection
-        self._final_groups: Mapping[GroupKey, frozenset[str]] = {}
-        # What depends only on the (request, device) pair is computed once per run: the search
-        # revisits the same pairs many times while backtracking.
-        self._consumed: dict[tuple[int, DeviceID], dict[str, Fraction] | None] = {}
-        self._values: dict[tuple[DeviceID, str], Values | None] = {}
-        self._declared: dict[DeviceID, dict[GroupKey, frozenset[str]]] = {}
-        self.budget = SEARCH_BUDGET
+        self.counters = Counters(self.allocated, self.aggregated)
+        self.allocating: dict[DeviceID, set[int]] = {}
+        self.picking: dict[DeviceID, dict[str, Fraction]] = {}
+        self.groups: Mapping[GroupKey, frozenset[str]] = self._initial_groups()
+        self.plans: list[ClaimPlan] = []
+        self.results: list[list[Pick]] = []
+        self._values: dict[tuple[int, str], Value | None] = {}
+        self.notes: dict[str, None] = {}
         self.steps = 0
+        self.work = 0  # devices the loops looked at (roughly)
+        self.stopped = ""  # why the search stopped early, when it did
+        self._probe_at = PROBE_STEPS if shortcuts else -1
+        self._max_steps = -1  # a bounded search (``alone``): steps ...
+        self._max_work = -1  # ... and devices looked at
+        self._classes: Mapping[str, DeviceClass] = {}
+        self.node = node
+        self._clock = clock
+        self._deadline = (
+            clock.now() + clock.timeout if clock is not None and clock.timeout > 0 else None
+        )
+        self._mask = (clock.every - 1) if clock is not None else 0
 
-    # ------------------------------------------------------------------ entry
+    # ------------------------------------------------------------------ state helpers
 
-    def initial_state(self) -> State:
-        """Counters and compatibility groups of allocated devices; nothing picked yet.
-
-        Allocated devices whose groups already have nothing in common (allocated before the
-        groups were published, or by something else) leave that counter set with an empty
-        intersection: no grouped device can join it.
-        """
-        counters: dict[PoolID, dict[CounterKey, Fraction]] = {}
+    def _initial_groups(self) -> Mapping[GroupKey, frozenset[str]]:
+        """Compatibility groups (KEP-5963) of the devices already allocated, per counter set."""
         groups: dict[GroupKey, frozenset[str]] = {}
-        for driver, pool_name, device in sorted({*self.allocated, *self.allocated_capacity}):
-            pool = self.pools.get((driver, pool_name))
-            if pool is None or device not in pool.all_devices:
+        if not self.features.DRADeviceCompatibilityGroups:
+            return groups
+        by_id = {p.id: p for p in self.pools if p.grouped}
+        if not by_id:
+            return groups
+        held = [i for i in {*self.allocated, *self.aggregated} if i[:2] in by_id]
+        for driver, pool_name, device in sorted(held):
+            pool = by_id[(driver, pool_name)]
+            if device not in pool.all_devices:
                 continue
-            used = counters.setdefault(pool.id, {})
-            for key, amount in counter_need(pool.all_devices[device]).items():
-                used[key] = used.get(key, Fraction(0)) + amount
             declared = device_groups(pool.id, pool.all_devices[device], self.features)
             for gkey, mine in declared.items():
                 groups[gkey] = groups[gkey] & mine if gkey in groups else mine
-        return State(frozenset(), frozenset(), {}, counters, groups, (), (), ())
+        return groups
 
-    def final_groups(self) -> Mapping[GroupKey, frozenset[str]]:
-        """The rolling intersections after the last successful ``run`` (empty before)."""
-        return self._final_groups
+    def note(self, text: str) -> None:
+        """Remember that a scheduler quirk decided something (``explain`` prints it)."""
+        if len(self.notes) < 64:
+            self.notes[text] = None
 
-    def run(self) -> tuple[tuple[Pick, ...], ...] | None:
-        """The first complete solution in search order, or None."""
-        final = self._claim(0, self.initial_state())
-        if final is None:
-            return None
-        self._final_groups = final.groups
-        return final.done
+    # ------------------------------------------------------------------ preparing
 
-    def static_usable(self, request: Request, candidate: Candidate) -> bool:
-        """Selector, gate and capacity-definition filter used to build an All device list."""
-        device = candidate.device
-        if device.binding_conditions and not self.features.DRADeviceBindingConditions:
-            return False
-        if not self.selection.matches(request, candidate):
-            return False
-        if self.features.DRAConsumableCapacity:
-            cons = self._consumption(request, candidate)
-            if cons is None or not fits(device, {}, cons):
-                return False
-        return True
-
-    def try_pick(
-        self, plan: ClaimPlan, alt: Request, candidate: Candidate, state: State
-    ) -> State | str:
-        """The search's own check of one candidate (selectors included), outside the search.
-
-        Returns the state after the pick, or the first reason the device is rejected:
-        ``in-use``, ``gated``, ``selector``, ``capacity``, ``counters``,
-        ``compatibility-group``, ``taint``, ``constraint``. Used by ``explain``; the search
-        itself does not call it.
+    def prepare(self, claims: Sequence[ResourceClaim], classes: Mapping[str, DeviceClass]) -> None:
+        """Plan every claim in upstream's order of checks (module docstring).
 
         Raises:
-            AllocationFailedError: a selector does not compile or fails at run time.
+            AllocationFailedError: a claim can never be allocated as written, an ``All``
+                request meets an incomplete or invalid pool, or a selector fails.
         """
-        return self._try(plan, alt, candidate, state, check_selectors=True)
-
-    # ------------------------------------------------------------------ recursion
-
-    def _claim(self, index: int, state: State) -> State | None:
-        if index == len(self.plans):
-            return state
-        plan = self.plans[index]
-        fresh = replace(
-            state,
-            claim_picked=frozenset(),
-            memory=tuple(EMPTY for _ in plan.constraints),
-            results=(),
-        )
-        return self._request(index, 0, fresh)
-
-    def _request(self, ci: int, ri: int, state: State) -> State | None:
-        plan = self.plans[ci]
-        if ri == len(plan.requests):
-            return self._claim(ci + 1, replace(state, done=(*state.done, state.results)))
-        for alt in plan.requests[ri]:
-            if len(state.results) + alt_size(alt) > RESULTS_LIMIT:
-                continue
-            if alt.all_mode:
-                after = self._pick_all(plan, alt, state)
-                found = None if after is None else self._request(ci, ri + 1, after)
-            else:
-                found = self._pick_n(ci, ri, alt, 0, alt.count, state)
-            if found is not None:
-                return found
-        return None
-
-    def _pick_n(
-        self, ci: int, ri: int, alt: Request, start: int, remaining: int, state: State
-    ) -> State | None:
-        if remaining == 0:
-            return self._request(ci, ri + 1, state)
-        plan = self.plans[ci]
-        for pos in range(start, len(self.candidates)):
-            self._step()
-            after = self._try(plan, alt, self.candidates[pos], state, check_selectors=True)
-            if isinstance(after, State):
-                found = self._pick_n(ci, ri, alt, pos + 1, remaining - 1, after)
-                if found is not None:
-                    return found
-        return None
-
-    def _step(self) -> None:
-        self.steps += 1
-        if self.steps > self.budget:
-            claims = ", ".join(
-                f"{p.claim.metadata.namespace or 'default'}/{p.claim.metadata.name}"
-                for p in self.plans
-            )
-            raise AllocationFailedError(
-                "search-limit",
-                f"claims {claims}: gave up after {self.budget:,} device checks over "
-                f"{len(self.candidates):,} devices: the counts and constraints leave too many "
-                "combinations to try (the scheduler would time out likewise)",
-            )
-
-    def _pick_all(self, plan: ClaimPlan, alt: Request, state: State) -> State | None:
-        if not alt.all_devices:
-            return None
-        for candidate in alt.all_devices:
-            after = self._try(plan, alt, candidate, state, check_selectors=False)
-            if after == "constraint":
-                raise AllocationFailedError(
-                    "constraint-unsatisfiable",
-                    f"claim {plan.claim.metadata.name}: cannot add device "
-                    f"{'/'.join(candidate.id)} for request {alt.name} because a claim "
-                    "constraint would not be satisfied",
+        n = len(self.candidates)
+        self._classes = classes
+        for claim in claims:
+            label = f"{claim.metadata.namespace or 'default'}/{claim.metadata.name}"
+            slots = []
+            for req in (claim.spec.devices.requests if claim.spec.devices else None) or []:
+                check_gates(label, req, self.features)
+                specs: list[tuple[str, ExactDeviceRequest | DeviceSubRequest]] = (
+                    [("", req.exactly)]
+                    if req.exactly is not None
+                    else [(sub.name, sub) for sub in req.first_available or []]
                 )
-            if not isinstance(after, State):
-                return None
-            state = after
-        return state
+                alts = []
+                for sub, spec in specs:  # each one checked in full before the next, as upstream
+                    alt = plan_request(label, req.name, sub, spec, classes, self.features)
+                    alt.sel = [None] * n
+                    alt.need = [None] * n
+                    alt.taint = [None] * n
+                    alt.values = [None] * n
+                    alt.fit = [None] * n
+                    alt.first = [_UNSEEN] * n
+                    if alt.all_mode:
+                        self._all_devices(label, alt)
+                    alts.append(alt)
+                slots.append(Slot(req.name, tuple(alts), req.first_available is not None))
+            plan = ClaimPlan(claim, tuple(slots), ())
+            check_limit(plan)
+            plan.constraints = plan_constraints(claim, self.features)
+            for slot in plan.slots:
+                for alt in slot.alternatives:
+                    alt.applicable = tuple(
+                        c for c in plan.constraints if c.applies(alt.base, alt.sub)
+                    )
+            self.plans.append(plan)
+            self.results.append([])
 
-    # ------------------------------------------------------------------ one candidate
+    def _all_devices(self, label: str, alt: Request) -> None:
+        for pool in self.pools:
+            state = "being updated" if pool.incomplete else "invalid" if pool.invalid else ""
+            if state:
+                raise AllocationFailedError(
+                    f"pool-{'incomplete' if pool.incomplete else 'invalid'}",
+                    f"claim {label}, request {alt.name}: asks for all devices, but resource "
+                    f"pool {pool.driver}/{pool.name} is currently {state}",
+                )
+            start = self._start[id(pool)]
+            for pos in range(start, start + len(pool.candidates)):
+                if self.selectable(alt, pos) and (not self.consumable or self.fits(alt, pos)):
+                    alt.all_devices.append(pos)
+        alt.num = len(alt.all_devices)
 
-    def _consumption(self, request: Request, candidate: Candidate) -> dict[str, Fraction] | None:
-        key = (id(request), candidate.id)  # requests live as long as the run's plans
-        if key not in self._consumed:
-            wanted = {qualify(k, candidate.driver): v for k, v in request.capacity.items()}
-            self._consumed[key] = consumption(candidate.driver, candidate.device, wanted)
-        return self._consumed[key]
+    # ------------------------------------------------------------------ checks of one device
 
-    def _try(
-        self,
-        plan: ClaimPlan,
-        alt: Request,
-        candidate: Candidate,
-        state: State,
-        *,
-        check_selectors: bool,
-    ) -> State | str:
-        """The state after picking ``candidate`` for ``alt``, or why it cannot be picked."""
-        device = candidate.device
-        multi = bool(device.allow_multiple_allocations) and self.features.DRAConsumableCapacity
-        reason = self._unavailable(alt, candidate, state, multi=multi)
-        if reason is None and check_selectors and not self.selection.matches(alt, candidate):
-            reason = "selector"
-        if reason is not None:
-            return reason
-        consumed = self._capacity(alt, candidate, state, multi=multi)
-        if consumed == "capacity":
-            return consumed
-        shared = self._shared(candidate, state, multi=multi)
-        if isinstance(shared, str):
-            return shared
-        counters, groups = shared
-        if not self._tolerated(alt, candidate):
-            return "taint"
-        memory = self._constraints(plan, alt, candidate, state)
-        if memory is None:
-            return "constraint"
-        shares = state.shares
-        ident = candidate.id
-        if isinstance(consumed, dict):
-            shares = {**shares, ident: add(shares.get(ident, {}), consumed)}
-        return State(
-            picked=state.picked if multi else state.picked | {ident},
-            claim_picked=state.claim_picked | {ident},
-            shares=shares,
-            counters=counters,
-            groups=groups,
-            memory=memory,
-            results=(
-                *state.results,
-                Pick(alt, candidate, consumed if isinstance(consumed, dict) else None),
-            ),
-            done=state.done,
-        )
+    def selectable(self, alt: Request, pos: int) -> bool:
+        """Selectors (class, then request), the device's node, derived attributes.
 
-    def _unavailable(
-        self, alt: Request, candidate: Candidate, state: State, *, multi: bool
-    ) -> str | None:
-        """Why the device is out of the question before any selector runs, if it is."""
-        ident = candidate.id
-        device = candidate.device
-        if alt.admin:
-            in_use = ident in state.claim_picked and not multi
-        else:
-            in_use = ident in self.allocated or (not multi and ident in state.picked)
-        if in_use:
-            return "in-use"
-        gated = (device.binding_conditions and not self.features.DRADeviceBindingConditions) or (
-            device.consumes_counters and not self.features.DRAPartitionableDevices
-        )
-        return "gated" if gated else None
-
-    def _capacity(
-        self, alt: Request, candidate: Candidate, state: State, *, multi: bool
-    ) -> dict[str, Fraction] | str | None:
-        """The share consumed (multi-allocatable devices), None, or ``"capacity"``."""
-        if not self.features.DRAConsumableCapacity:
-            return None
-        cons = self._consumption(alt, candidate)
-        if cons is None:
-            return "capacity"
-        used: Mapping[str, Fraction] = {}
-        if multi:
-            ident = candidate.id
-            used = add(self.allocated_capacity.get(ident, {}), state.shares.get(ident, {}))
-        if not fits(candidate.device, used, cons):
-            return "capacity"
-        return cons if multi else None
-
-    def _shared(
-        self, candidate: Candidate, state: State, *, multi: bool
-    ) -> (
-        tuple[Mapping[PoolID, Mapping[CounterKey, Fraction]], Mapping[GroupKey, frozenset[str]]]
-        | str
-    ):
-        """Counters and compatibility groups after the pick, or why they cannot take it.
-
-        The reason is ``counters`` or ``compatibility-group``.
+        Raises:
+            AllocationFailedError: a selector or a derived attribute fails.
         """
-        counters = self._counters(candidate, state, multi=multi)
-        if counters is None:
-            return "counters"
-        groups = self._groups(candidate, state, multi=multi)
-        if groups is None:
-            return "compatibility-group"
-        return counters, groups
+        candidate = self.candidates[pos]
+        if candidate.binding and not self.binding:
+            return False
+        hit = alt.sel[pos]
+        if hit is None:
+            hit = self.selection.matches(alt, candidate) and candidate.visible
+            if hit and alt.derived:
+                alt.values[pos] = self.selection.derive(alt, candidate)
+            alt.sel[pos] = hit
+        return hit
 
-    def _counters(
-        self, candidate: Candidate, state: State, *, multi: bool
-    ) -> Mapping[PoolID, Mapping[CounterKey, Fraction]] | None:
-        """The counter usage after the pick, or None when the pool's counters are short."""
-        if not self.features.DRAPartitionableDevices:
-            return state.counters
+    def _need(self, alt: Request, pos: int) -> cap.Need | None:
+        need = alt.need[pos]
+        if need is None:
+            need = cap.need(alt.capacity, self.candidates[pos].caps)
+            alt.need[pos] = False if need is None else need
+        return None if need is False else need  # type: ignore[return-value]
+
+    def fits(self, alt: Request, pos: int) -> bool:
+        """Upstream's capacity check: the request's need on top of what is in use."""
+        need = self._need(alt, pos)
+        if need is None:
+            return False
+        ident = self.candidates[pos].id
+        return cap.fits(need, self.aggregated.get(ident), self.picking.get(ident))
+
+    def fits_alone(self, alt: Request, pos: int) -> bool:
+        """Capacity for ``alt`` with nothing of this run picked (``hopeless``)."""
+        need = self._need(alt, pos)
+        return need is not None and cap.fits(
+            need, self.aggregated.get(self.candidates[pos].id), None
+        )
+
+    def blocked(self, alt: Request, pos: int) -> bool:
+        """A NoSchedule/NoExecute taint of the device is not tolerated by ``alt``."""
+        hit = alt.taint[pos]
+        if hit is None:
+            hit = any(not tolerated(t, alt.tolerations) for t in self.candidates[pos].blocking)
+            alt.taint[pos] = hit
+        return hit
+
+    def verdict(self, alt: Request, pos: int) -> str | None:
+        """The first check that rejects the device for ``alt`` on its own, or None.
+
+        The search's checks in the search's order, against the devices in use before the run
+        and an empty constraint memory; nothing of the run's state changes (``explain``).
+
+        Raises:
+            AllocationFailedError: a selector or a derived attribute fails.
+        """
+        candidate = self.candidates[pos]
         ident = candidate.id
-        if multi and (ident in self.allocated_capacity or ident in state.shares):
-            return state.counters
-        need = counter_need(candidate.device)
-        if not need:
-            return state.counters
-        pool = candidate.pool
-        used = state.counters.get(pool.id, {})
-        if not counters_fit(pool.counter_sets, used, need):
+        if not alt.admin and ident in self.allocated:
+            return "in-use"
+        if candidate.binding and not self.binding:
+            return "gated"
+        if not self.selection.matches(alt, candidate):
+            return "selector"
+        if not candidate.visible:
+            return "other-node"
+        self.selectable(alt, pos)  # derived attributes
+        if self.consumable and not self.fits(alt, pos):
+            return "capacity"
+        return self._pick_verdict(alt, pos)
+
+    def _pick_verdict(self, alt: Request, pos: int) -> str | None:
+        """``verdict``'s part for the checks of upstream's allocateDevice."""
+        candidate = self.candidates[pos]
+        multi = self.consumable and candidate.multi
+        if candidate.need:
+            if not self.partitionable:
+                return "gated"
+            if not (multi and candidate.id in self.aggregated):
+                if not self.counters.take(candidate):
+                    return "counters"
+                self.counters.release(candidate)
+            if self._groups(candidate, multi=multi) is None:
+                return "compatibility-group"
+        if self.taints and candidate.blocking and self.blocked(alt, pos):
+            return "taint"
+        for con in alt.applicable:
+            value = lookup(
+                candidate.driver, candidate.device, con.attribute, alt.values[pos], self._values
+            )
+            if value is None:
+                return "constraint"
+        return None
+
+    # ------------------------------------------------------------------ the recursion
+
+    def run(self) -> bool:
+        """Search; True when every claim got its devices (the picks are in ``results``).
+
+        Raises:
+            AllocationFailedError: a selector fails, an ``All`` device breaks a constraint,
+                or the filter timeout passes.
+        """
+        try:
+            return self._one(0, 0, 0, 0, False, 0) == OK  # noqa: FBT003 - internal recursion
+        except _Stop:
+            return False
+
+    def alone(self, claim: ResourceClaim, *, steps: int, work: int) -> tuple[bool | None, int]:
+        """Whether ``claim`` fits alone, from the devices in use before the run.
+
+        At most ``steps`` steps and ``work`` devices looked at, and no later than this run's
+        deadline: None when that is not enough, or on an error (a selector failing).
+        Returns the devices looked at too.
+        """
+        trial = Search(
+            pools=self.pools,
+            allocated=self.allocated,
+            allocated_capacity=self.aggregated,
+            features=self.features,
+            selection=self.selection,
+            node=self.node,
+        )
+        trial._probe_at = -1
+        trial._max_steps, trial._max_work = steps, work
+        trial._clock, trial._deadline, trial._mask = self._clock, self._deadline, self._mask
+        try:
+            trial.prepare([claim], self._classes)
+            found = trial._one(0, 0, 0, 0, False, 0) == OK  # noqa: FBT003
+        except (_Stop, AllocationFailedError):
+            return None, trial.work
+        return found, trial.work
+
+    def check_deadline(self) -> None:
+        """Raise ``filter-timeout`` when the run's deadline has passed (``hopeless`` asks).
+
+        Raises:
+            AllocationFailedError: ``filter-timeout``.
+        """
+        if self._deadline is not None:
+            self._expired()
+
+    def _probe(self) -> None:
+        """Ask once whether the search is hopeless; stop it if so."""
+        self._probe_at = -1
+        if hopeless(self):
+            raise _Stop
+
+    def _tick(self) -> None:
+        self.steps += 1
+        if self.steps == self._probe_at:
+            self._probe()
+        if self.steps == self._max_steps:
+            raise _Stop
+        if self._deadline is not None and not self.steps & self._mask:
+            self._expired()
+
+    def _expired(self) -> None:
+        """Raise ``filter-timeout`` when the deadline has passed."""
+        assert self._clock is not None
+        assert self._deadline is not None
+        if self._clock.now() > self._deadline:
+            claims = ", ".join(p.label for p in self.plans)
+            raise AllocationFailedError(
+                "filter-timeout",
+                f"node {self.node}: timed out trying to allocate devices for claims {claims}: "
+                f"the search ran past the filter timeout of {self._clock.timeout:g} s after "
+                f"{self.steps:,} steps (as the scheduler's Filter does; --filter-timeout)",
+            )
+
+    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:  # noqa: PLR0911, C901 - upstream's allocateOne, one branch per case
+        self._tick()
+        if ci == len(self.plans):
+            return OK
+        slots = self.plans[ci].slots
+        if ri == len(slots):
+            done = self._one(ci + 1, 0, 0, 0, False, 0)  # noqa: FBT003
+            return FAIL if done == EXCEEDED else done
+        slot = slots[ri]
+        if slot.first_available and not in_sub:
+            exceeded = True
+            for s in range(len(slot.alternatives)):
+                done = self._one(ci, ri, s, 0, True, 0)  # noqa: FBT003
+                if done == EXCEEDED:
+                    continue
+                exceeded = False
+                if done == OK:
+                    slot.selected = s
+                    return OK
+            return EXCEEDED if exceeded else FAIL
+        alt = slot.alternatives[si]
+        if alt.all_mode and not alt.all_devices:
+            return FAIL
+        if di >= alt.num:
+            return self._one(ci, ri + 1, 0, 0, False, 0)  # noqa: FBT003
+        if len(self.results[ci]) + alt.num - di > RESULTS_LIMIT:
+            return EXCEEDED
+        if alt.all_mode:
+            pick = self._allocate(ci, alt, alt.all_devices[di], must=True)
+            if pick is None:
+                return FAIL
+            done = self._one(ci, ri, si, di + 1, in_sub, 0)
+            if done != OK:
+                self._deallocate(ci, pick)
+            return done
+        return self._scan(ci, ri, si, di, in_sub, start, alt)
+
+    def _scan(  # noqa: C901, PLR0912 - the hot loop, kept in one piece
+        self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, alt: Request
+    ) -> int:
+        """Upstream's device loop for one device of ``alt``, from position ``start``.
+
+        A candidate the first constraint of the request would refuse is passed over before
+        the capacity check and the pick, when that refusal leaves nothing behind (the device
+        takes no counters): upstream rejects it there too, with no other effect.
+        """
+        allocated, allocating = self.allocated, self.allocating
+        candidates = self.candidates
+        admin = alt.admin
+        sel, fit, first = alt.sel, alt.fit, alt.first
+        first_con = alt.applicable[0] if alt.applicable and self.shortcuts else None
+        # A refusal by a stale matchAttribute memory is a quirk worth a note: not skipped.
+        quiet = first_con is not None and not (isinstance(first_con, Match) and first_con.stale)
+        consumable = self.consumable
+        timed = self._deadline is not None
+        self._account(len(candidates) - start)
+        for pos in range(start, len(candidates)):
+            if timed and not pos & 0x3FF:
+                self._expired()
+            candidate = candidates[pos]
+            ident = candidate.id
+            if admin:
+                if ci in allocating.get(ident, ()):
+                    continue
+            elif ident in allocated or allocating.get(ident):
+                continue
+            ok = sel[pos]
+            if ok is None:
+                ok = self.selectable(alt, pos)
+            if not ok:
+                continue
+            if quiet and not candidate.need:
+                assert first_con is not None
+                value = first[pos]
+                if value is _UNSEEN:
+                    value = first[pos] = self._value(first_con, alt, pos)
+                if not first_con.accepts(value):  # type: ignore[arg-type]
+                    continue
+            if consumable:
+                fits = fit[pos]
+                if fits is None:
+                    fits = self.fits(alt, pos)
+                    if not candidate.multi:
+                        fit[pos] = fits
+                if not fits:
+                    continue
+            pick = self._allocate(ci, alt, pos, must=False)
+            if pick is None:
+                continue
+            done = self._one(ci, ri, si, di + 1, in_sub, pos + 1)
+            if done == OK:
+                return OK
+            self._deallocate(ci, pick)
+            if done == EXCEEDED:
+                return EXCEEDED
+            if quiet and isinstance(first_con, Match):
+                quiet = not first_con.stale
+        return FAIL
+
+    def _account(self, looked: int) -> None:
+        """Count devices a loop will look at; probe once past PROBE_WORK; stop a bounded run."""
+        self.work += looked
+        if self.work > PROBE_WORK and self._probe_at > 0:
+            self._probe()
+        if 0 <= self._max_work < self.work:
+            raise _Stop
+
+    def _value(self, con: Constraint, alt: Request, pos: int) -> Value | None:
+        candidate = self.candidates[pos]
+        return lookup(
+            candidate.driver, candidate.device, con.attribute, alt.values[pos], self._values
+        )
+
+    # ------------------------------------------------------------------ one pick
+
+    def _allocate(self, ci: int, alt: Request, pos: int, *, must: bool) -> Pick | None:  # noqa: C901, PLR0911, PLR0912, PLR0915 - upstream's allocateDevice, in its order
+        candidate = self.candidates[pos]
+        ident = candidate.id
+        multi = self.consumable and candidate.multi
+        if not multi and alt.admin and ci in self.allocating.get(ident, ()):
             return None
-        merged = dict(used)
-        for key, amount in need.items():
-            merged[key] = merged.get(key, Fraction(0)) + amount
-        return {**state.counters, pool.id: merged}
+        if not alt.admin and (ident in self.allocated or self.allocating.get(ident)):
+            return None
+        consumes = bool(candidate.need)
+        if consumes and not self.partitionable:
+            return None
+        took = False
+        if consumes and not (multi and (ident in self.aggregated or ident in self.picking)):
+            if not self.counters.take(candidate):
+                if self.counters.leaked and self.counters.fits_without_leaks(candidate):
+                    self.note(
+                        f"device {'/'.join(ident)} was refused for request {alt.name}: shared "
+                        "counters taken by candidates rejected earlier were never given back "
+                        "(as the 1.37 scheduler does: counters a candidate takes are not "
+                        "returned when a taint, a constraint or capacity then rejects it)"
+                    )
+                return None
+            took = True
+        before = self.groups
+        groups = self._groups(candidate, multi=multi)
+        if groups is None:
+            if took:
+                self.counters.release(candidate)
+            return None
+        self.groups = groups
+        if self.taints and candidate.blocking and self.blocked(alt, pos):
+            self.groups = before
+            self._leak(candidate, alt, took, "a taint")
+            return None
+        constraints = alt.applicable
+        for i, con in enumerate(constraints):
+            value = self._value(con, alt, pos)
+            documented = con.documented(value) if con.stale else None
+            if not con.add(alt.base, value):
+                if must:
+                    self.groups = before
+                    raise AllocationFailedError(
+                        "constraint-unsatisfiable",
+                        f"claim {self.plans[ci].label}, request {alt.name}: cannot add device "
+                        f"{'/'.join(ident)} because a claim constraint would not be satisfied",
+                    )
+                for earlier in constraints[:i]:
+                    earlier.remove(alt.base)
+                self.groups = before
+                if documented:
+                    self._remembered(con, ident, alt, admitted=False)
+                self._leak(candidate, alt, took, "a constraint")
+                return None
+            if documented is False:
+                self._remembered(con, ident, alt, admitted=True)
+        if not multi:
+            self.allocating.setdefault(ident, set()).add(ci)
+        consumed: dict[str, Fraction] | None = None
+        shared = False
+        if self.consumable:
+            if not self.fits(alt, pos):
+                self.note(
+                    f"device {'/'.join(ident)}, request {alt.name}: not enough capacity left; "
+                    "its constraint entries, its in-use mark and its counters stay (as the "
+                    "1.37 scheduler does when capacity fails after the constraints)"
+                )
+                if took:
+                    self.counters.leak(candidate)
+                return None
+            if multi:
+                need = self._need(alt, pos) or ()
+                consumed = {name: amount for name, amount, _ in need}
+                shared = True
+                cap.add(self.picking.setdefault(ident, {}), consumed)
+        pick = Pick(alt, pos, candidate, multi, shared, consumed or None, constraints, before)
+        self.results[ci].append(pick)
+        return pick
+
+    def _leak(self, candidate: Candidate, alt: Request, took: bool, why: str) -> None:
+        if not took:
+            return
+        self.counters.leak(candidate)
+        self.note(
+            f"device {'/'.join(candidate.id)} took shared counters and was then rejected for "
+            f"request {alt.name} by {why}; the counters stay taken for the rest of this run "
+            "(as the 1.37 scheduler does)"
+        )
+
+    def _remembered(
+        self, con: Constraint, ident: DeviceID, alt: Request, *, admitted: bool
+    ) -> None:
+        kind = "distinctAttribute" if isinstance(con, Distinct) else "matchAttribute"
+        what = "admitted although" if admitted else "refused although under the API's rule"
+        self.note(
+            f"{kind} {con.attribute}: device {'/'.join(ident)} for request {alt.name} was "
+            f"{what} {'it repeats a value of a device already picked' if admitted else 'it fits'}"
+            " (as the 1.37 scheduler does: "
+            + (
+                "distinctAttribute remembers only the last device of each request"
+                if isinstance(con, Distinct)
+                else "matchAttribute does not widen its values again when backtracking"
+            )
+            + ")"
+        )
 
     def _groups(
-        self, candidate: Candidate, state: State, *, multi: bool
+        self, candidate: Candidate, *, multi: bool
     ) -> Mapping[GroupKey, frozenset[str]] | None:
-        """The compatibility groups after the pick, or None when they would share nothing.
-
-        kvdev's reading of KEP-5963: per counter set, every device drawing from it (already
-        allocated or picked in this run) must have at least one group in common with all the
-        others; a ``consumesCounters`` entry without groups is compatible with everything.
-        """
-        if not self.features.DRAPartitionableDevices:
-            return state.groups
+        """The compatibility groups after the pick (KEP-5963, kvdev), None when none is left."""
+        if not self.partitionable or not candidate.need:
+            return self.groups
         ident = candidate.id
-        if multi and (ident in self.allocated_capacity or ident in state.shares):
-            return state.groups  # already counted: its groups are in the intersection
-        declared = self._declared.get(ident)
-        if declared is None:
-            declared = device_groups(candidate.pool.id, candidate.device, self.features)
-            self._declared[ident] = declared
-        return narrow(state.groups, declared)
+        if multi and (ident in self.aggregated or ident in self.picking):
+            return self.groups
+        declared = device_groups(candidate.pool.id, candidate.device, self.features)
+        return narrow(self.groups, declared)
 
-    def _tolerated(self, alt: Request, candidate: Candidate) -> bool:
-        if not self.features.DRADeviceTaints:
-            return True
-        return all(
-            taint.effect not in _BLOCKING or tolerated(taint, alt.tolerations)
-            for taint in candidate.device.taints or []
-        )
+    def _deallocate(self, ci: int, pick: Pick) -> None:
+        alt = pick.request
+        for con in pick.constraints:
+            con.remove(alt.base)
+        ident = pick.candidate.id
+        mine = self.allocating.get(ident)
+        if mine is not None:
+            mine.discard(ci)
+        if pick.multi:
+            if pick.consumed:
+                self._unshare(ident, pick.consumed)
+        elif self.partitionable and pick.candidate.need:
+            self.counters.release(pick.candidate)
+        if pick.groups is not None:
+            self.groups = pick.groups
+        self.results[ci].pop()
 
-    def _constraints(
-        self, plan: ClaimPlan, alt: Request, candidate: Candidate, state: State
-    ) -> tuple[Memory, ...] | None:
-        """The constraint memory after the pick, or None when a constraint is violated."""
-        memory = list(state.memory)
-        for i, con in enumerate(plan.constraints):
-            if not con.applies(alt.parent, alt.name):
-                continue
-            key = (candidate.id, con.attribute)
-            if key not in self._values:
-                self._values[key] = attribute_values(
-                    candidate.driver,
-                    candidate.device,
-                    con.attribute,
-                    self.features.DRAListTypeAttributes,
-                )
-            values = self._values[key]
-            ok, memory[i] = admit(con, memory[i], values)
-            if not ok:
-                return None
-        return tuple(memory)
+    def _unshare(self, ident: DeviceID, consumed: Mapping[str, Fraction]) -> None:
+        """Take a share off the run's capacity in use; forget the device when nothing is left."""
+        share = self.picking.get(ident)
+        if share is None:
+            return
+        for name, amount in consumed.items():
+            if name in share:
+                share[name] -= amount
+        if not any(share.values()):
+            del self.picking[ident]

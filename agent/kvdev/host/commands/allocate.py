@@ -9,15 +9,24 @@ allocator (``kvdev.host.allocation``) and prints the allocated claims. Exit 0 al
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import re
+import time
 import warnings
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from kvdev.errors import KvdevError, SchemaError
-from kvdev.host.allocation.allocator import Allocated, Failed, Features, allocate
+from kvdev.errors import KvdevError, SchemaError, UsageError
+from kvdev.host.allocation.allocator import (
+    DEFAULT_FILTER_TIMEOUT,
+    Allocated,
+    Clock,
+    Failed,
+    Features,
+    allocate,
+)
 from kvdev.host.allocation.cluster import ClusterState, cluster_state
-from kvdev.host.allocation.explain import REASONS, RequestReport, explain
 from kvdev.host.allocation.extended import status_for
 from kvdev.host.commands.common import (
     EXIT_INVALID,
@@ -33,6 +42,9 @@ from kvdev.host.commands.common import (
 from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim
 from kvdev.host.k8s.claim import AllocationResult
+
+if TYPE_CHECKING:
+    from kvdev.host.allocation.explain import RequestReport
 
 _ALLOCATE_EPILOG = f"""\
 input:
@@ -59,14 +71,16 @@ output:
   With -o json a failure prints {{"reason": KEYWORD, "message": ...}} on stdout as well;
   KEYWORD is 'unschedulable', 'invalid-input', 'usage', or the allocator's error keyword
   (class-not-found, cel-compile-error, cel-runtime-error, cel-cost-limit, too-many-devices,
-  invalid-pool, pool-incomplete, constraint-unsatisfiable, feature-disabled, search-limit:
-  the search gave up after 500,000 device checks, kvdev's bound where upstream has a 10 s
-  filter timeout, ...).
+  invalid-pool, pool-incomplete, constraint-unsatisfiable, feature-disabled, ...), or
+  filter-timeout: the search ran longer than --filter-timeout (default 10s, as
+  kube-scheduler's DynamicResources filterTimeout; 0 turns the limit off).
 
   --explain writes to stderr, per claim and request, each device and the first reason it
   is rejected (other-node, pool-incomplete/-invalid/-obsolete, in-use, gated, selector,
   capacity, counters, taint, constraint), judging each device on its own against the
-  claims already in use (not against the other picks of this run).
+  claims already in use (not against the other picks of this run), and every place where
+  the scheduler's own behaviour, not the API's documented rule, decided ("note: ... as the
+  1.37 scheduler does: ..."); those notes are printed with a failure too.
 
 feature gates (all on by default): {GATES}
 
@@ -114,7 +128,43 @@ def register(commands: Commands) -> None:
         metavar="GATE=BOOL,...",
         help="switch allocator features, e.g. DRADeviceTaints=false (all are on by default)",
     )
+    add_filter_timeout_argument(alloc)
     alloc.set_defaults(run=_run)
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*\Z")
+
+
+def parse_duration(text: str) -> float:
+    """``10s``, ``500ms``, ``1m`` or a number of seconds -> seconds.
+
+    Raises:
+        UsageError: not a duration.
+    """
+    m = _DURATION.match(text)
+    if m is None:
+        raise UsageError(f"--filter-timeout: {text!r} is not a duration (10s, 500ms, 1m, 0)")
+    return float(m[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m[2]]
+
+
+def add_filter_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--filter-timeout``: how long one node's allocation may search (also ``schedule``)."""
+    parser.add_argument(
+        "--filter-timeout",
+        default=f"{DEFAULT_FILTER_TIMEOUT:g}s",
+        metavar="DURATION",
+        help="give up on one node's allocation after this long, like kube-scheduler's "
+        f"DynamicResources filterTimeout (default {DEFAULT_FILTER_TIMEOUT:g}s; 0: no limit)",
+    )
+
+
+def filter_clock(text: str) -> Clock:
+    """The allocator's clock for ``--filter-timeout`` (the process's monotonic clock).
+
+    Raises:
+        UsageError: not a duration.
+    """
+    return Clock(now=time.monotonic, timeout=parse_duration(text))
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -124,6 +174,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         output=args.output,
         explain_=args.explain,
         feature_gates=args.feature_gates,
+        filter_timeout=args.filter_timeout,
         out=out,
         err=err,
     )
@@ -172,7 +223,13 @@ def _why(reports: Sequence[RequestReport], claims: Sequence[ResourceClaim], node
     return "\n".join(lines)
 
 
+def _notes(notes: Sequence[str]) -> str:
+    return "".join(f"note: {n}\n" for n in notes)
+
+
 def _explanation(reports: Sequence[RequestReport]) -> str:
+    from kvdev.host.allocation.explain import REASONS  # noqa: PLC0415 - only with --explain
+
     lines = []
     for r in reports:
         wanted = "all" if r.wanted is None else str(r.wanted)
@@ -196,6 +253,9 @@ def _read(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             objects = load_files(files)
+        # The input lives as long as the run: keep the garbage collector from walking it
+        # again on every collection (that was half of a big schedule's time).
+        gc.freeze()
         err.writelines(f"kvdev-host: warning: {w.message}\n" for w in caught)
         return cluster_state(
             objects, node, extended_resources=features.DRAExtendedResource
@@ -210,7 +270,7 @@ def _read(
         return _fail("usage", str(e), output, out, err, EXIT_INVALID)
 
 
-def run_allocate(
+def run_allocate(  # noqa: PLR0913 - the command's options, keyword-only
     *,
     files: Sequence[str],
     node: str,
@@ -219,8 +279,13 @@ def run_allocate(
     feature_gates: str,
     out: TextIO,
     err: TextIO,
+    filter_timeout: str = f"{DEFAULT_FILTER_TIMEOUT:g}s",
 ) -> int:
     """``kvdev-host allocate``; returns the exit status."""
+    try:
+        clock = filter_clock(filter_timeout)
+    except UsageError as e:
+        return _fail("usage", str(e), output, out, err, EXIT_INVALID)
     read = _read(files, node, feature_gates, output, out, err)
     if isinstance(read, int):
         return read
@@ -236,28 +301,47 @@ def run_allocate(
         "allocated_capacity": state.allocated_capacity,
         "features": features,
     }
-    outcome = allocate(state.node, state.pending, **inputs)
+    outcome = allocate(state.node, state.pending, clock=clock, **inputs)
     if isinstance(outcome, Failed):
+        err.write(_notes(outcome.notes))
         return _fail(outcome.keyword, outcome.message, output, out, err, EXIT_INVALID)
-    reports = explain(state.node, state.pending, **inputs) if explain_ else None
+    reports = _reports(state, inputs) if explain_ else None
     if reports is not None:
         err.write(_explanation(reports))
     if isinstance(outcome, Allocated):
-        for special in state.special:
-            pod = special.pod.metadata
-            err.write(
-                f"kvdev-host: allocate: pod {pod.namespace or 'default'}/{pod.name}: "
-                f"extended resources in claim {special.claim.metadata.name}; status "
-                f"{json.dumps(status_for(special), separators=(',', ':'))}\n"
-            )
-        print_objects(
-            [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
-            output,
-            out,
-        )
+        if reports is not None:
+            err.write(_notes(outcome.notes))
+        _print_allocated(state, outcome, output, out, err)
         return EXIT_OK
-    if reports is None:
-        reports = explain(state.node, state.pending, **inputs)
-    return _fail(
-        "unschedulable", _why(reports, state.pending, node), output, out, err, EXIT_UNSCHEDULABLE
+    notes = list(outcome.notes)
+    if outcome.stopped:
+        notes.append(
+            f"the search stopped before trying every combination: {outcome.stopped} (upstream's "
+            "tries them all and comes to the same answer)"
+        )
+    err.write(_notes(notes))
+    why = _why(reports or _reports(state, inputs), state.pending, node)
+    return _fail("unschedulable", why, output, out, err, EXIT_UNSCHEDULABLE)
+
+
+def _reports(state: ClusterState, inputs: dict[str, Any]) -> list[RequestReport]:
+    from kvdev.host.allocation.explain import explain  # noqa: PLC0415 - not on the fast path
+
+    return explain(state.node, state.pending, **inputs)
+
+
+def _print_allocated(
+    state: ClusterState, outcome: Allocated, output: str, out: TextIO, err: TextIO
+) -> None:
+    for special in state.special:
+        pod = special.pod.metadata
+        err.write(
+            f"kvdev-host: allocate: pod {pod.namespace or 'default'}/{pod.name}: "
+            f"extended resources in claim {special.claim.metadata.name}; status "
+            f"{json.dumps(status_for(special), separators=(',', ':'))}\n"
+        )
+    print_objects(
+        [_claim_output(c, outcome.results[c.metadata.name]) for c in state.pending],
+        output,
+        out,
     )

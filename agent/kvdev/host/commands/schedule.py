@@ -3,23 +3,31 @@
 Reads Kubernetes objects from files, runs the pure scheduler (``kvdev.host.scheduling``)
 and prints the placed pods (``spec.nodeName`` set) and the claims it changed (with
 ``status.allocation`` and ``reservedFor``); a progress bar on stderr when stderr is a
-terminal; a summary on stderr at the end. Exit 0 every pod placed, 1 some unschedulable,
-2 usage error or invalid input.
+terminal; a summary on stderr at the end. With ``--events``, a stream of watch events is
+replayed after the first placement (``scheduling.events``), unschedulable pods retried as the
+queueing hints say (or all of them: ``--no-hints``; both: ``--compare``). Exit 0 every pod
+placed, 1 some unschedulable, 2 usage error or invalid input.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 from pydantic import BaseModel
 
-from kvdev.errors import KvdevError, SchemaError
+from kvdev.errors import KvdevError, Problem, SchemaError, TransientReadError
+from kvdev.host.allocation.allocator import Clock
 from kvdev.host.allocation.extended import status_for
+from kvdev.host.allocation.features import Features
+from kvdev.host.commands.allocate import add_filter_timeout_argument, filter_clock
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -32,7 +40,16 @@ from kvdev.host.commands.common import (
     print_objects,
 )
 from kvdev.host.commands.inputs import load_files
-from kvdev.host.scheduling import Placement, ScheduleResult, schedule
+from kvdev.host.k8s import K8sObject, load
+from kvdev.host.scheduling import (
+    ClusterEvent,
+    EventRun,
+    Placement,
+    ScheduleResult,
+    replay,
+    schedule,
+)
+from kvdev.host.scheduling.events import EVENT_TYPES
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -63,8 +80,22 @@ output:
 
 feature gates (all on by default): {GATES}
 
+events (--events FILE, queueing hints):
+  Kubernetes watch events, {{type: ADDED|MODIFIED|DELETED, object: ...}}: JSON values one
+  after another as 'kubectl get ... --watch --output-watch-events -o json' prints them, or a
+  YAML stream (documents separated by ---, no aliases), replayed in order
+  after the first placement: ResourceSlices added, changed, removed; ResourceClaims created,
+  changed (an allocation dropped: deallocated), deleted; Pods added (tried at once) and
+  deleted (their node resources, template claims and last reservations given back);
+  DeviceClasses; Nodes added or changed. After each event the pods waiting in the
+  unschedulable queue are retried, in queue order: only those the event can help (queueing
+  hints, indexed by the claims, classes and drivers each waits on), or with --no-hints every
+  one of them. The summary gives attempts per pod (scheduler_attempts_total) and the time;
+  --compare runs both and prints both summaries (the objects are those with hints).
+
 examples:
   kvdev-host schedule -f cluster.yaml -f pods.yaml
+  kvdev-host schedule -f cluster.yaml -f pods.yaml --events changes.json --compare
   kvdev-host schedule -f cluster.yaml -f pods.yaml -o json \\
     | jq -r '.items[] | select(.kind == "Pod") | .spec.nodeName'
   kvdev-host schedule -f state.yaml --summary-only
@@ -100,6 +131,23 @@ def register(commands: Commands) -> None:
         "--no-selector-cache",
         action="store_true",
         help="evaluate CEL selectors afresh for every node checked (for comparison)",
+    )
+    add_filter_timeout_argument(sub)
+    sub.add_argument(
+        "--events",
+        metavar="FILE",
+        help="replay a stream of watch events after the first placement (see below)",
+    )
+    mode = sub.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--no-hints",
+        action="store_true",
+        help="with --events: retry every unschedulable pod after every event",
+    )
+    mode.add_argument(
+        "--compare",
+        action="store_true",
+        help="with --events: replay with and without queueing hints, print both summaries",
     )
     sub.set_defaults(run=_run)
 
@@ -183,12 +231,15 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary_only=args.summary_only,
         feature_gates=args.feature_gates,
         selector_cache=not args.no_selector_cache,
+        filter_timeout=args.filter_timeout,
+        events=args.events,
+        hints="both" if args.compare else "off" if args.no_hints else "on",
         out=out,
         err=err,
     )
 
 
-def run_schedule(
+def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
     *,
     files: Sequence[str],
     output: str,
@@ -197,31 +248,167 @@ def run_schedule(
     selector_cache: bool,
     out: TextIO,
     err: TextIO,
+    filter_timeout: str = "10s",
+    events: str | None = None,
+    hints: str = "on",
 ) -> int:
     """``kvdev-host schedule``; returns the exit status."""
     try:
+        clock = filter_clock(filter_timeout)
         features = parse_feature_gates(feature_gates)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             objects = load_files(files)
+        # The input lives as long as the run: keep the garbage collector from walking it
+        # again on every collection (that was half of a big schedule's time).
+        gc.freeze()
         err.writelines(f"kvdev-host: warning: {w.message}\n" for w in caught)
+        stream = load_events(events) if events else None
     except SchemaError as e:
         err.writelines(f"kvdev-host: schedule: {p}\n" for p in e.problems)
         return EXIT_INVALID
     except KvdevError as e:
         err.write(f"kvdev-host: schedule: {e}\n")
         return EXIT_INVALID
+    if stream is not None:
+        return _replay(
+            objects,
+            stream,
+            hints=hints,
+            features=features,
+            clock=clock,
+            summary_only=summary_only,
+            output=output,
+            out=out,
+            err=err,
+        )
     progress = _Bar(err) if err.isatty() else None
     start = time.perf_counter()
-    result = schedule(objects, features=features, selector_cache=selector_cache, progress=progress)
+    result = schedule(
+        objects,
+        features=features,
+        selector_cache=selector_cache,
+        progress=progress,
+        clock=clock,
+    )
     seconds = time.perf_counter() - start
-    if not summary_only:
-        objs = [_pod_output(p) for p in result.placed]
-        objs += [_full(c) for c in result.claims]
-        if output == "yaml" and objs:
-            # libyaml's emitter when available: thousands of objects, ~10x faster.
-            out.write(yaml.dump_all(objs, Dumper=_DUMPER, sort_keys=False))
-        else:
-            print_objects(objs, output, out)
+    _print(result, summary_only, output, out)
     _summary(result, seconds, err)
     return EXIT_UNSCHEDULABLE if result.unplaced else EXIT_OK
+
+
+def _print(result: ScheduleResult, summary_only: bool, output: str, out: TextIO) -> None:
+    if summary_only:
+        return
+    objs = [_pod_output(p) for p in result.placed]
+    objs += [_full(c) for c in result.claims]
+    if output == "yaml" and objs:
+        # libyaml's emitter when available: thousands of objects, ~10x faster.
+        out.write(yaml.dump_all(objs, Dumper=_DUMPER, sort_keys=False))
+    else:
+        print_objects(objs, output, out)
+
+
+def _replay(  # noqa: PLR0913 - the command's inputs, passed on
+    objects: Sequence[K8sObject],
+    stream: list[ClusterEvent],
+    *,
+    hints: str,
+    features: Features,
+    clock: Clock,
+    summary_only: bool,
+    output: str,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    runs: list[tuple[str, EventRun, float]] = []
+    for mode in ("on", "off") if hints == "both" else (hints,):
+        start = time.perf_counter()
+        try:
+            run = replay(objects, stream, hints=mode == "on", features=features, clock=clock)
+        except ValueError as e:
+            err.write(f"kvdev-host: schedule: {e}\n")
+            return EXIT_INVALID
+        runs.append((mode, run, time.perf_counter() - start))
+    _print(runs[0][1].result, summary_only, output, out)
+    for mode, run, seconds in runs:
+        _summary(run.result, seconds, err)
+        _event_summary(mode, run, seconds, len(stream), err)
+    return EXIT_UNSCHEDULABLE if runs[0][1].result.unplaced else EXIT_OK
+
+
+def _event_summary(mode: str, run: EventRun, seconds: float, events: int, err: TextIO) -> None:
+    tries = list(run.attempts.values()) or [0]
+    label = "queueing hints" if mode == "on" else "no hints (every pod on every event)"
+    err.write(
+        f"kvdev-host: schedule: {label}: {events} events, {sum(run.retried)} retries, "
+        f"{run.total_attempts} attempts (scheduler_attempts_total) for {len(run.attempts)} "
+        f"pods (mean {sum(tries) / len(tries):.1f}, max {max(tries)}), "
+        f"{sum(run.placed_by)} pods placed after an event, {seconds:.2f} s\n"
+    )
+
+
+class _NoAliases(yaml.SafeLoader):
+    """A YAML loader that refuses aliases (an event stream needs none; a bomb needs them)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: ANN401 - PyYAML's API
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases are not allowed in an event stream")
+        return super().compose_node(parent, index)
+
+
+def _yaml_stream(text: str) -> list[Any]:
+    return list(yaml.load_all(text, Loader=_NoAliases))
+
+
+def _json_stream(text: str) -> list[Any]:
+    """JSON values one after another, as ``kubectl get --watch -o json`` prints them."""
+    decoder = json.JSONDecoder()
+    out: list[Any] = []
+    at = 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return out
+        value, at = decoder.raw_decode(text, at)
+        out.append(value)
+
+
+def load_events(path: str) -> list[ClusterEvent]:
+    """The watch events of a file, in order (module docstring).
+
+    Raises:
+        SchemaError: not YAML/JSON, not watch events, or an invalid object (all reported).
+        TransientReadError: the file could not be read.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise TransientReadError(f"{path}: {e.strerror or e}") from e
+    try:
+        documents = _json_stream(text) if text.lstrip().startswith("{") else _yaml_stream(text)
+    except (yaml.YAMLError, ValueError) as e:
+        raise SchemaError([Problem(f"not a YAML/JSON event stream: {e}", path)]) from e
+    events: list[ClusterEvent] = []
+    problems: list[Problem] = []
+    for index, doc in enumerate(d for d in documents if d is not None):
+        where = f"{path}: event {index}"
+        if not isinstance(doc, dict) or doc.get("type") not in EVENT_TYPES:
+            problems.append(Problem(f"type must be one of {', '.join(EVENT_TYPES)}", where))
+            continue
+        if not isinstance(doc.get("object"), dict):
+            problems.append(Problem("object: a Kubernetes object is needed", where))
+            continue
+        try:
+            found = load(json.dumps(doc["object"]), f"{where}: object")
+        except SchemaError as e:
+            problems.extend(e.problems)
+            continue
+        if len(found) != 1:
+            problems.append(Problem("object: exactly one object kvdev reads is needed", where))
+            continue
+        events.append(ClusterEvent(doc["type"], found[0]))
+    if problems:
+        raise SchemaError(problems)
+    return events

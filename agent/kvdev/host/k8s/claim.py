@@ -41,6 +41,8 @@ RESULTS_MAX = 32  # AllocationResultsMaxSize
 ALLOCATION_CONFIG_MAX = 64  # 2 * DeviceConfigMaxSize
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 DEVICE_CONDITIONS_MAX = 8  # AllocatedDeviceStatusMaxConditions
+DERIVED_ATTRIBUTES_MAX = 32  # per (sub)request, KEP-6080
+DERIVED_EXPRESSION_MAX_BYTES = 10 * 1024  # as CELSelectorExpressionMaxLength
 
 
 def _class_name(value: str) -> str:
@@ -54,6 +56,23 @@ class CapacityRequirements(Model):
     requests: dict[QualifiedName, Quantity] | None = None
 
 
+def _expression_bytes(value: str) -> str:
+    if len(value.encode()) > DERIVED_EXPRESSION_MAX_BYTES:
+        raise ValueError(f"must be at most {DERIVED_EXPRESSION_MAX_BYTES} bytes")
+    return value
+
+
+class DeviceDerivedAttribute(Model):
+    """``derivedAttributes[]`` (KEP-6080, alpha): a virtual attribute CEL computes per device.
+
+    ``name`` is what constraints reference (``<DNS subdomain>/<C identifier>``, e.g.
+    ``derived/numa``); it shadows a device attribute of the same name.
+    """
+
+    name: FullyQualifiedName
+    expression: Annotated[str, Field(min_length=1), AfterValidator(_expression_bytes)]
+
+
 class _RequestFields(Model):
     device_class_name: Annotated[str, Field(max_length=253), AfterValidator(_class_name)]
     selectors: Annotated[list[DeviceSelector], at_most(SELECTORS_MAX)] | None = None
@@ -61,11 +80,17 @@ class _RequestFields(Model):
     count: Annotated[Int64, Field(ge=1)] | None = None
     tolerations: Annotated[list[DeviceToleration], at_most(TOLERATIONS_MAX)] | None = None
     capacity: CapacityRequirements | None = None
+    derived_attributes: (
+        Annotated[list[DeviceDerivedAttribute], at_most(DERIVED_ATTRIBUTES_MAX)] | None
+    ) = None
 
     @model_validator(mode="after")
     def _fields(self) -> _RequestFields:
         if self.allocation_mode == "All" and self.count is not None:
             raise ValueError("count must not be set with allocationMode All")
+        names = [d.name for d in self.derived_attributes or []]
+        if len(names) != len(set(names)):
+            raise ValueError("derivedAttributes: names must be unique")
         return self
 
 
@@ -133,7 +158,29 @@ class DeviceClaim(Model):
         names = [r.name for r in self.requests or []]
         if len(names) != len(set(names)):
             raise ValueError("requests: names must be unique")
+        self._derived_used()
         return self
+
+    def _derived_used(self) -> None:
+        """Every derived attribute is named by a constraint covering its (sub)request."""
+        constraints = self.constraints or []
+        for req in self.requests or []:
+            alternatives: list[tuple[str, _RequestFields]] = (
+                [(req.name, req.exactly)] if req.exactly is not None else []
+            )
+            alternatives += [(f"{req.name}/{s.name}", s) for s in req.first_available or []]
+            for full, spec in alternatives:
+                for derived in spec.derived_attributes or []:
+                    if not any(
+                        derived.name in (c.match_attribute, c.distinct_attribute)
+                        and (not c.requests or req.name in c.requests or full in c.requests)
+                        for c in constraints
+                    ):
+                        raise ValueError(
+                            f"requests[{req.name}]: derived attribute {derived.name} is not "
+                            "used by any matchAttribute or distinctAttribute constraint of "
+                            f"request {full}"
+                        )
 
 
 class ResourceClaimSpec(Model):

@@ -30,6 +30,7 @@ from fractions import Fraction
 from kvdev.host.allocation import allocator
 from kvdev.host.allocation.allocator import (
     Allocated,
+    Clock,
     Features,
     Selection,
     allocate,
@@ -111,9 +112,11 @@ class NodeFilter:
         *,
         selector_cache: bool = True,
         filter_cache: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.view = view
-        self.classes = classes
+        self.clock = clock
+        self.classes = dict(classes)  # events may change them (``events``)
         self.features = features
         self.selection = Selection(features) if selector_cache else None
         self.filter_cache = filter_cache
@@ -189,6 +192,7 @@ class NodeFilter:
                 allocated_capacity=shared,
                 features=self.features,
                 selection=self.selection,
+                clock=self.clock,
             )
             if isinstance(outcome, allocator.Failed):
                 return Failed(f"{outcome.keyword}: {outcome.message}")

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kvdev.host.allocation.allocator import Clock
 from kvdev.host.allocation.cluster import apply_taint_rules
 from kvdev.host.allocation.extended import SpecialClaim, class_mapping
 from kvdev.host.allocation.features import Features
@@ -61,6 +62,20 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Bound:
+    """What a placed pod holds: its node, what it charged there, the claims it reserved.
+
+    ``claims``: those reserved for the pod itself (not for its PodGroup); ``me``: its
+    consumer reference. An event deleting the pod gives all of it back (``events``).
+    """
+
+    node: str
+    charge: dict[str, Fraction]
+    claims: tuple[ClaimKey, ...]
+    me: ResourceClaimConsumerReference | None
+
+
+@dataclass(frozen=True, slots=True)
 class Unplaced:
     """A pod that could not be placed, and why."""
 
@@ -93,7 +108,9 @@ def _summary(rejections: dict[str, int], nodes: int) -> str:
     return f"0/{nodes} nodes are available: {parts}."
 
 
-class _Scheduler:
+class Scheduler:
+    """One run's state: the cluster view, the claims, the pods, the caches (module docstring)."""
+
     def __init__(
         self,
         objects: Iterable[K8sObject],
@@ -101,6 +118,7 @@ class _Scheduler:
         *,
         selector_cache: bool,
         filter_cache: bool,
+        clock: Clock | None,
     ) -> None:
         objs = list(objects)
         classes = [o for o in objs if isinstance(o, DeviceClass)]
@@ -109,7 +127,8 @@ class _Scheduler:
             [o for o in objs if isinstance(o, DeviceTaintRule)],
         )
         self.features = features
-        self.view = ClusterView([o for o in objs if isinstance(o, Node)], slices)
+        self.view = ClusterView([o for o in objs if isinstance(o, Node)], slices, features)
+        self.rules = [o for o in objs if isinstance(o, DeviceTaintRule)]
         self.book = ClaimBook.of(
             [o for o in objs if isinstance(o, ResourceClaim)],
             [o for o in objs if isinstance(o, ResourceClaimTemplate)],
@@ -123,6 +142,7 @@ class _Scheduler:
             features,
             selector_cache=selector_cache,
             filter_cache=filter_cache,
+            clock=clock,
         )
         for claim in self.book.claims.values():
             alloc = claim.status.allocation if claim.status else None
@@ -135,8 +155,10 @@ class _Scheduler:
         self.failed: dict[str, tuple[int, str]] = {}
         self.start = 0
         self.result = ScheduleResult()
+        self.bound: dict[ClaimKey, Bound] = {}  # placed pods by (namespace, name)
 
-    def _bind(self, pod: Pod) -> None:
+    def bind(self, pod: Pod) -> None:
+        """A pod already on a node: its requests count there."""
         node = self.view.by_name.get(pod.spec.node_name or "")
         if node is not None:
             node.charge({**pod_requests(pod, self.mapping.keys()), "pods": Fraction(1)})
@@ -154,11 +176,19 @@ class _Scheduler:
         return None
 
     def place(self, pod: Pod) -> None:
+        """Try to place ``pod``; a pod that does not fit is added to ``result.unplaced``."""
+        reason = self.try_place(pod)
+        if reason is not None:
+            self.result.unplaced.append(Unplaced(pod, reason))
+
+    def try_place(self, pod: Pod) -> str | None:
+        """Place ``pod`` on the first node of the scan that fits; None, or why it does not."""
+        if not self.view.nodes:
+            return _summary({}, 0)
         pc = self.book.resolve(pod)
         problem = pc.problem or self._limit(pc)
         if problem is not None:
-            self.result.unplaced.append(Unplaced(pod, problem))
-            return
+            return problem
         claims = [self.book.claims[k] for k in pc.keys]
         attempt = self.filter.attempt(
             pod,
@@ -169,25 +199,23 @@ class _Scheduler:
         nodes = self.view.nodes
         known = self.failed.get(attempt.signature)
         if known is not None and known[0] == self.epoch:
-            self.result.unplaced.append(Unplaced(pod, known[1]))
-            return
+            return known[1]
         rejections: dict[str, int] = {}
         for step in range(len(nodes)):
             node = nodes[(self.start + step) % len(nodes)]
             out = self.filter.check(attempt, node)
             if isinstance(out, Failed):
                 self.start = (self.start + step + 1) % len(nodes)
-                self.result.unplaced.append(Unplaced(pod, out.message))
-                return
+                return out.message
             if isinstance(out, Fit):
                 self.start = (self.start + step + 1) % len(nodes)
                 self._commit(pod, pc, node.name, out)
-                return
+                return None
             rejections[out] = rejections.get(out, 0) + 1
         reason = _summary(rejections, len(nodes))
         if self.filter.filter_cache:
             self.failed[attempt.signature] = (self.epoch, reason)
-        self.result.unplaced.append(Unplaced(pod, reason))
+        return reason
 
     def _commit(self, pod: Pod, pc: PodClaims, node_name: str, fit: Fit) -> None:
         node = self.view.by_name[node_name]
@@ -209,19 +237,24 @@ class _Scheduler:
         node.charge(fit.charge)
         self.epoch += 1
         self.result.placed.append(Placement(pod, node_name, pc.templated, fit.special))
+        owned = tuple(k for k, o in keys if o.uid == pc.me.uid) if pc.me is not None else ()
+        self.bound[(ns, pod.metadata.name)] = Bound(node_name, dict(fit.charge), owned, pc.me)
 
     def run(self, progress: Progress | None) -> ScheduleResult:
+        """Place the input's pods in order; the result (claims changed included)."""
         total = len(self.pods)
         for done, pod in enumerate(self.pods, 1):
             if pod.spec.node_name:
-                self._bind(pod)
-            elif self.view.nodes:
-                self.place(pod)
+                self.bind(pod)
             else:
-                self.result.unplaced.append(Unplaced(pod, _summary({}, 0)))
+                self.place(pod)
             if progress is not None:
                 progress(done, total)
-        self.result.claims = [self.book.claims[k] for k in self.changed]
+        return self.finish()
+
+    def finish(self) -> ScheduleResult:
+        """The result with the claims the run changed, in the order they first changed."""
+        self.result.claims = [self.book.claims[k] for k in self.changed if k in self.book.claims]
         return self.result
 
 
@@ -247,16 +280,19 @@ def schedule(
     selector_cache: bool = True,
     filter_cache: bool = True,
     progress: Progress | None = None,
+    clock: Clock | None = None,
 ) -> ScheduleResult:
     """Place every Pod of ``objects`` without ``spec.nodeName``, in input order.
 
     ``selector_cache``: share CEL selector results across allocator runs (off: each node
     check evaluates afresh, for comparison). ``filter_cache``: remember node rejections
     while the node is unchanged (``nodefilter``). ``progress(done, total)`` after each pod.
+    ``clock``: the filter timeout of each node's allocation (none: no limit).
     """
-    return _Scheduler(
+    return Scheduler(
         objects,
         features or Features(),
         selector_cache=selector_cache,
         filter_cache=filter_cache,
+        clock=clock,
     ).run(progress)

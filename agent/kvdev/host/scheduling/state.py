@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.pools import DeviceID, NodeInfo, Pool, PoolID, PoolIndex
 from kvdev.host.k8s import Node, ResourceSlice, parse_quantity
 from kvdev.host.k8s.claim import AllocationResult
@@ -44,6 +45,11 @@ class NodeState:
         add_amounts(self.used, amounts)
         self.version += 1
 
+    def uncharge(self, amounts: Mapping[str, Fraction]) -> None:
+        """Give ``amounts`` back (a pod left the node)."""
+        add_amounts(self.used, {k: -v for k, v in amounts.items()})
+        self.version += 1
+
 
 def node_state(node: Node) -> NodeState:
     """A NodeState from a Node object."""
@@ -57,12 +63,17 @@ def node_state(node: Node) -> NodeState:
 class ClusterView:
     """Nodes in input order, their pools, and what is in use (module docstring)."""
 
-    def __init__(self, nodes: Iterable[Node], slices: list[ResourceSlice]) -> None:
+    def __init__(
+        self, nodes: Iterable[Node], slices: list[ResourceSlice], features: Features | None = None
+    ) -> None:
         self.nodes = [node_state(n) for n in nodes]
         self.by_name = {n.name: n for n in self.nodes}
-        self._index = PoolIndex(slices)
+        self.features = features or Features()
+        self.slices = list(slices)
+        self._index = PoolIndex(self.slices, self.features)
         self.devices: dict[PoolID, set[DeviceID]] = {}
         self.capacity: dict[PoolID, dict[DeviceID, dict[str, Fraction]]] = {}
+        self._shares: dict[DeviceID, int] = {}
         self.versions: dict[PoolID, int] = {}
 
     def pools(self, node: NodeState) -> list[Pool]:
@@ -94,15 +105,57 @@ class ClusterView:
                 return pool.all_devices.get(ident[2])
         return None
 
-    def take(self, allocation: AllocationResult) -> None:
-        """Record an allocation's devices (exclusive) and shared capacity as in use."""
+    def take(self, allocation: AllocationResult, sign: int = 1) -> None:
+        """Record an allocation's devices (exclusive) and shared capacity as in use.
+
+        ``sign=-1``: give them back (the claim was deallocated).
+        """
         for r in (allocation.devices.results if allocation.devices else None) or []:
             pid = (r.driver, r.pool)
             ident = (r.driver, r.pool, r.device)
             if r.share_id:
                 used = self.capacity.setdefault(pid, {}).setdefault(ident, {})
                 for k, v in (r.consumed_capacity or {}).items():
-                    used[k] = used.get(k, Fraction(0)) + parse_quantity(str(v))
+                    used[k] = used.get(k, Fraction(0)) + sign * parse_quantity(str(v))
+                self._shares[ident] = self._shares.get(ident, 0) + sign
+                if self._shares[ident] <= 0:
+                    del self._shares[ident], self.capacity[pid][ident]
             elif not r.admin_access:
-                self.devices.setdefault(pid, set()).add(ident)
+                if sign > 0:
+                    self.devices.setdefault(pid, set()).add(ident)
+                else:
+                    self.devices.get(pid, set()).discard(ident)
             self.versions[pid] = self.versions.get(pid, 0) + 1
+
+    def release(self, allocation: AllocationResult) -> None:
+        """Give an allocation's devices and shared capacity back."""
+        self.take(allocation, -1)
+
+    def put_slice(self, slice_: ResourceSlice) -> None:
+        """Add a slice, or replace the one of the same name."""
+        self._set_slices(
+            [s for s in self.slices if s.metadata.name != slice_.metadata.name] + [slice_]
+        )
+
+    def remove_slice(self, name: str) -> None:
+        """Remove the slice of that name (nothing if there is none)."""
+        self._set_slices([s for s in self.slices if s.metadata.name != name])
+
+    def _set_slices(self, slices: list[ResourceSlice]) -> None:
+        self.slices = slices
+        self._index = PoolIndex(slices, self.features)
+        for node in self.nodes:  # every node's pools are found again; cached answers expire
+            node.pools = None
+            node.version += 1
+
+    def put_node(self, node: Node) -> None:
+        """Add a node, or replace the labels and allocatable of the one of the same name."""
+        fresh = node_state(node)
+        known = self.by_name.get(fresh.name)
+        if known is None:
+            self.nodes.append(fresh)
+            self.by_name[fresh.name] = fresh
+            return
+        known.info, known.allocatable = fresh.info, fresh.allocatable
+        known.pools = None
+        known.version += 1

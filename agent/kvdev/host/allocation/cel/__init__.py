@@ -8,8 +8,8 @@ Supported surface
 -----------------
 * The ``device`` variable: ``device.driver`` (string), ``device.attributes[<domain>].<id>``
   (int, bool, string, version, and the list forms), ``device.capacity[<domain>].<id>``
-  (quantity), ``device.allowMultipleAllocations`` (bool; absent when DRAConsumableCapacity
-  is off, so referencing it is a runtime "no such key" error).
+  (quantity), ``device.allowMultipleAllocations`` (bool; false when the device does not set
+  it, and present whatever DRAConsumableCapacity says, as the 1.37 scheduler evaluates it).
 * Unqualified attribute/capacity names are filed under the driver's domain.
 * An unknown domain (``device.attributes["unknown.domain"]``) is an empty map: the driver's
   domain and every domain written as a string literal in ``attributes[...]`` /
@@ -72,6 +72,14 @@ upper bound, so a selector that upstream would stop early (``all`` on a false el
 three nested loops over device list attributes (48**3 iterations: fine upstream, whose
 runtime cost counts the actual list sizes), can be refused here. In exchange nothing that
 passes runs long: a bound expression does at most ~1e6 steps (~0.2 s in the library).
+
+``device.driver == "..."``, ``device.attributes["<domain>"].<id> == <literal>`` and chains of
+them joined by ``&&`` are answered from the view without building the CEL context when the
+answer is plain (``_fast``; CEL decides whenever an attribute is missing or of another type).
+
+:meth:`Selector.value` evaluates an expression to whatever it yields (a derived attribute,
+KEP-6080): ``int``, ``bool``, ``str``, :class:`Semver`, ``Fraction`` for a quantity, lists of
+those; the cost limit applies the same way.
 
 Compilation is cached by expression text (:func:`compile_selector` returns the same
 :class:`Selector`, or raises the same :class:`CelCompileError`, for the same text;

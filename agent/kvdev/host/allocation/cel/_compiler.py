@@ -10,15 +10,17 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Final
 
-import cel
-
 from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
 from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
+from kvdev.host.allocation.cel._fast import shortcut
 from kvdev.host.allocation.cel._functions import FUNCTIONS
+from kvdev.host.allocation.cel._native import native
 from kvdev.host.allocation.cel._tokens import matching_brackets, tokenize, top_level_commas
-from kvdev.host.allocation.cel._values import type_name
+from kvdev.host.allocation.cel._values import as_quantity, as_semver, type_name
 
 if TYPE_CHECKING:
+    import cel
+
     from kvdev.host.allocation.cel._view import DeviceView
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # upstream CELSelectorExpressionMaxLength (bytes)
@@ -90,12 +92,13 @@ def _rewrite_bind(source: str) -> str:
 class Selector:
     """A compiled CEL selector expression. Create with :func:`compile_selector`."""
 
-    __slots__ = ("_analysis", "_program", "expression")
+    __slots__ = ("_analysis", "_fast", "_program", "expression")
 
     def __init__(self, expression: str, program: cel.Program, analysis: Analysis) -> None:
         self.expression = expression
         self._program = program
         self._analysis = analysis
+        self._fast = shortcut(expression)
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -105,13 +108,7 @@ class Selector:
         """The static worst-case cost estimate (compared with :data:`COST_LIMIT`)."""
         return self._analysis.cost
 
-    def matches(self, device: DeviceView) -> bool:
-        """Evaluate the selector against one device.
-
-        Raises:
-            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
-            CelRuntimeError: evaluation failed or did not produce a bool.
-        """
+    def _execute(self, device: DeviceView) -> object:
         if self._analysis.cost > COST_LIMIT:
             raise CelCostLimitError(
                 f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
@@ -119,15 +116,48 @@ class Selector:
             )
         try:
             ctx = device.context(self._analysis.domains)
-            result = self._program.execute(ctx)
+            return self._program.execute(ctx)
         except Exception as exc:  # whatever the library raises is an evaluation failure
             raise CelRuntimeError(_runtime_message(self.expression, exc)) from exc
+
+    def value(self, device: DeviceView) -> object:
+        """Evaluate to whatever the expression yields (module docstring of the package).
+
+        Raises:
+            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
+            CelRuntimeError: evaluation failed.
+        """
+        return _pythonic(self._execute(device))
+
+    def matches(self, device: DeviceView) -> bool:
+        """Evaluate the selector against one device.
+
+        Raises:
+            CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
+            CelRuntimeError: evaluation failed or did not produce a bool.
+        """
+        if self._fast is not None:
+            said = self._fast(device)
+            if said is not None:
+                return said
+        result = self._execute(device)
         if not isinstance(result, bool):
             raise CelRuntimeError(
                 f"CEL runtime error: {_quote(self.expression)}: expression must evaluate to bool, "
                 f"got {type_name(result)}"
             )
         return result
+
+
+def _pythonic(v: object) -> object:
+    """A CEL result with the tagged version and quantity strings as Python values."""
+    if isinstance(v, list | tuple):
+        return [_pythonic(x) for x in v]
+    semver = as_semver(v)
+    if semver is not None:
+        return semver
+    amount = as_quantity(v)
+    return v if amount is None else amount
 
 
 def _quote(expression: str, limit: int = 200) -> str:
@@ -183,7 +213,7 @@ def compile_uncached(expression: str) -> Selector:
         )
     source = _rewrite_bind(expression)
     try:
-        program = cel.compile(source)
+        program = native.compile(source)
     except (ValueError, RuntimeError) as exc:
         raise CelCompileError(
             f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"

@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import cel
-
 from kvdev.host.allocation.cel._functions import FUNCTIONS
+from kvdev.host.allocation.cel._native import native
 from kvdev.host.allocation.cel._values import Semver, quantity_from_text, semver_value
 
 if TYPE_CHECKING:
+    import cel
+
     from kvdev.host.k8s.resource import Device
 
 
@@ -28,14 +29,14 @@ class DeviceView:
         attributes: domain -> id -> value: ``int``, ``bool``, ``str``, :class:`Semver`, or a
             list of one of these.
         capacity: domain -> id -> quantity string.
-        allow_multiple_allocations: None when DRAConsumableCapacity is off (the field is
-            absent from the CEL object).
+        allow_multiple_allocations: the device's flag, false when unset (always present in
+            the CEL object, whatever DRAConsumableCapacity says, as the scheduler has it).
     """
 
     driver: str
     attributes: Mapping[str, Mapping[str, object]]
     capacity: Mapping[str, Mapping[str, str]]
-    allow_multiple_allocations: bool | None
+    allow_multiple_allocations: bool
     # Converted CEL contexts, one per set of extra (empty) domains a selector needs.
     _contexts: dict[frozenset[str], cel.Context] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
@@ -51,7 +52,7 @@ class DeviceView:
             domains = frozenset(d for d in domains if d not in attrs or d not in caps)
         ctx = self._contexts.get(domains)
         if ctx is None:
-            ctx = cel.Context(
+            ctx = native.Context(
                 variables={"device": self._cel_device(domains)}, functions=dict(FUNCTIONS)
             )
             self._contexts[domains] = ctx
@@ -73,8 +74,7 @@ class DeviceView:
             "attributes": attrs,
             "capacity": caps,
         }
-        if self.allow_multiple_allocations is not None:
-            device["allowMultipleAllocations"] = self.allow_multiple_allocations
+        device["allowMultipleAllocations"] = self.allow_multiple_allocations
         return device
 
 
@@ -91,7 +91,7 @@ def _split_name(driver: str, name: str) -> tuple[str, str]:
     return (domain, ident) if sep else (driver, name)
 
 
-def device_view(driver: str, device: Device, *, consumable_capacity: bool = True) -> DeviceView:
+def device_view(driver: str, device: Device) -> DeviceView:
     """Build the CEL view of a ResourceSlice device published by ``driver``.
 
     Unqualified attribute and capacity names go under the driver's domain (``model`` on
@@ -116,7 +116,5 @@ def device_view(driver: str, device: Device, *, consumable_capacity: bool = True
         driver=driver,
         attributes=attributes,
         capacity=capacity,
-        allow_multiple_allocations=(
-            bool(device.allow_multiple_allocations) if consumable_capacity else None
-        ),
+        allow_multiple_allocations=bool(device.allow_multiple_allocations),
     )

@@ -1,0 +1,256 @@
+"""Search picks as ``ResourceClaim.status.allocation``, the way upstream writes them.
+
+Owns, per claim: the device results (request or ``request/subrequest``, adminAccess, the
+request's tolerations as written, whatever the taint gate says (class J), shareID and
+consumedCapacity for multi-allocatable devices, binding conditions copied from the device),
+the configuration (each class's config once, for the requests using the class, then the
+claim's config entries naming a request or the chosen subrequest; an entry whose requests
+cover every request of the claim, class config included, gets ``requests`` cleared, class A),
+the node selector (the node's name when a device is node-local or binds to the node, else
+one term merging the slices' or per-device selectors), and kvdev's KEP-5963
+compatibilityGroups.
+
+The models are assembled without validating again: every value comes from objects that were
+validated when they were loaded. ``_build`` fills a model's fields the way pydantic's
+``model_construct`` does, without its per-field default handling (~5 us a model, ten models a
+claim); a check when the module loads falls back to ``model_construct`` should a pydantic
+release store models differently.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from kvdev.host.allocation.features import Features
+from kvdev.host.allocation.groups import GroupKey
+from kvdev.host.allocation.plans import ClaimPlan, Slot
+from kvdev.host.allocation.pools import NodeLike
+from kvdev.host.allocation.search import Pick
+from kvdev.host.k8s.claim import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+)
+from kvdev.host.k8s.common import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+
+_SHARE_NAMESPACE = uuid.UUID("6f1d2a9e-4c1b-5b7e-9a55-2f0c3e8d7b10")
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _fast_build(cls: type[_M], **values: Any) -> _M:  # noqa: ANN401 - field values of any type
+    """A model from already-valid field values (unset optional fields are None)."""
+    fields = {name: values.get(name) for name in cls.model_fields}
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", fields)
+    object.__setattr__(
+        model, "__pydantic_fields_set__", {k for k, v in fields.items() if v is not None}
+    )
+    object.__setattr__(model, "__pydantic_extra__", {})
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
+
+
+def _checked() -> bool:
+    """Whether ``_fast_build`` makes exactly what ``model_construct`` makes."""
+    try:
+        values: dict[str, Any] = {"key": "metadata.name", "operator": "In", "values": ["n"]}
+        fast = _fast_build(NodeSelectorRequirement, **values)
+        slow = NodeSelectorRequirement.model_construct(**values)
+        same = fast == slow and fast.to_json_dict() == slow.to_json_dict()
+        same = same and fast.model_fields_set == slow.model_fields_set
+    except Exception:  # noqa: BLE001 - any difference in pydantic's layout: the public way
+        same = False
+    return same
+
+
+_FAST = _checked()
+
+
+def _build(cls: type[_M], **values: Any) -> _M:  # noqa: ANN401 - as _fast_build
+    return _fast_build(cls, **values) if _FAST else cls.model_construct(**values)
+
+
+def quantity(value: Fraction) -> str:
+    """An exact amount as a Kubernetes quantity string."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    nano = value * 10**9
+    return f"{nano.numerator // nano.denominator}n"
+
+
+def _device(
+    plan: ClaimPlan, index: int, pick: Pick, features: Features
+) -> DeviceRequestAllocationResult:
+    alt, candidate = pick.request, pick.candidate
+    driver, pool, device = candidate.id
+    dev = candidate.device
+    share_id = None
+    if pick.shared:
+        claim = plan.claim.metadata
+        name = f"{claim.namespace}/{claim.name}/{alt.name}/{'/'.join(candidate.id)}/{index}"
+        share_id = str(uuid.uuid5(_SHARE_NAMESPACE, name))
+    binding = features.DRADeviceBindingConditions
+    return _build(
+        DeviceRequestAllocationResult,
+        request=alt.name,
+        driver=driver,
+        pool=pool,
+        device=device,
+        admin_access=True if alt.admin else None,
+        tolerations=list(alt.tolerations) or None,
+        binding_conditions=list(dev.binding_conditions or ()) or None if binding else None,
+        binding_failure_conditions=(
+            list(dev.binding_failure_conditions or ()) or None if binding else None
+        ),
+        share_id=share_id,
+        consumed_capacity=(
+            {k: quantity(v) for k, v in pick.consumed.items()}
+            if pick.shared and pick.consumed
+            else None
+        ),
+    )
+
+
+def _merge(
+    target: list[NodeSelectorRequirement], reqs: Sequence[NodeSelectorRequirement] | None
+) -> None:
+    for req in reqs or []:
+        values = set(req.values or [])
+        if not any(
+            d.key == req.key and d.operator == req.operator and set(d.values or []) == values
+            for d in target
+        ):
+            target.append(req)
+
+
+def node_selector(picks: Sequence[Pick], node: NodeLike) -> NodeSelector | None:
+    """The allocation's node selector, or None when the devices are available everywhere."""
+    expressions: list[NodeSelectorRequirement] = []
+    fields_: list[NodeSelectorRequirement] = []
+    for pick in picks:
+        dev = pick.candidate.device
+        spec = pick.candidate.slice.spec
+        if spec.per_device_node_selection:
+            name, selector = dev.node_name, dev.node_selector
+        else:
+            name, selector = spec.node_name, spec.node_selector
+        if name is not None or dev.binds_to_node:
+            pinned = _build(
+                NodeSelectorRequirement, key="metadata.name", operator="In", values=[node.name]
+            )
+            term = _build(NodeSelectorTerm, match_fields=[pinned])
+            return _build(NodeSelector, node_selector_terms=[term])
+        if selector is not None and len(selector.node_selector_terms) == 1:
+            term = selector.node_selector_terms[0]
+            _merge(fields_, term.match_fields)
+            _merge(expressions, term.match_expressions)
+    if not expressions and not fields_:
+        return None
+    merged = _build(
+        NodeSelectorTerm, match_expressions=expressions or None, match_fields=fields_ or None
+    )
+    return _build(NodeSelector, node_selector_terms=[merged])
+
+
+def _chosen(slot: Slot) -> str:
+    return slot.alternatives[slot.selected if slot.first_available else 0].name
+
+
+def _covers(requests: Sequence[str], slot: Slot) -> bool:
+    return slot.name in requests or (slot.first_available and _chosen(slot) in requests)
+
+
+def config(plan: ClaimPlan) -> list[DeviceAllocationConfiguration]:
+    """``status.allocation.devices.config`` (module docstring)."""
+    out = []
+    for entry in [*_class_config(plan), *_claim_config(plan)]:
+        requests = entry["requests"]
+        if requests and all(_covers(requests, s) for s in plan.slots):
+            requests = []
+        out.append(
+            _build(
+                DeviceAllocationConfiguration,
+                source=entry["source"],
+                requests=requests or None,
+                opaque=entry.get("opaque"),
+            )
+        )
+    return out
+
+
+def _class_config(plan: ClaimPlan) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    by_class: dict[str, tuple[int, int]] = {}
+    for slot in plan.slots:
+        alt = slot.alternatives[slot.selected if slot.first_available else 0]
+        known = by_class.get(alt.class_name)
+        if known is not None:
+            for i in range(*known):
+                out[i]["requests"].append(alt.name)
+            continue
+        start = len(out)
+        out.extend(
+            {"source": "FromClass", "requests": [alt.name], "opaque": cfg.opaque}
+            for cfg in alt.device_class.spec.config or []
+        )
+        by_class[alt.class_name] = (start, len(out))
+    return out
+
+
+def _claim_config(plan: ClaimPlan) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    devices = plan.claim.spec.devices
+    for claim_cfg in (devices.config if devices else None) or []:
+        listed = list(claim_cfg.requests or [])
+        if listed and not any(_covers(listed, slot) for slot in plan.slots):
+            continue
+        out.append({"source": "FromClaim", "requests": listed, "opaque": claim_cfg.opaque})
+    return out
+
+
+def _compatibility_groups(
+    picks: Sequence[Pick], groups: Mapping[GroupKey, frozenset[str]]
+) -> dict[str, list[str]]:
+    """KEP-5963 result field: the groups shared on each counter set the claim draws from.
+
+    Keyed ``<driver>/<pool>/<counterSet>``: counter sets are scoped to a (driver, pool) and
+    two drivers may well use the same pool name (often the node's).
+    """
+    out: dict[str, list[str]] = {}
+    for pick in picks:
+        driver, pool, _ = pick.candidate.id
+        for use in pick.candidate.device.consumes_counters or []:
+            key = (driver, pool, use.counter_set)
+            if key in groups:
+                out["/".join(key)] = sorted(groups[key])
+    return dict(sorted(out.items()))
+
+
+def allocation_result(
+    plan: ClaimPlan,
+    picks: Sequence[Pick],
+    node: NodeLike,
+    features: Features,
+    groups: Mapping[GroupKey, frozenset[str]],
+) -> AllocationResult:
+    """One claim's ``status.allocation``."""
+    devices = _build(
+        DeviceAllocationResult,
+        results=[_device(plan, i, p, features) for i, p in enumerate(picks)],
+        config=config(plan) or None,
+    )
+    return _build(
+        AllocationResult,
+        devices=devices,
+        node_selector=node_selector(picks, node),
+        compatibility_groups=_compatibility_groups(picks, groups) or None,
+    )

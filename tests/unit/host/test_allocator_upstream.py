@@ -1,0 +1,254 @@
+"""kvdev answers as the upstream Go allocator did, on every reproducer it once differed on.
+
+tests/data/allocator-upstream holds one case per class A-M of issue 15 (see that folder's
+README): the conformance-fixture format plus ``observed.upstream_go``, the exit status and
+JSON stdout the upstream allocator (all gates on unless ``features`` says otherwise) produced.
+Each case runs twice: through ``allocate()`` as the corpus runner builds it, and through
+``kvdev-host allocate -o json`` on the case as documents (the input state as claims in use),
+whose output is compared with upstream's stdout field by field.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvdev.host import cli
+from kvdev.host.allocation.allocator import (
+    Allocated,
+    Clock,
+    Failed,
+    NodeInfo,
+    Unschedulable,
+    allocate,
+)
+from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice
+
+HERE = Path(__file__).resolve().parent
+UPSTREAM = HERE.parents[1] / "data" / "allocator-upstream"
+FILES = sorted(UPSTREAM.glob("*.yaml"))
+CLASSES = "ABCDEFGHIJKLM"
+
+
+def _runner():
+    name = "kvdev_tests_allocator_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "test_allocator_fixtures.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+fixtures = _runner()
+
+
+def _load(path):
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _upstream(case):
+    seen = case["observed"]["upstream_go"]
+    return seen["exit"], json.loads(seen["stdout"])
+
+
+def _claims(items):
+    return {item["metadata"]["name"]: item["status"]["allocation"] for item in items}
+
+
+def differences(code, printed, case):  # noqa: PLR0911 - one return per difference
+    """What differs between kvdev's (exit, JSON) and upstream's observed output."""
+    want_code, want = _upstream(case)
+    if code != want_code:
+        return f"exit {code} ({printed}), upstream {want_code} ({want})"
+    if code == 2:
+        return None if printed["reason"] == want["reason"] else f"{printed} != {want}"
+    if code == 1:
+        return None
+    got, expected = _claims(printed["items"]), _claims(want["items"])
+    if set(got) != set(expected):
+        return f"claims {sorted(got)} != {sorted(expected)}"
+    for name, alloc in expected.items():
+        mine = got[name]
+        devices = [fixtures._device(d) for d in mine["devices"]["results"]]
+        theirs = [fixtures._device(d) for d in alloc["devices"]["results"]]
+        if devices != theirs:
+            return f"claim {name}: {devices} != {theirs}"
+        config = fixtures._norm_config(mine["devices"].get("config"))
+        if config != fixtures._norm_config(alloc["devices"].get("config")):
+            return f"claim {name}: config {config} != {alloc['devices'].get('config')}"
+        if fixtures._selector(mine.get("nodeSelector")) != fixtures._selector(
+            alloc.get("nodeSelector")
+        ):
+            return f"claim {name}: node selector {mine.get('nodeSelector')}"
+    return None
+
+
+def _printed(outcome):
+    """``allocate()``'s outcome as the command would print it (-o json)."""
+    if isinstance(outcome, Allocated):
+        items = [
+            {"metadata": {"name": name}, "status": {"allocation": r.to_json_dict()}}
+            for name, r in outcome.results.items()
+        ]
+        return 0, {"items": items}
+    if isinstance(outcome, Unschedulable):
+        return 1, {"reason": "unschedulable"}
+    assert isinstance(outcome, Failed)
+    return 2, {"reason": outcome.keyword, "message": outcome.message}
+
+
+def documents(case):
+    """The case as objects for ``kvdev-host allocate`` (input state as claims in use)."""
+    held = [
+        {"request": "held", "driver": d["driver"], "pool": d["pool"], "device": d["device"]}
+        for d in case.get("allocatedDevices") or []
+    ]
+    for i, d in enumerate(case.get("allocatedCapacity") or []):
+        result = {"request": "held", "driver": d["driver"], "pool": d["pool"]}
+        result |= {"device": d["device"], "shareID": f"00000000-0000-4000-8000-{i:012d}"}
+        if d.get("consumedCapacity"):
+            result["consumedCapacity"] = {k: str(v) for k, v in d["consumedCapacity"].items()}
+        held.append(result)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case["node"]["name"]}}
+    if case["node"].get("labels"):
+        node["metadata"]["labels"] = case["node"]["labels"]
+    in_use = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"in-use-{n}", "namespace": "default"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": held[start : start + 32]}}},
+        }
+        for n, start in enumerate(range(0, len(held), 32))
+    ]
+    return [node, *case["deviceClasses"], *case["resourceSlices"], *in_use, *case["claims"]]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_reproducer_in_process(path):
+    case = _load(path)
+    code, printed = _printed(fixtures.run_case(case))
+    problem = differences(code, printed, case)
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_reproducer_through_the_command(path, tmp_path, capsys):
+    case = _load(path)
+    objects = tmp_path / "objects.yaml"
+    objects.write_text(yaml.safe_dump_all(documents(case), sort_keys=False), encoding="utf-8")
+    args = ["allocate", "-f", str(objects), "--node", case["node"]["name"], "-o", "json"]
+    if case.get("features"):
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in case["features"].items())
+        args += ["--feature-gates", gates]
+    code = cli.main(args)
+    out, err = capsys.readouterr()
+    problem = differences(code, json.loads(out), case)
+    assert problem is None, f"{problem}\n{err}"
+
+
+def test_every_class_has_a_reproducer():
+    assert len(FILES) == 25
+    assert {p.stem[0] for p in FILES} == set(CLASSES)
+
+
+def test_the_search_limit_is_gone():
+    """Class L: upstream finishes the exhaustive search; so does kvdev, without giving up."""
+    for path in FILES:
+        if path.stem.startswith("L"):
+            outcome = fixtures.run_case(_load(path))
+            assert isinstance(outcome, Unschedulable), outcome
+
+
+@pytest.mark.parametrize(
+    ("prefix", "words"),
+    [
+        ("C1", "rejected for request r1 by a taint; the counters stay taken"),
+        ("C4", "shared counters taken by candidates rejected earlier were never given back"),
+        ("D1", "distinctAttribute remembers only the last device of each request"),
+        ("M", "not enough capacity left; its constraint entries, its in-use mark"),
+    ],
+)
+def test_where_the_scheduler_deviates_from_its_api_the_outcome_says_so(prefix, words):
+    path = next(p for p in FILES if p.stem.startswith(prefix))
+    outcome = fixtures.run_case(_load(path))
+    notes = " | ".join(outcome.notes)
+    assert "as the 1.37 scheduler does" in notes
+    assert words in notes
+
+
+def _steps_clock(limit):
+    """A clock that moves one second per reading, read every step: at most ``limit`` steps."""
+    ticks = iter(range(10**9))
+    return Clock(now=lambda: float(next(ticks)), timeout=limit, every=1)
+
+
+def test_the_result_limit_is_decided_per_alternative_before_any_device_510():
+    """Fixture 510's mechanism: 20 + 16 results would pass the limit of 32, so the search goes
+    back to the firstAvailable choice at once instead of trying other sets of 20 devices."""
+    gpu = "gpu.example.com"
+    case = {
+        "node": {"name": "node-a", "labels": {}},
+        "deviceClasses": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": gpu},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{gpu}"'}}]},
+            }
+        ],
+        "resourceSlices": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "node-a-gpus"},
+                "spec": {
+                    "driver": gpu,
+                    "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+                    "nodeName": "node-a",
+                    "devices": [{"name": f"gpu-{i}"} for i in range(40)],
+                },
+            }
+        ],
+        "claims": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c", "namespace": "default"},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "r0",
+                                "firstAvailable": [
+                                    {"name": "big", "deviceClassName": gpu, "count": 20},
+                                    {"name": "small", "deviceClassName": gpu, "count": 2},
+                                ],
+                            },
+                            {"name": "r1", "exactly": {"deviceClassName": gpu, "count": 16}},
+                        ]
+                    }
+                },
+            }
+        ],
+    }
+    node = NodeInfo("node-a")
+    claims = [ResourceClaim.model_validate(c, strict=True) for c in case["claims"]]
+    inputs = {
+        "classes": [DeviceClass.model_validate(c, strict=True) for c in case["deviceClasses"]],
+        "slices": [ResourceSlice.model_validate(s, strict=True) for s in case["resourceSlices"]],
+    }
+    # upstream's own pruning, no kvdev shortcut: well under 200 steps (C(40, 20) without it)
+    out = allocate(node, claims, clock=_steps_clock(200), shortcuts=False, **inputs)
+    assert isinstance(out, Allocated), out
+    picked = [(r.request, r.device) for r in out.results["c"].devices.results]
+    assert picked == [("r0/small", "gpu-0"), ("r0/small", "gpu-1")] + [
+        ("r1", f"gpu-{i}") for i in range(2, 18)
+    ]
