@@ -129,6 +129,7 @@ def test_status_json_top_level_shape():
         "counts": {"Pending": 1, "Missing": 1},
         "unmanaged": ["eth3"],
         "metadataErrors": ["m.json: stream[0]: bad"],
+        "conditions": [],
         "claims": [],
     }
     assert STATUS_API_VERSION == "kvdev.io/v1alpha1"

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kvdev._atomic import remove_leftovers, write_atomic
-from kvdev.errors import RetryableError
-from kvdev.guest.adapters import files, linkfiles, rename_journal
+from kvdev.errors import Problem, RetryableError, Severity
+from kvdev.guest.adapters import files, linkfiles, rename_journal, walk
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.core import inventory, sources
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState
 from kvdev.guest.core.planning import Plan, Policy, plan
-from kvdev.guest.core.status import ClaimStatus, MetadataState, Status, summarize
+from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
 from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
 from kvdev.guest.views import encode
 from kvdev.schema.reading import DeviceMetadata
@@ -92,6 +92,8 @@ class Reconciler:
     net: NetlinkPort
     scan_devices: Callable[[], tuple[GuestDevice, ...]]
     before_pass: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
+    watch_problem: Callable[[], str | None] = lambda: None  # why the watcher polls, if it must
+    bounds: walk.Bounds = field(default_factory=walk.Bounds)  # of each read of the tree
     belief: sources.Sources = field(default_factory=sources.Sources)
     passes: int = 0
     stale_devices: bool = True  # set by udev events: the next pass rescans devices
@@ -100,6 +102,7 @@ class Reconciler:
     _state: NetState = field(default_factory=NetState)
     _saved: str = ""
     _journal: dict[int, str] | None = None  # the rename journal; None until first read
+    _limits: tuple[Problem, ...] = ()  # what the last read of the metadata tree left out
 
     def reconcile(self) -> Outcome:
         """Observe, plan, apply (unless dry-run), and summarize.
@@ -127,6 +130,7 @@ class Reconciler:
             reconcile=self.passes,
             dry_run=cfg.dry_run,
             state=self._state if not results else None,
+            conditions=self._conditions(),
         )
         for r in results:
             if not r.ok:
@@ -149,7 +153,15 @@ class Reconciler:
         """Read, observe, match and plan; also the rename journal pruned for this state."""
         cfg = self.config
         self.before_pass()
-        raws, complete = files.read_sources(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
+        limits: list[Problem] = []
+        raws, complete = files.read_sources(
+            cfg.metadata_root,
+            cfg.hints_path,
+            cfg.config_drive,
+            bounds=self.bounds,
+            on_limit=limits.append,
+        )
+        self._limits = tuple(limits)
         self.belief = sources.update(self.belief, raws, listing_complete=complete)
         if self.stale_links:
             self._state = self.net.read_state()
@@ -163,6 +175,13 @@ class Reconciler:
         restore = rename_journal.prune(self._loaded_journal(), self._state)
         the_plan = plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy, restore)
         return matching, the_plan, restore
+
+    def _conditions(self) -> list[Condition]:
+        """What holds about the agent itself after this pass's read (see ``Condition``)."""
+        out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
+        if (why := self.watch_problem()) is not None:
+            out.append(Condition("MetadataPolled", why, Severity.WARNING))
+        return out
 
     def _loaded_journal(self) -> dict[int, str]:
         """The rename journal, read from the state directory once."""

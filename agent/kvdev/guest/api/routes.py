@@ -16,7 +16,7 @@ renamed):
 * ``GET /v1/events?since=N&wait=S``: state changes numbered above N, waiting up to S seconds
   (at most 60) for one; ``next`` is the N to ask from next time; numbers restart with the
   agent (``startedAt``). Types: Ready, ConvergenceChanged, DeviceAdded, DeviceChanged,
-  DeviceRemoved, MetadataError, MetadataRecovered.
+  DeviceRemoved, MetadataError, MetadataRecovered, ConditionRaised, ConditionCleared.
 
 Everything the loop must do (plan, reconcile) goes through the bridge; reads use the latest
 snapshot. Access control is the server's (reads: root and the socket's group; the rest: root).

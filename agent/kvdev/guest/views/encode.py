@@ -125,5 +125,9 @@ def status_json(status: Status) -> dict[str, Any]:
         "devices": [device_json(d) for d in status.devices],
         "unmanaged": list(status.unmanaged),
         "metadataErrors": [str(p) for p in status.file_errors],
+        "conditions": [
+            {"type": c.type, "severity": c.severity.value.capitalize(), "message": c.message}
+            for c in status.conditions
+        ],
         "claims": claims_json(status),
     }
