@@ -70,6 +70,7 @@ def test_pending_device_json_exactly():
         "evidence": [{"kind": "pinned", "detail": "guest PCI address 0000:07:00.0 from the hints"}],
         "candidates": [],
         "reason": "3 step(s) to apply",
+        "warnings": [],
         "desired": {
             "interface": "net0",
             "altname": "vm1-nics.nic.vf-0",

@@ -64,6 +64,7 @@ class DeviceStatus:
     observed: Link | None = None  # the bound NIC's link as netlink last saw it
     observed_addresses: tuple[str, ...] = ()
     pod_claim_name: str | None = None
+    warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class _ByDevice:
     steps: dict[str, list[Step]]
     failures: dict[str, list[StepResult]]
     blocked: dict[str, list[str]]
+    warnings: dict[str, list[str]]
 
 
 def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool) -> DeviceStatus:
@@ -195,6 +197,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
             for a in (state.addresses if state else ())
             if nic and a.ifindex == nic.ifindex
         ),
+        warnings=tuple(by.warnings.get(ref, ())),
     )
 
 
@@ -221,7 +224,10 @@ def summarize(  # noqa: PLR0913 - one value per output of a pass
     blocked: dict[str, list[str]] = {}
     for item in plan.blocked:
         blocked.setdefault(item.device, []).append(item.reason)
-    by = _ByDevice(desired, steps, failures, blocked)
+    warned: dict[str, list[str]] = {}
+    for w in plan.warnings:
+        warned.setdefault(w.device, []).append(w.reason)
+    by = _ByDevice(desired, steps, failures, blocked, warned)
     devices = tuple(_device(b, by, state, dry_run=dry_run) for b in matching.bindings)
     unmanaged = tuple(nic.ifname for g in matching.unmanaged for nic in g.nics)
     return Status(

@@ -43,6 +43,7 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         "evidence": [{"kind": e.kind, "detail": e.detail} for e in d.evidence],
         "candidates": list(d.candidates),
         "reason": d.reason,
+        "warnings": list(d.warnings),
     }
     if d.desired is not None:
         out["desired"] = {
@@ -92,6 +93,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "steps": [{"device": s.device, **_step_json(s)} for s in plan.steps],
         "blocked": [
             {"device": b.device, "interface": b.ifname, "reason": b.reason} for b in plan.blocked
+        ],
+        "warnings": [
+            {"device": w.device, "interface": w.ifname, "reason": w.reason} for w in plan.warnings
         ],
     }
 

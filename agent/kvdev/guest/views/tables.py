@@ -357,6 +357,10 @@ def explain_text(d: Json, color: bool = False) -> str:
         for i, e in enumerate(evidence)
     )
     pairs += [("candidates", _s(d.get("candidates"))), ("reason", _s(d.get("reason")))]
+    pairs.extend(
+        ("warnings" if i == 0 else "", paint("33", str(w), color))
+        for i, w in enumerate(d.get("warnings") or [])
+    )
     guest = d.get("guest")
     if guest:
         pairs.append(("guest device", _guest_text(guest)))
@@ -398,6 +402,11 @@ def plan_text(body: Json, color: bool = False) -> str:
     if blocked:
         lines.append(paint("1;31", "blocked:", color))
         rows = [(_s(b.get("device")), _s(b.get("interface")), _s(b.get("reason"))) for b in blocked]
+        lines.extend("  " + line for line in table(rows).splitlines())
+    warned = body.get("warnings") or []
+    if warned:
+        lines.append(paint("33", "warnings:", color))
+        rows = [(_s(w.get("device")), _s(w.get("interface")), _s(w.get("reason"))) for w in warned]
         lines.extend("  " + line for line in table(rows).splitlines())
     lines.append(
         f"{len(steps)} step(s) for {len([g for g in groups if g != '(housekeeping)'])} "
