@@ -220,8 +220,9 @@ class Reconciler:
             path = self.config.state_dir / rename_journal.JOURNAL_FILE
             error = os_error(e, f"{what} the rename journal", path)
             self._journal_error = error
+            if self._unsaved.get("journal") != str(error):
+                log.warning("%s", error)
             self._unsaved["journal"] = str(error)
-            log.warning("%s", error)
             return False
         self._unsaved.pop("journal", None)
         return True
