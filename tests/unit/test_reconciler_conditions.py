@@ -222,3 +222,19 @@ def test_a_corrupt_journal_is_set_aside_once_and_never_warned_about_again(tmp_pa
     journal.write_text("[1, 2]")
     assert rename_journal.load(tmp_path) == {}
     assert aside.read_text() == "[1, 2]"  # the newest bad one is kept
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"[" * 30_000 + b"]" * 30_000, "not JSON: maximum recursion depth exceeded"),
+        (b" " * (rename_journal.MAX_BYTES + 1), "larger than 65536 bytes"),
+        (b"\xff\xfe", "not JSON"),
+    ],
+)
+def test_a_journal_too_deep_or_too_large_to_read_is_set_aside_too(tmp_path, caplog, content, why):
+    (tmp_path / rename_journal.JOURNAL_FILE).write_bytes(content)
+    with caplog.at_level(logging.WARNING, logger="kvdev.agent"):
+        assert rename_journal.load(tmp_path) == {}  # a RecursionError crashed the start before
+    assert why in caplog.records[0].getMessage()
+    assert (tmp_path / rename_journal.CORRUPT_FILE).read_bytes() == content

@@ -26,25 +26,32 @@ log = logging.getLogger("kvdev.agent")
 
 JOURNAL_FILE = "renames.json"
 CORRUPT_FILE = f"{JOURNAL_FILE}.corrupt"  # a journal that could not be read, kept for a look
+MAX_BYTES = 65536  # a journal names at most every link once: far below this
 
 
 def load(state_dir: Path) -> dict[int, str]:
     """The journal in ``state_dir``: ifindex -> name before the trade (empty if none or bad).
 
-    A journal that is no JSON object is moved aside to ``renames.json.corrupt`` (replacing an
-    older one), with a warning naming the file and what is wrong, so that it is kept for
-    whoever looks into it and not warned about again at the next start. Entries that are no
-    ifindex and name are left out.
+    A journal that is no JSON object (or larger than ``MAX_BYTES``, or nested too deep to
+    decode) is moved aside to ``renames.json.corrupt`` (replacing an older one), with a warning
+    naming the file and what is wrong, so that it is kept for whoever looks into it and not
+    warned about again at the next start. Entries that are no ifindex and name are left out.
     """
     path = state_dir / JOURNAL_FILE
     try:
-        body = json.loads(path.read_bytes())
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return {}
     except OSError as e:
         log.warning("cannot read the rename journal %s: %s; not used", path, e.strerror or e)
         return {}
-    except ValueError as e:  # not UTF-8, not JSON
+    if len(data) > MAX_BYTES:
+        _set_aside(path, f"larger than {MAX_BYTES} bytes")
+        return {}
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
         _set_aside(path, f"not JSON: {e}")
         return {}
     if not isinstance(body, dict):
