@@ -5,8 +5,8 @@ Regression (robustness probe, finding 1): a client that asked for ``GET /v1/plan
 uncaught ``InvalidStateError``. The class: whatever an endpoint does, and whenever its client
 goes, the agent keeps serving, leaks no descriptor, changes no link, logs no traceback.
 
-Each client here is root (``POST /v1/reconcile`` is root's); the well-behaved root probe keeps
-asking for the status throughout and must always get it.
+Each client here is root (``POST /v1/reconcile`` is root's); a well-behaved root probe keeps
+asking for the status throughout and must always get an answer.
 """
 
 import contextlib
@@ -45,16 +45,15 @@ def head(method, target):
 
 def hang_up_at_once(sock, method, target):
     """Ask, and close before any answer could come."""
-    with contextlib.closing(connect(sock)) as c:
-        c.sendall(head(method, target))
+    with contextlib.closing(connect(sock)) as c, contextlib.suppress(OSError):
+        c.sendall(head(method, target))  # past 64 connections the server may refuse (503) first
 
 
 def hang_up_after_a_byte(sock, method, target):
     """Ask, read one byte of the answer, close."""
-    with contextlib.closing(connect(sock, timeout=40)) as c:
+    with contextlib.closing(connect(sock, timeout=40)) as c, contextlib.suppress(OSError):
         c.sendall(head(method, target))
-        with contextlib.suppress(OSError):
-            c.recv(1)
+        c.recv(1)
 
 
 def read_slowly(sock, method, target, seconds):
@@ -102,7 +101,7 @@ def test_every_endpoint_survives_every_way_a_client_can_leave(live_agent, long_r
     probe = Probe(agent)
     probe.start()
     try:
-        with ThreadPoolExecutor(max_workers=64) as pool:
+        with ThreadPoolExecutor(max_workers=40) as pool:
             for _ in range(rounds):
                 jobs = [pool.submit(hang_up_at_once, agent.sock, m, t) for m, t in ENDPOINTS]
                 jobs += [pool.submit(hang_up_after_a_byte, agent.sock, m, t) for m, t in ENDPOINTS]
@@ -126,8 +125,12 @@ def test_every_endpoint_survives_every_way_a_client_can_leave(live_agent, long_r
     row.max_rss_mb = round(probe.max_rss / 2**20, 1)
     assert agent.alive(), agent.log()[-3000:]
     assert "Traceback" not in agent.log(), agent.log()[-3000:]
-    assert not probe.failures, probe.failures[:5]
-    assert set(probe.answers) == {200}, probe.answers
+    assert not probe.failures, probe.failures[:5]  # always answered, never a hang or a reset
+    # The clients here are root too, so root's reserve of connections is theirs as well: the
+    # probe may meet the cap (503) while connections the clients dropped wait to be reaped.
+    # (That no other uid can lock root out is api-abuse's.)
+    assert set(probe.answers) <= {200, 503}, probe.answers
+    assert 200 in probe.answers
     assert eventually(lambda: agent.fds() == row.fds_before, timeout=20), (
         agent.fds(),
         row.fds_before,

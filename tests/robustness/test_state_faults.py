@@ -137,7 +137,8 @@ def test_a_full_then_read_only_state_dir_is_visible_and_stops_trades_until_it_he
     filler.unlink()  # space again: the back-off's next retry (or this pass) heals it
     assert eventually(lambda: names(agent.ns) == wanted, timeout=40), names(agent.ns)
     assert eventually(lambda: not not_saved(agent)[0], timeout=40)
-    assert not (state / "renames.json").exists()  # the trade is over
+    # the trade is over: the pass after it drops the journal
+    assert eventually(lambda: not (state / "renames.json").exists(), timeout=20)
     row.inputs += 2
     # 2. read-only: EROFS, permanent until the next change or pass
     subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)

@@ -5,7 +5,8 @@ renamed):
 
 * ``GET /healthz``: 200 once the first pass published a status, else 503.
 * ``GET /v1/status``: ready, converged, since, counts, per-claim observed generation, last
-  error, metadata errors, the agent's own pid/RSS/CPU.
+  error, metadata errors, conditions (state not saved, metadata cut short or polled), the
+  agent's own pid/RSS/CPU.
 * ``GET /v1/devices``: every described device with binding, evidence, guest device, desired
   and observed network state, phase, and the interface's counters and speed.
 * ``GET /v1/devices/{claim}/{request}/{device}``: one of them. ``claim`` is the ResourceClaim
