@@ -414,3 +414,42 @@ def test_socket_activation_serves_a_listening_fd(serve, tmp_path):
 def test_a_non_listening_fd_is_refused(app):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, pytest.raises(UsageError):
         Server(app, listen_fd=sock.fileno()).start()
+
+
+def test_both_content_length_and_transfer_encoding_is_a_400_and_the_end_of_the_connection(
+    serve,
+):
+    # Regression (finding 6): such a request kept the connection open (RFC 9112 6.3: a
+    # server that answers it must close the connection afterwards).
+    server = serve()
+    request = (
+        b"POST /x HTTP/1.1\r\nHost: k\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\nGET /x HTTP/1.1\r\nHost: k\r\n\r\n"
+    )
+    status, answer = raw(server.address, request)  # reads to EOF: the server must close
+    assert status == 400
+    assert b"ambiguous framing" in answer
+    assert answer.count(b"HTTP/1.1 ") == 1  # the smuggled second request was not served
+    assert call(server.address)[0] == 200
+
+
+def test_a_supplementary_group_is_known_without_proc(serve, monkeypatch):
+    # The agent runs as its own user under ProtectProc=invisible: another user's
+    # /proc/<pid>/status is hidden from it, so the groups come from SO_PEERGROUPS.
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    from kvdev.guest.api import httpconn  # noqa: PLC0415
+
+    monkeypatch.setattr(httpconn, "_groups_of", lambda _pid, _uid, gid: frozenset({gid}))
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
+    try:
+        directory.chmod(0o755)
+        server = serve(directory / "agent.sock", group="kvdev-no-such-group", mode=0o666)
+        os.chown(server.address, -1, 4711)
+        cmd = ["setpriv", "--reuid=65534", "--regid=1", "--groups=4711", python]
+        out = run(*cmd, "-c", NOBODY_CLIENT, server.address)
+    finally:
+        shutil.rmtree(directory)
+    (got_get, _), (got_post, _) = json.loads(out)
+    assert (got_get, got_post) == (200, 403)

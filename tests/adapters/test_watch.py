@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest.adapters import files
+from kvdev.guest.adapters import files, walk
 from kvdev.guest.core.sources import Sources, update
 from kvdev.schema.tree import Role
 
@@ -115,8 +115,8 @@ def test_unlistable_directory_makes_the_listing_incomplete(tmp_path):
             fd = deeper
     finally:
         os.close(fd)
-    try:
-        raws, complete = files.read_sources(tmp_path)
+    try:  # deeper than the walk goes by default (walk.MAX_DEPTH): it would not list them
+        raws, complete = files.read_sources(tmp_path, bounds=walk.Bounds(depth=64))
     finally:
         shutil.rmtree(tmp_path / "resourceclaims" / ("d" * 250))
     assert [r.source for r in raws] == [str(tmp_path / META)]

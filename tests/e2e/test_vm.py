@@ -1,9 +1,13 @@
 """kvdev in a real Debian trixie guest under QEMU: one boot, three scenarios, in order.
 
-1. The agent runs as kvdev-agent.service from the freshly built .deb, and the three boot-time
-   NICs are handled by the expected rule: nic-pci by its pinned guest PCI address only (no MAC
-   in its metadata), nic-mac by networkData.hardwareAddress only (no pin), the third NIC
-   described by nothing and left alone -- each configured (name, altname, MTU, addresses).
+1. The agent runs as kvdev-agent.service from the freshly built .deb, as its own user kvdev
+   with CAP_NET_ADMIN as its only capability (the renames, altnames, MTUs and addresses below
+   are all made that way, its .link files and status written as kvdev), scoring at most 1.6 in
+   the guest's ``systemd-analyze security``, its API readable by a member of group kvdev who
+   is not root; and the three boot-time NICs are handled by the expected rule: nic-pci by its
+   pinned guest PCI address only (no MAC in its metadata), nic-mac by
+   networkData.hardwareAddress only (no pin), the third NIC described by nothing and left
+   alone -- each configured (name, altname, MTU, addresses).
 2. While the VM runs the host re-runs ``kvdev-host update`` + ``bundle`` (a new IP, a new
    MTU); the guest applies it.
 3. A fourth NIC is hot-plugged through QMP ``device_add`` at its planned slot; it is
@@ -38,6 +42,8 @@ NIC_MAC = Nic("nic-mac", 0x11, "52:54:00:e2:00:11")
 NIC_SPARE = Nic("spare", 0x12, "52:54:00:e2:00:12")
 NIC_HOT = Nic("nic-hot", 0x18, "52:54:00:e2:00:18")
 BOOT_NICS = [NIC_PCI, NIC_MAC, NIC_SPARE]
+
+MAX_EXPOSURE = 1.6  # systemd-analyze security on the guest's own systemd (257)
 
 ROWS = (
     ("image build (or cache hit)", "image"),
@@ -160,6 +166,7 @@ def test_1_package_service_and_matching(run):
         [
             {"kind": "service", "package": run.package},
             {"kind": "share", "mounted": False},  # no virtio-fs device: the unit does nothing
+            {"kind": "privilege", "user": "kvdev", "maxExposure": MAX_EXPOSURE},
             {"kind": "status", "minGeneration": {CLAIM: 1}},
             device(
                 NIC_PCI,

@@ -199,3 +199,27 @@ def test_local_api_answers_curl(served):
     assert curl(work, "/healthz")["ok"] is True
     missing = curl(work, "/v1/devices/nope/nic/vf-9")
     assert (missing["kind"], missing["code"]) == ("Error", 404)
+
+
+def test_a_rename_on_real_links_puts_back_the_routes_and_addresses_the_link_had(guest):
+    # Finding 7: a rename takes the link down, and the kernel deletes its routes and IPv6
+    # addresses; kvdev put back only its own. Now what was not kvdev's comes back too.
+    ns, tree, work = guest
+    ip(ns, "link", "set", "eth1", "up")
+    ip(ns, "addr", "add", "10.1.0.200/24", "dev", "eth1")
+    ip(ns, "addr", "add", "2001:db8:77::5/64", "dev", "eth1", "nodad")
+    ip(ns, "route", "add", "192.168.50.0/24", "via", "10.1.0.1", "dev", "eth1", "proto", "static")
+    ip(ns, "route", "add", "2001:db8:99::/48", "via", "2001:db8:77::1", "dev", "eth1")
+    run_once(ns, tree, work)
+    assert link(ns, "data0")["address"] == "02:00:00:3b:02:01"  # renamed: it went down
+    routes = {
+        (r["dst"], r.get("gateway"), r.get("protocol"))
+        for r in ip_json(ns, "route", "show", "dev", "data0")
+        + ip_json(ns, "-6", "route", "show", "dev", "data0")
+    }
+    assert ("192.168.50.0/24", "10.1.0.1", "static") in routes
+    assert ("2001:db8:99::/48", "2001:db8:77::1", None) in routes  # boot: ip -j omits it
+    assert ("10.3.0.0/16", "10.1.0.1", "75") in routes  # the hints' own
+    assert addresses(ns, "data0") == ["10.1.0.200/24", "10.1.0.5/24", "2001:db8:77::5/64"]
+    again = run_once(ns, tree, work, "--dry-run", "--json")
+    assert not [d for d in json.loads(again.stdout)["devices"] if d.get("pendingSteps")]

@@ -6,8 +6,10 @@ path, link directory, link-file names). Tests that need a systemd tool skip when
 """
 
 import fnmatch
+import os
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -22,7 +24,7 @@ SERVICE = UNITS / "kvdev-agent.service"
 SOCKET = UNITS / "kvdev-agent.socket"
 SHARE = UNITS / "kvdev-metadata-share.service"
 SYSTEM = REPO / "packaging" / "system"
-MAX_EXPOSURE = 2.0
+MAX_EXPOSURE = 1.6  # systemd-analyze security's score; systemd-networkd's own unit scores 2.8
 
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
@@ -85,8 +87,10 @@ def test_verify_reports_a_misspelt_key(unit_copies):
 
 
 @needs_analyze
-def test_agent_exposure_is_at_most_2():
-    assert exposure(SERVICE) <= MAX_EXPOSURE
+def test_agent_exposure_is_at_most_1_6():
+    found = exposure(SERVICE)
+    print(f"systemd-analyze security --offline: {found}")
+    assert found <= MAX_EXPOSURE
 
 
 @needs_analyze
@@ -114,6 +118,8 @@ def test_service_is_a_watched_notify_service_with_a_minimal_privilege_set():
     assert unit["Restart"] == ["on-failure"]
     assert unit["WatchdogSec"]
     assert words(unit["CapabilityBoundingSet"]) == ["CAP_NET_ADMIN"]
+    assert words(unit["AmbientCapabilities"]) == ["CAP_NET_ADMIN"]
+    assert (unit["User"], unit["Group"]) == (["kvdev"], ["kvdev"])  # not root
     assert words(unit["RestrictAddressFamilies"]) == ["AF_UNIX", "AF_NETLINK", "AF_INET"]
     assert unit["ProtectSystem"] == ["strict"]
     assert unit["NoNewPrivileges"] == ["yes"]
@@ -146,22 +152,68 @@ def test_udev_rule_marks_exactly_the_agents_link_files_and_networkd_matches_the_
     assert (network["Property"], network["Unmanaged"]) == (["KVDEV_MANAGED=1"], ["yes"])
 
 
-@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="no systemd-sysusers")
-def test_sysusers_creates_the_socket_group(tmp_path):
-    (tmp_path / "etc").mkdir()
-    done = run("systemd-sysusers", f"--root={tmp_path}", str(SYSTEM / "kvdev.sysusers"))
+def sysusers(root):
+    (root / "etc").mkdir(exist_ok=True)
+    done = run("systemd-sysusers", f"--root={root}", str(SYSTEM / "kvdev.sysusers"))
     assert done.returncode == 0, done.stderr
-    groups = [line.split(":")[0] for line in (tmp_path / "etc/group").read_text().splitlines()]
-    assert groups == settings(SOCKET)["SocketGroup"]
+
+
+def entries(path):
+    return {line.split(":")[0]: line.split(":") for line in path.read_text().splitlines()}
+
+
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="no systemd-sysusers")
+def test_sysusers_creates_the_service_user_and_the_socket_group(tmp_path):
+    sysusers(tmp_path)
+    users, groups = entries(tmp_path / "etc/passwd"), entries(tmp_path / "etc/group")
+    assert list(groups) == settings(SOCKET)["SocketGroup"]
+    assert list(users) == settings(SERVICE)["User"]
+    user = users["kvdev"]
+    assert user[3] == groups["kvdev"][2]  # its primary group is the socket's group
+    assert (user[5], user[6]) == ("/var/lib/kvdev", "/usr/sbin/nologin")
+    assert 0 < int(user[2]) < 1000  # a system user
+
+
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="no systemd-sysusers")
+def test_sysusers_keeps_the_group_an_earlier_version_created(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/group").write_text("root:x:0:\nkvdev:x:777:\n")
+    (tmp_path / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    sysusers(tmp_path)
+    assert entries(tmp_path / "etc/passwd")["kvdev"][3] == "777"
+    assert entries(tmp_path / "etc/group")["kvdev"][2] == "777"
+
+
+ACL_TAGS = {1: "user::", 2: "user:", 4: "group::", 8: "group:", 0x10: "mask::", 0x20: "other::"}
+
+
+def acl(path):
+    """A POSIX ACL (its xattr, decoded): ``user::7``, ``user:65534:7``, ``group::5`` ..."""
+    data = os.getxattr(path, "system.posix_acl_access")
+    assert struct.unpack_from("<I", data)[0] == 2  # the xattr's version
+    return sorted(
+        f"{ACL_TAGS[tag]}{ident}:{perm}" if tag in {2, 8} else f"{ACL_TAGS[tag]}{perm}"
+        for tag, perm, ident in struct.iter_unpack("<HHI", data[4:])
+    )
 
 
 @pytest.mark.skipif(shutil.which("systemd-tmpfiles") is None, reason="no systemd-tmpfiles")
-def test_tmpfiles_creates_the_link_directory(tmp_path):
-    done = run("systemd-tmpfiles", f"--root={tmp_path}", "--create", str(SYSTEM / "kvdev.tmpfiles"))
-    assert done.returncode == 0, done.stderr
-    made = tmp_path / str(AgentConfig().link_dir).lstrip("/")
+def test_tmpfiles_creates_the_link_directory_writable_for_the_service_user(tmp_path):
+    lines = (SYSTEM / "kvdev.tmpfiles").read_text()
+    assert "a+ /run/systemd/network - - - - user:kvdev:rwx" in lines.splitlines()
+    # libacl looks the name up through this host's NSS, not --root's /etc/passwd: the check
+    # here uses a uid (nobody's) in its place; the QEMU e2e checks the name on Debian 13.
+    config = tmp_path / "kvdev.conf"
+    config.write_text(lines.replace("user:kvdev:", "user:65534:"))
+    root = tmp_path / "root"
+    root.mkdir()
+    done = run("systemd-tmpfiles", f"--root={root}", "--create", str(config))
+    assert (done.returncode, done.stderr) == (0, "")
+    made = root / str(AgentConfig().link_dir).lstrip("/")
     assert made.is_dir()
-    assert made.stat().st_mode & 0o777 == 0o755
+    assert (made.stat().st_uid, made.stat().st_gid) == (0, 0)  # still root's: shared with others
+    # 0755 as before (the group bits of st_mode now show the mask), plus rwx for the agent
+    assert acl(made) == ["group::5", "mask::7", "other::5", "user:65534:7", "user::7"]
 
 
 # Settings that run a unit in a mount namespace of its own (systemd.exec(5), "sandboxing"):

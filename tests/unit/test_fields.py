@@ -374,7 +374,7 @@ def test_ip_rejects(value):
 
 
 @pytest.mark.parametrize(
-    "value", ["eth0", "a" * 15, "net-1_x", "a.b", "é" * 7, "€" * 5, "..a", "-"]
+    "value", ["eth0", "a" * 15, "net-1_x", "a.b", "..a", "-", "all0", "Default", "0a", "~"]
 )
 def test_ifname_accepts(value):
     assert fields.check_ifname(value) == value
@@ -398,6 +398,13 @@ def test_ifname_accepts(value):
         ("a\x00b", "contains control characters"),
         ("a\x1bb", "contains control characters"),
         ("a\x7fb", "contains control characters"),
+        # finding 6: applied, then refused by udev at the next boot / by the kernel (EINVAL)
+        ("é" * 7, "is not ASCII; udev refuses such a name in a .link file"),
+        ("€" * 5, "is not ASCII"),
+        ("daten\u00e4", "is not ASCII"),
+        ("all", "interface name 'all' is reserved"),
+        ("default", "interface name 'default' is reserved"),
+        ("123", "is all digits, like an ifindex"),
     ],
 )
 def test_ifname_rejects(value, message):

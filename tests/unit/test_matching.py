@@ -1,6 +1,6 @@
 """guest.matching with plain values: every key, every conflict, evidence included."""
 
-from kvdev.guest.core.matching import MatchState, hint_for, match
+from kvdev.guest.core.matching import MAX_CANDIDATES, MatchState, hint_for, match
 from kvdev.guest.core.observed import GuestDevice, Nic
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
@@ -241,3 +241,50 @@ def test_a_hinted_mac_the_guest_sees_wins_over_the_hosts_hardware_address():
     lost = match([d], [pci("0000:08:00.0", mac=d.mac)], [h]).bindings[0]
     assert lost.state is MatchState.MISSING  # the hinted MAC is authoritative
     assert lost.reason == "no guest NIC has MAC 02:aa:00:00:00:09 (from the hints)"
+
+
+# ------------------------------------------------ what a binding says is bounded per device
+
+MAC = "02:00:00:00:00:01"
+
+
+def nic_device(i):
+    return GuestDevice(None, nics=(Nic(f"eth{i}", i + 1, MAC),))
+
+
+def text_size(result):
+    return sum(len(b.reason) + sum(len(c) for c in b.candidates) for b in result.bindings)
+
+
+def test_many_devices_wanting_one_nic_say_so_in_bounded_text():
+    # Regression (finding 3): each Ambiguous reason listed every competitor: 600 such devices
+    # made /v1/devices 7.2 MB and 2,000 made it 82 MB.
+    result = match([described(f"vf-{i}", mac=MAC) for i in range(600)], [nic_device(0)])
+    assert {b.state for b in result.bindings} == {MatchState.AMBIGUOUS}
+    reason = result.bindings[0].reason
+    assert reason == (
+        "ifindex:1 is also wanted by c1/nics/sriov.example.com/node-a/vf-1, "
+        "c1/nics/sriov.example.com/node-a/vf-2, c1/nics/sriov.example.com/node-a/vf-3 and "
+        "596 more"
+    )
+    assert max(len(b.reason) for b in result.bindings) <= 200
+
+
+def test_many_nics_sharing_one_mac_keep_a_bounded_candidate_list():
+    result = match(
+        [described(f"vf-{i}", mac=MAC) for i in range(3)], [nic_device(i) for i in range(600)]
+    )
+    for b in result.bindings:
+        assert b.state is MatchState.AMBIGUOUS
+        assert b.reason == f"600 guest devices have MAC {MAC}"
+        assert len(b.candidates) == MAX_CANDIDATES
+        assert b.candidates[0] == "ifindex:1"
+
+
+def test_what_bindings_say_grows_linearly_with_the_devices():
+    def size(n):
+        return text_size(match([described(f"vf-{i}", mac=MAC) for i in range(n)], [nic_device(0)]))
+
+    small, large = size(500), size(2000)
+    print(f"reason and candidate text: {small} bytes for 500 devices, {large} for 2,000")
+    assert large <= 4 * small * 1.05  # 4x the devices, 4x the text (names grow a digit)

@@ -111,11 +111,11 @@ metadata_docs = st.fixed_dictionaries(
 
 # --------------------------------------------------------------------------- valid hints
 
-ifname = st.text(
-    st.characters(codec="utf-8", exclude_categories=("C", "Z"), exclude_characters="/:%"),
+ifname = st.text(  # what the kernel and udev (systemd's ifname_valid) both accept
+    st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="/:%"),
     min_size=1,
     max_size=15,
-).filter(lambda s: len(s.encode()) <= 15 and s not in {".", ".."})
+).filter(lambda s: s not in {".", "..", "all", "default"} and not s.isdigit())
 pci = st.builds(
     lambda d, b, dev, f: f"{d:04x}:{b:02x}:{dev:02x}.{f}",
     st.integers(0, 0xFFFFF),

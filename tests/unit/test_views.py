@@ -70,6 +70,7 @@ def test_pending_device_json_exactly():
         "evidence": [{"kind": "pinned", "detail": "guest PCI address 0000:07:00.0 from the hints"}],
         "candidates": [],
         "reason": "3 step(s) to apply",
+        "warnings": [],
         "desired": {
             "interface": "net0",
             "altname": "vm1-nics.nic.vf-0",
@@ -129,6 +130,7 @@ def test_status_json_top_level_shape():
         "counts": {"Pending": 1, "Missing": 1},
         "unmanaged": ["eth3"],
         "metadataErrors": ["m.json: stream[0]: bad"],
+        "conditions": [],
         "claims": [],
     }
     assert STATUS_API_VERSION == "kvdev.io/v1alpha1"

@@ -153,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
         reconciler.before_pass = watcher.rearm
+        reconciler.watch_problem = lambda: watcher.degraded
         bridge = Bridge()
         stack.callback(bridge.close)
         server = _server(cfg, Api(bridge).handle)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from types import FrameType
 
-from kvdev.errors import RetryableError
+from kvdev.errors import RetryableError, UsageError
 from kvdev.guest.adapters import systemd
 from kvdev.guest.api.bridge import Ask, Bridge
 from kvdev.guest.reconciler import (
@@ -190,17 +190,35 @@ class _Loop:
         return any(key.data[0] != "api" for key, _ in ready)
 
     def _answer(self, outcome: Outcome) -> Outcome:
+        """Answer the API's asks: at most one plan and one pass, however many asked.
+
+        An ask whose client hung up (or timed out) before the loop got to it was cancelled: it
+        is dropped without doing its work. The others are marked running first, so that a
+        hang-up from now on can no longer cancel them, and every one that asked for the same
+        kind gets the same answer.
+        """
         asks, self.asks = self.asks, []
-        for ask in asks:
+        live = [ask for ask in asks if ask.answer.set_running_or_notify_cancel()]
+        for kind in ("plan", "reconcile"):
+            waiting = [ask for ask in live if ask.kind == kind]
+            if not waiting:
+                continue
             try:
-                if ask.kind == "plan":
-                    ask.answer.set_result(encode.plan_json(self.reconciler.preview()))
-                    continue
-                self.reconciler.stale_devices = self.reconciler.stale_links = True
-                outcome = self._pass(outcome)
-                ask.answer.set_result(encode.status_json(outcome.status))
-            except Exception as e:  # noqa: BLE001 - the asker gets it; the loop goes on
-                ask.answer.set_exception(e)
+                if kind == "plan":
+                    answer = encode.plan_json(self.reconciler.preview())
+                else:
+                    self.reconciler.stale_devices = self.reconciler.stale_links = True
+                    outcome = self._pass(outcome)
+                    answer = encode.status_json(outcome.status)
+            except Exception as e:  # noqa: BLE001 - the askers get it; the loop goes on
+                for ask in waiting:
+                    ask.answer.set_exception(e)
+                continue
+            for ask in waiting:
+                ask.answer.set_result(answer)
+        for ask in live:
+            if ask.kind not in {"plan", "reconcile"}:
+                ask.answer.set_exception(UsageError(f"the loop cannot answer {ask.kind!r}"))
         return outcome
 
     def close(self) -> None:

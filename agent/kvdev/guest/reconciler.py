@@ -7,7 +7,9 @@ plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once
 The first pass that may change things also removes the temporary files a killed agent's atomic
 writes (``status.json``, ``.link`` files) left behind: this agent is their only writer. Before
 links move to temporary names their names go to the rename journal (``renames``), so an
-interrupted trade can be undone.
+interrupted trade can be undone; when the journal cannot be saved, no link is renamed in that
+pass. State that cannot be saved (the status, the journal) is a ``StateNotSaved`` condition in
+the status (so ``kvdev status`` exits 1) until a later pass saves it; such a pass is retried.
 """
 
 from __future__ import annotations
@@ -16,19 +18,26 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kvdev._atomic import remove_leftovers, write_atomic
-from kvdev.errors import RetryableError
-from kvdev.guest.adapters import files, linkfiles, rename_journal
+from kvdev.errors import KvdevError, Problem, RetryableError, Severity, os_error
+from kvdev.guest.adapters import files, linkfiles, rename_journal, walk
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.core import inventory, sources
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState
 from kvdev.guest.core.planning import Plan, Policy, plan
-from kvdev.guest.core.status import ClaimStatus, MetadataState, Status, summarize
-from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
+from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
+from kvdev.guest.core.steps import (
+    RemoveLinkFile,
+    Rename,
+    SetDown,
+    Step,
+    StepResult,
+    WriteLinkFile,
+)
 from kvdev.guest.views import encode
 from kvdev.schema.reading import DeviceMetadata
 
@@ -72,6 +81,7 @@ class Outcome:
     plan: Plan
     results: list[StepResult]
     failed: bool = False  # the pass itself failed for now (observation interrupted ...)
+    unsaved: bool = False  # state could not be saved: try again later
 
     @property
     def changed(self) -> bool:
@@ -81,7 +91,7 @@ class Outcome:
     @property
     def retry(self) -> bool:
         """True when the pass, or one of its steps, failed in a way that may pass."""
-        return self.failed or any(not r.ok and r.retryable for r in self.results)
+        return self.failed or self.unsaved or any(not r.ok and r.retryable for r in self.results)
 
 
 @dataclass
@@ -92,6 +102,8 @@ class Reconciler:
     net: NetlinkPort
     scan_devices: Callable[[], tuple[GuestDevice, ...]]
     before_pass: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
+    watch_problem: Callable[[], str | None] = lambda: None  # why the watcher polls, if it must
+    bounds: walk.Bounds = field(default_factory=walk.Bounds)  # of each read of the tree
     belief: sources.Sources = field(default_factory=sources.Sources)
     passes: int = 0
     stale_devices: bool = True  # set by udev events: the next pass rescans devices
@@ -100,6 +112,9 @@ class Reconciler:
     _state: NetState = field(default_factory=NetState)
     _saved: str = ""
     _journal: dict[int, str] | None = None  # the rename journal; None until first read
+    _limits: tuple[Problem, ...] = ()  # what the last read of the metadata tree left out
+    _unsaved: dict[str, str] = field(default_factory=dict)  # what could not be saved, and why
+    _journal_error: KvdevError | None = None  # the last failure to save the rename journal
 
     def reconcile(self) -> Outcome:
         """Observe, plan, apply (unless dry-run), and summarize.
@@ -127,6 +142,7 @@ class Reconciler:
             reconcile=self.passes,
             dry_run=cfg.dry_run,
             state=self._state if not results else None,
+            conditions=self._conditions(),
         )
         for r in results:
             if not r.ok:
@@ -138,7 +154,10 @@ class Reconciler:
                     extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
                 )
         self._save(status)
-        return Outcome(status, the_plan, results)
+        unsaved = [Condition("StateNotSaved", why) for why in self._unsaved.values()]
+        if unsaved:
+            status = replace(status, conditions=(*status.conditions, *unsaved))
+        return Outcome(status, the_plan, results, unsaved=bool(unsaved))
 
     def preview(self) -> Plan:
         """What a pass would do now, from a fresh observation; changes nothing."""
@@ -149,7 +168,15 @@ class Reconciler:
         """Read, observe, match and plan; also the rename journal pruned for this state."""
         cfg = self.config
         self.before_pass()
-        raws, complete = files.read_sources(cfg.metadata_root, cfg.hints_path, cfg.config_drive)
+        limits: list[Problem] = []
+        raws, complete = files.read_sources(
+            cfg.metadata_root,
+            cfg.hints_path,
+            cfg.config_drive,
+            bounds=self.bounds,
+            on_limit=limits.append,
+        )
+        self._limits = tuple(limits)
         self.belief = sources.update(self.belief, raws, listing_complete=complete)
         if self.stale_links:
             self._state = self.net.read_state()
@@ -164,21 +191,41 @@ class Reconciler:
         the_plan = plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy, restore)
         return matching, the_plan, restore
 
+    def _conditions(self) -> list[Condition]:
+        """What holds about the agent itself after this pass's read (see ``Condition``)."""
+        out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
+        if (why := self.watch_problem()) is not None:
+            out.append(Condition("MetadataPolled", why, Severity.WARNING))
+        return out
+
     def _loaded_journal(self) -> dict[int, str]:
         """The rename journal, read from the state directory once."""
         if self._journal is None:
             self._journal = rename_journal.load(self.config.state_dir)
         return self._journal
 
-    def _keep_journal(self, journal: dict[int, str]) -> None:
-        """Make ``journal`` the rename journal, on disk too when it changed."""
-        if journal == self._journal:
-            return
+    @property
+    def _journal_retryable(self) -> bool:
+        return self._journal_error is None or self._journal_error.retryable
+
+    def _keep_journal(self, journal: dict[int, str]) -> bool:
+        """Make ``journal`` the rename journal, on disk too when it changed; False if not saved."""
+        if journal == self._journal and "journal" not in self._unsaved:
+            return True
+        self._journal = journal
         try:
             rename_journal.save(self.config.state_dir, journal)
         except OSError as e:
-            log.warning("cannot save the rename journal in %s: %s", self.config.state_dir, e)
-        self._journal = journal
+            what = "save" if journal else "remove"
+            path = self.config.state_dir / rename_journal.JOURNAL_FILE
+            error = os_error(e, f"{what} the rename journal", path)
+            self._journal_error = error
+            if self._unsaved.get("journal") != str(error):
+                log.warning("%s", error)
+            self._unsaved["journal"] = str(error)
+            return False
+        self._unsaved.pop("journal", None)
+        return True
 
     def _claims(self) -> list[ClaimStatus]:
         """Per metadata file in force: the claim and the generation acted on."""
@@ -216,26 +263,54 @@ class Reconciler:
             log.info("removed %s, left by a write that was interrupted", path)
 
     def _save(self, status: Status) -> None:
-        """Keep the last status in ``<state-dir>/status.json`` (written only when it changes)."""
+        """Keep the last status in ``<state-dir>/status.json`` (written only when it changes).
+
+        A failure is kept in ``_unsaved`` (the status shows it) until a later write succeeds.
+        """
         body = encode.status_json(status)
         body.pop("reconcile")
         text = json.dumps(body, indent=2, sort_keys=True) + "\n"
         if text == self._saved:
             return
+        path = self.config.state_dir / STATUS_FILE
         try:
             self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-            write_atomic(self.config.state_dir / STATUS_FILE, text.encode(), mode=0o644)
+            write_atomic(path, text.encode(), mode=0o644)
         except OSError as e:
-            log.warning("cannot save the status in %s: %s", self.config.state_dir, e.strerror)
+            error = os_error(e, "save the status in", path)
+            if self._unsaved.get("status") != str(error):
+                log.warning("%s", error)
+            self._unsaved["status"] = str(error)
             return
+        self._unsaved.pop("status", None)
         self._saved = text
 
     def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
+        """Apply the steps: kernel ones over netlink, ``.link`` files on disk.
+
+        A trade of names starts only once its journal is on disk: when the journal cannot be
+        saved, every rename of the pass (and the link-down before it) waits, as a failed step
+        (retryable or not as the error is), and the other steps go ahead.
+        """
         kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
         journal = rename_journal.record(self._loaded_journal(), kernel)
-        self._keep_journal(journal)  # before any rename
+        held: list[StepResult] = []
+        needed = journal != self._loaded_journal() or "journal" in self._unsaved
+        if needed and not self._keep_journal(journal):  # before any rename
+            why = self._unsaved["journal"]
+            error = f"not done: {why}; no link is renamed without its journal"
+            retryable = self._journal_retryable
+            held = [
+                StepResult(s, ok=False, error=error, retryable=retryable)
+                for s in kernel
+                if isinstance(s, Rename | SetDown)
+            ]
+            kernel = [s for s in kernel if not isinstance(s, Rename | SetDown)]
         results = self.net.apply(kernel) if kernel else []
-        results.extend(linkfiles.apply(s) for s in steps if s not in kernel)
+        results.extend(held)
+        results.extend(
+            linkfiles.apply(s) for s in steps if isinstance(s, WriteLinkFile | RemoveLinkFile)
+        )
         return results
 
 

@@ -248,13 +248,18 @@ def normalize_ip(value: str) -> str:
 
 IFNAMSIZ = 16  # the kernel's buffer, including the terminating NUL: names have <= 15 bytes
 _IFNAME_FORBIDDEN = set("/:%") | set(" \t\n\v\f\r")
+_IFNAME_RESERVED = frozenset({".", "..", "all", "default"})
 
 
 def check_ifname(value: str) -> str:
-    """A name the kernel accepts for a network interface (``dev_valid_name``), and no ``%``.
+    """A name that the kernel, udev and a systemd ``.link`` file all accept for an interface.
 
-    ``%`` is legal for the kernel but turns the name into a template (``net%d``), so a rename
-    to it would give an unpredictable name; kvdev refuses it.
+    The kernel's ``dev_valid_name`` (at most 15 bytes, not ``.``/``..``, no ``/``, ``:`` or
+    white space) and systemd's ``ifname_valid`` on top, which a ``.link`` file's ``Name=`` must
+    pass at the next boot: printable ASCII only, not ``all`` or ``default`` (the kernel's
+    ``/proc/sys/net/*/conf/{all,default}`` directories: the kernel itself refuses a rename to
+    them) and not all digits (an ifindex). ``%`` is refused too: the kernel would treat the
+    name as a template (``net%d``).
     """
     if not value:
         raise ValueError("interface name must not be empty")
@@ -263,13 +268,19 @@ def check_ifname(value: str) -> str:
             f"interface name {value!r} is {len(value.encode())} bytes; the kernel allows "
             f"at most {IFNAMSIZ - 1}"
         )
-    if value in {".", ".."}:
+    if value in _IFNAME_RESERVED:
         raise ValueError(f"interface name {value!r} is reserved")
     bad = sorted(set(value) & _IFNAME_FORBIDDEN)
     if bad:
         raise ValueError(f"interface name {value!r} contains forbidden characters {bad!r}")
     if not value.isprintable():
         raise ValueError(f"interface name {value!r} contains control characters")
+    if not value.isascii():
+        raise ValueError(
+            f"interface name {value!r} is not ASCII; udev refuses such a name in a .link file"
+        )
+    if value.isdigit():
+        raise ValueError(f"interface name {value!r} is all digits, like an ifindex")
     return value
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import re
 import subprocess
 import sys
 import time
@@ -28,6 +30,8 @@ CTL_WAIT_SECONDS = 900.0  # the host drives the phases; it has its own, shorter,
 KERNEL_ALTNAME_PREFIXES = ("enp", "enx", "ens", "eth")  # udev's predictable names
 SHARE_UNIT = "kvdev-metadata-share.service"
 SHARE_TARGET = "/run/kubernetes.io/dra-device-attributes"  # the agent's default root, resolved
+CAP_NET_ADMIN = 1 << 12
+NOBODY = 65534
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -78,7 +82,7 @@ def service_facts() -> dict[str, Any]:
             "show",
             "kvdev-agent.service",
             "-p",
-            "ActiveState,SubState,MainPID,FragmentPath,Type,NRestarts",
+            "ActiveState,SubState,MainPID,FragmentPath,Type,NRestarts,User,Group",
         ]
     )
     props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
@@ -86,14 +90,47 @@ def service_facts() -> dict[str, Any]:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         argv = [a.decode() for a in cmdline if a]
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        argv = []
+        argv, status = [], ""
+    proc = {
+        key: value.strip()
+        for key, _, value in (line.partition(":") for line in status.splitlines())
+        if key in {"Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs"}
+    }
     owners = {
         path: package_of(path)
         for path in ("/usr/bin/kvdev-agent", "/usr/bin/kvdev", props.get("FragmentPath", ""))
     }
     _, pkg, _ = run(["dpkg-query", "-W", "-f=${Package} ${Version} ${Status}", "kvdev"])
-    return {"properties": props, "argv": argv, "owners": owners, "package": pkg}
+    return {"properties": props, "argv": argv, "owners": owners, "package": pkg, "proc": proc}
+
+
+def privilege_facts() -> dict[str, Any]:
+    """Who owns what the agent wrote, its exposure score, and what a reader (not root) gets."""
+    written = [*Path("/run/systemd/network").glob("10-kvdev-*.link")]
+    written.append(Path("/var/lib/kvdev/status.json"))
+    owners = {str(path): path.stat().st_uid for path in written if path.exists()}
+    _, out, err = run(["systemd-analyze", "security", "--no-pager", "kvdev-agent.service"])
+    found = re.search(r"Overall exposure level for kvdev-agent.service: (\d+\.\d+)", out)
+    try:
+        gid = pwd.getpwnam("kvdev").pw_gid
+    except KeyError:
+        gid = -1
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}"]
+    member = run([*as_nobody, f"--groups={gid}", "kvdev", "status", "--json"])
+    stranger = run([*as_nobody, "--clear-groups", "kvdev", "status"])
+    try:
+        member_kind = json.loads(member[1]).get("kind")
+    except json.JSONDecodeError:
+        member_kind = None
+    return {
+        "owners": owners,
+        "exposure": float(found.group(1)) if found else None,
+        "exposureOutput": (out + err)[-2000:] if not found else "",
+        "member": {"rc": member[0], "kind": member_kind, "stderr": member[2].strip()},
+        "stranger": {"rc": stranger[0], "stderr": stranger[2].strip()},
+    }
 
 
 def metadata_root() -> dict[str, str]:
@@ -115,9 +152,9 @@ def share_facts() -> dict[str, Any]:
     return {"unit": props, "mounts": found}
 
 
-def snapshot() -> dict[str, Any]:
-    """Everything the checks look at, taken now."""
-    return {
+def snapshot(kinds: set[str] | None = None) -> dict[str, Any]:
+    """Everything the checks of ``kinds`` look at, taken now."""
+    snap = {
         "uptime": uptime(),
         "metadataRoot": metadata_root(),
         "service": service_facts(),
@@ -126,6 +163,9 @@ def snapshot() -> dict[str, Any]:
         "links": run_json(["ip", "-j", "-d", "link", "show"]),
         "addresses": run_json(["ip", "-j", "addr", "show"]),
     }
+    if kinds is None or "privilege" in kinds:  # systemd-analyze takes seconds under TCG
+        snap["privilege"] = privilege_facts()
+    return snap
 
 
 def _link_by_mac(snap: dict[str, Any], mac: str) -> dict[str, Any] | None:
@@ -159,6 +199,39 @@ def check_service(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     )
     if not s["package"].endswith("install ok installed"):
         bad.append(f"dpkg has {pkg} as {s['package']!r}")
+    return bad
+
+
+def check_privilege(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The agent runs as its own user with CAP_NET_ADMIN only, and wrote its files as it."""
+    s, p = snap["service"], snap["privilege"]
+    bad = []
+    props, proc = s["properties"], s["proc"]
+    if (props.get("User"), props.get("Group")) != (c["user"], c["user"]):
+        bad.append(f"unit runs as {props.get('User')}:{props.get('Group')}, not {c['user']}")
+    try:
+        uid = pwd.getpwnam(c["user"]).pw_uid
+    except KeyError:
+        return [*bad, f"no user {c['user']}"]
+    if proc.get("Uid", "").split() != [str(uid)] * 4:
+        bad.append(f"main process has Uid {proc.get('Uid')}, not {uid}")
+    want = f"{CAP_NET_ADMIN:016x}"
+    caps = {k: proc.get(k) for k in ("CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    bad.extend(
+        f"{k} {v}, expected {want} (CAP_NET_ADMIN only)" for k, v in caps.items() if v != want
+    )
+    if proc.get("NoNewPrivs") != "1":
+        bad.append(f"NoNewPrivs {proc.get('NoNewPrivs')}")
+    owners = p["owners"]
+    if not any(path.endswith(".link") for path in owners):
+        bad.append("no .link file in /run/systemd/network")
+    bad.extend(f"{path} is owned by uid {o}, not {uid}" for path, o in owners.items() if o != uid)
+    if p["exposure"] is None or p["exposure"] > c["maxExposure"]:
+        bad.append(f"exposure {p['exposure']} > {c['maxExposure']}: {p['exposureOutput']}")
+    if p["member"]["rc"] not in {0, 1} or p["member"]["kind"] != "AgentStatus":
+        bad.append(f"a member of group {c['user']} (uid {NOBODY}) got {p['member']}")
+    if p["stranger"]["rc"] != 2 or "permission denied" not in p["stranger"]["stderr"]:
+        bad.append(f"a non-member (uid {NOBODY}) got {p['stranger']}")
     return bad
 
 
@@ -283,6 +356,7 @@ def check_share(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 CHECKS = {
     "service": check_service,
+    "privilege": check_privilege,
     "device": check_device,
     "link": check_link,
     "unmanaged": check_unmanaged,
@@ -336,8 +410,9 @@ def main() -> int:
         spec = json.loads((ctl / f"phase-{phase}.json").read_text())
         started, started_up = time.monotonic(), uptime()
         deadline = started + spec["timeoutSeconds"]
+        kinds = {c["kind"] for c in spec["checks"]}
         while True:
-            snap = snapshot()
+            snap = snapshot(kinds)
             verdicts = judge(snap, spec["checks"])
             ok = all(v["ok"] for v in verdicts)
             if ok or time.monotonic() > deadline or (ctl / "abort").exists():

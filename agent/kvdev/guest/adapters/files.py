@@ -18,7 +18,8 @@ A root can also be a kubelet ConfigMap volume (shared with the guest over virtio
 Each key is one stream (KEP-5304 DeviceMetadata, or kvdev GuestHints). The key names are not
 trusted: a file's role, claim, request and driver come from its content. ``..data`` is resolved
 once per read and every key read from that version (again when it moved meanwhile), so one
-result never mixes two versions; only regular files directly in that version's directory count.
+result never mixes two versions; only regular files directly in that version's directory
+count, at most ``CONFIGMAP_MAX_KEYS`` of them, within the same read budget as a tree.
 """
 
 from __future__ import annotations
@@ -31,31 +32,92 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
-from kvdev.errors import Problem
+from kvdev.errors import Problem, Severity
+from kvdev.guest.adapters import walk
 from kvdev.guest.adapters.watch import Watcher
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import sniff_role
 from kvdev.schema.stream import MAX_STREAM_BYTES
-from kvdev.schema.tree import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Role, role_of
+from kvdev.schema.tree import (
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    Role,
+    role_of,
+)
 
 _ANCHORS = (RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
 CONFIGMAP_DATA = "..data"  # kubelet's link to the version of a ConfigMap volume in force
 CONFIGMAP_MAX_KEYS = 256  # a ConfigMap of more keys is not kvdev's: the rest are left unread
-__all__ = ["SETTLE", "RawFile", "Settle", "Watcher", "read_path", "read_sources", "read_tree"]
+__all__ = [
+    "SETTLE",
+    "Budget",
+    "RawFile",
+    "Settle",
+    "Watcher",
+    "read_path",
+    "read_sources",
+    "read_tree",
+]
 
 
-def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES) -> bytes:
+MAX_PASS_BYTES: Final = 16 * MAX_STREAM_BYTES  # read per pass over every file, re-reads included
+
+
+class Budget:
+    """How many more bytes one read of the sources may take (``MAX_PASS_BYTES`` in all)."""
+
+    def __init__(self, limit: int = MAX_PASS_BYTES) -> None:
+        self.limit, self.left = limit, limit
+        self.refused = 0
+        """Files not read because the budget was spent."""
+
+
+def _open_regular(path: Path, budget: Budget | None) -> int:
+    """A descriptor of ``path`` open for reading, only when it names a regular file.
+
+    The path is looked at through an ``O_PATH`` descriptor first, which opens nothing: a device
+    node, a FIFO or a socket is refused before any ``open(2)`` of it could have an effect
+    (a device's driver acts on open). The regular file is then opened through
+    ``/proc/self/fd``, so it is the very inode that was checked; without ``/proc`` it is opened
+    by path and must be the same inode.
+    """
+    probe = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        seen = os.fstat(probe)
+        if not stat.S_ISREG(seen.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if budget is not None and seen.st_size > budget.left:
+            budget.refused += 1
+            raise OSError(errno.ENOBUFS, "not read: this pass's read budget is spent")
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            return os.open(f"/proc/self/fd/{probe}", flags)
+        except FileNotFoundError:
+            pass  # no /proc here
+        fd = os.open(path, flags)
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
+            os.close(fd)
+            raise OSError(errno.EAGAIN, "replaced while it was opened")
+        return fd
+    finally:
+        os.close(probe)
+
+
+def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES, budget: Budget | None = None) -> bytes:
     """Read a regular file of at most ``limit`` bytes (one byte more is read to tell).
 
+    The bytes read are taken from ``budget`` when one is given; a file larger than what is
+    left of it is not read at all.
+
     Raises:
-        OSError: the file cannot be opened or read, or is not a regular file (ENOTSUP-like
-            errors carry a readable strerror).
+        OSError: the file cannot be opened or read, is not a regular file, or is past the
+            budget (errors carry a readable strerror).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = _open_regular(path, budget)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
         chunks = []
         left = limit + 1
         while left > 0:
@@ -67,6 +129,8 @@ def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES) -> bytes:
     finally:
         os.close(fd)
     data = b"".join(chunks)
+    if budget is not None:
+        budget.left = max(0, budget.left - len(data))
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes")
     return data
@@ -109,7 +173,7 @@ def _identity(path: Path) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def read_settled(path: Path, settle: Settle = SETTLE) -> bytes:
+def read_settled(path: Path, settle: Settle = SETTLE, budget: Budget | None = None) -> bytes:
     """Read a file whole, again while it looks torn (as ``settle`` says); return the last read.
 
     A read looks torn when its bytes are no complete JSON stream, or when the file's device,
@@ -121,7 +185,7 @@ def read_settled(path: Path, settle: Settle = SETTLE) -> bytes:
     rereads = 0
     while True:
         before = _identity(path)
-        data = read_bounded(path)
+        data = read_bounded(path, budget=budget)
         if rereads >= settle.rereads or (_identity(path) == before and _json_stream(data)):
             return data
         rereads += 1
@@ -143,10 +207,10 @@ def _unreadable(source: str, relpath: str | None, role: Role | None, e: OSError)
 
 
 def _load(
-    source: str, path: Path, relpath: str | None, role: Role | None, settle: Settle
+    source: str, path: Path, relpath: str | None, role: Role | None, settle: Settle, budget: Budget
 ) -> RawFile:
     try:
-        data = read_settled(path, settle)
+        data = read_settled(path, settle, budget)
     except OSError as e:
         return _unreadable(source, relpath, role, e)
     if role is None:
@@ -157,19 +221,27 @@ def _load(
 def read_path(path: Path, settle: Settle = SETTLE) -> Iterator[RawFile]:
     """Read a file, or every file of a directory tree, as given on a command line.
 
+    What the walk's bounds left out of a tree comes last, as unrelated entries on the tree's
+    path whose problem says so: an error when files went unread (``kvdev metadata validate``
+    then finds the tree invalid), a warning when only directories deeper than any file kvdev
+    reads were left out.
+
     A directory that is a ConfigMap volume is read as the agent reads one (its keys, of the
     version in force), not as a tree of paths.
     """
     if path.is_dir():
+        limits: list[Problem] = []
         if (path / CONFIGMAP_DATA).is_symlink():
-            yield from read_sources(path, settle=settle)[0]
-            return
-        yield from read_tree(path, settle=settle)
+            yield from read_sources(path, settle=settle, on_limit=limits.append)[0]
+        else:
+            yield from read_tree(path, settle=settle, on_limit=limits.append)
+        for problem in limits:
+            yield RawFile(str(path), None, Role.UNRELATED, None, problem)
         return
     relpath = _anchored_relpath(path)
     role = role_of(relpath) if relpath else None
     role = None if role in (None, Role.UNRELATED) else role
-    yield _load(str(path), path, relpath, role, settle)
+    yield _load(str(path), path, relpath, role, settle, Budget())
 
 
 def read_tree(
@@ -178,8 +250,11 @@ def read_tree(
     settle: Settle = SETTLE,
     on_listing_error: Callable[[OSError], None] | None = None,
     real_root: str | None = None,
+    bounds: walk.Bounds = walk.Bounds(),  # noqa: B008 - frozen: one shared default is safe
+    on_limit: Callable[[Problem], None] | None = None,
+    budget: Budget | None = None,
 ) -> Iterator[RawFile]:
-    """Read every file under ``root`` in path order, classified by its place in the tree.
+    """Read every file under ``root``, classified by its place in the tree.
 
     Files that are no metadata, hints or config-drive file come back with role UNRELATED and
     no data. ``root`` is resolved once (``real_root``, default its real path) and the walk
@@ -188,34 +263,84 @@ def read_tree(
     followed only when they stay inside. A directory that cannot be listed (the root
     included) is skipped and passed to ``on_listing_error``; a directory where a metadata or
     hints file belongs is a problem on that path (never mistaken for the file's removal).
+
+    The walk is iterative and bounded (``walk.Bounds``: depth, entries, time), the upstream
+    places (``resourceclaims``, ``resourceclaimtemplates``, ``kvdev``) first; what it left out
+    is passed to ``on_limit`` as a problem on ``root`` (an error when files went unread, a
+    warning for directories deeper than any file kvdev reads), and an entry or time cut is also
+    a listing error (the listing is then incomplete). The bytes read are taken from ``budget``:
+    a file past it is a problem on that file (its last good content stays in force).
     """
-    real = Path(real_root if real_root is not None else os.path.realpath(root))
-    for directory, dirnames, filenames in os.walk(real, onerror=on_listing_error):
-        dirnames.sort()
-        here = Path(directory)
-        for name in list(dirnames):  # a directory where a file belongs: an error, not a removal
-            rel = (here / name).relative_to(real).as_posix()
-            if (role := role_of(rel)) is not Role.UNRELATED:
-                dirnames.remove(name)
-                source = str(root / rel)
-                problem = Problem("is a directory, not a file; not read", source)
-                yield RawFile(source, rel, role, None, problem)
-        for name in sorted(filenames):
-            path = here / name
-            rel = path.relative_to(real).as_posix()
-            source = str(root / rel)
-            role = role_of(rel)
-            relpath: str | None = rel
-            if role is Role.UNRELATED and (anchored := _anchored_relpath(root / rel)):
-                role, relpath = role_of(anchored), anchored
+    real = real_root if real_root is not None else os.path.realpath(root)
+    budget = budget if budget is not None else Budget()
+    place = _Place(root, real)
+
+    def prune(found: walk.Found) -> bool:  # a directory where a file belongs: not entered
+        return role_of(found.rel) is not Role.UNRELATED
+
+    tree = walk.Walk(real, bounds, first=walk.FIRST, prune=prune, on_error=on_listing_error)
+    for found in tree:
+        raw = place.classify(found)
+        if raw is None:
+            continue
+        if raw.role is Role.UNRELATED or raw.problem is not None:
+            yield raw
+        else:
+            yield _load(raw.source, Path(found.path), raw.relpath, raw.role, settle, budget)
+    if tree.cut is not None and on_listing_error is not None:
+        on_listing_error(OSError(errno.E2BIG, f"walk stopped: {tree.cut}", real))
+    limits = [
+        Problem(message, str(root), severity=Severity.ERROR if unread else Severity.WARNING)
+        for message, unread in walk.describe_cut(tree, f"metadata tree {root}")
+    ]
+    if budget.refused:
+        message = (
+            f"metadata tree {root}: {budget.refused} file(s) not read: this pass read "
+            f"{budget.limit} bytes already; their last good content stays in force"
+        )
+        limits.append(Problem(message, str(root)))
+    if on_limit is not None:
+        for problem in limits:
+            on_limit(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """Where a walk's entries are named (``base``) and read (``real``)."""
+
+    base: Path
+    real: str
+
+    def classify(self, found: walk.Found) -> RawFile | None:
+        """The entry's role and relpath, as a RawFile without data (None: not a file of note).
+
+        A problem is set when the entry cannot be read as what its place says it is.
+        """
+        rel, source = found.rel, str(self.base / found.rel)
+        role = role_of(rel)
+        if found.is_dir:
             if role is Role.UNRELATED:
-                yield RawFile(source, relpath, role)
-                continue
-            if path.is_symlink() and not path.resolve().is_relative_to(real):
-                problem = Problem("symbolic link points outside the tree; not read", source)
-                yield RawFile(source, relpath, role, None, problem)
-                continue
-            yield _load(source, path, relpath, role, settle)
+                return None
+            return RawFile(
+                source, rel, role, None, Problem("is a directory, not a file; not read", source)
+            )
+        relpath: str | None = rel
+        if role is Role.UNRELATED and any(a in source for a in _ANCHORS):
+            anchored = _anchored_relpath(Path(source))
+            if anchored:
+                role, relpath = role_of(anchored), anchored
+        if (
+            role is not Role.UNRELATED
+            and found.is_symlink
+            and not _inside(os.path.realpath(found.path), self.real)
+        ):
+            problem = Problem("symbolic link points outside the tree; not read", source)
+            return RawFile(source, relpath, role, None, problem)
+        return RawFile(source, relpath, role)
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 SWAP_RETRIES = 5  # reads of a tree whose root link keeps moving before settling for the last
@@ -227,8 +352,13 @@ def read_sources(
     config_drive: Path | None = None,
     *,
     settle: Settle = SETTLE,
+    bounds: walk.Bounds = walk.Bounds(),  # noqa: B008 - frozen: one shared default is safe
+    on_limit: Callable[[Problem], None] | None = None,
 ) -> tuple[list[RawFile], bool]:
     """Read everything the agent reads: the tree under ``root``, the hints, the config drive.
+
+    What one read costs is bounded: the walk by ``bounds``, the bytes read by ``Budget``;
+    ``on_limit`` hears what a bound left out (see ``read_tree``), once per read.
 
     Returns:
         The files, and whether the listing is complete: False when a directory under ``root``
@@ -242,24 +372,51 @@ def read_sources(
     is a ConfigMap volume is read as one (see the module docstring), the same way.
     """
     if (root / CONFIGMAP_DATA).is_symlink():
-        link = root / CONFIGMAP_DATA
-        for _ in range(SWAP_RETRIES):
-            version = os.path.realpath(link)
-            raws, complete = _read_configmap(root, Path(version), settle)
-            if os.path.realpath(link) == version:
-                break
-        extra = [*_optional(hints, Role.GUEST_HINTS, settle)]
-        extra += _optional(config_drive, Role.CONFIG_DRIVE, settle)
-        return [*raws, *extra], complete
+        return _read_configmap_volume(root, hints, config_drive, settle, on_limit)
     for _ in range(SWAP_RETRIES):
         target = os.path.realpath(root)
-        raws, complete = _read_once(root, target, hints, config_drive, settle)
+        limits: list[Problem] = []
+        how = _How(settle, bounds, limits.append)
+        raws, complete = _read_once(root, target, hints, config_drive, how)
         if os.path.realpath(root) == target:
             break
+    if on_limit is not None:
+        for message in limits:
+            on_limit(message)
     return raws, complete
 
 
-def _read_configmap(root: Path, version: Path, settle: Settle) -> tuple[list[RawFile], bool]:
+def _read_configmap_volume(
+    root: Path,
+    hints: Path | None,
+    config_drive: Path | None,
+    settle: Settle,
+    on_limit: Callable[[Problem], None] | None,
+) -> tuple[list[RawFile], bool]:
+    """``read_sources`` of a ConfigMap volume: the keys of the version in force, then the rest."""
+    link = root / CONFIGMAP_DATA
+    for _ in range(SWAP_RETRIES):
+        budget = Budget()
+        version = os.path.realpath(link)
+        raws, complete = _read_configmap(root, Path(version), settle, budget)
+        if os.path.realpath(link) == version:
+            break
+    raws += _optional(hints, Role.GUEST_HINTS, settle, budget)
+    raws += _optional(config_drive, Role.CONFIG_DRIVE, settle, budget)
+    if budget.refused and on_limit is not None:
+        on_limit(
+            Problem(
+                f"ConfigMap volume {root}: {budget.refused} file(s) not read: this pass read "
+                f"{budget.limit} bytes already; their last good content stays in force",
+                str(root),
+            )
+        )
+    return raws, complete
+
+
+def _read_configmap(
+    root: Path, version: Path, settle: Settle, budget: Budget
+) -> tuple[list[RawFile], bool]:
     """The keys of one version of a ConfigMap volume; (files, listing complete)."""
     if version.parent != Path(os.path.realpath(root)):
         return [], False  # ..data points out of the volume: not kubelet's layout, nothing read
@@ -271,26 +428,34 @@ def _read_configmap(root: Path, version: Path, settle: Settle) -> tuple[list[Raw
     for name in names[:CONFIGMAP_MAX_KEYS]:
         path = version / name
         if not path.is_symlink() and path.is_file():  # kubelet writes regular files only
-            raws.append(_load(str(root / name), path, None, None, settle))
+            raws.append(_load(str(root / name), path, None, None, settle, budget))
     return raws, True
 
 
-def _optional(path: Path | None, role: Role, settle: Settle) -> list[RawFile]:
+def _optional(path: Path | None, role: Role, settle: Settle, budget: Budget) -> list[RawFile]:
     """An optional file: read, unreadable (a problem), or absent (nothing)."""
     if path is None:
         return []
     try:
-        return [RawFile(str(path), None, role, read_settled(path, settle))]
+        return [RawFile(str(path), None, role, read_settled(path, settle, budget))]
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as e:
         return [_unreadable(str(path), None, role, e)]
 
 
+@dataclass(frozen=True, slots=True)
+class _How:
+    settle: Settle
+    bounds: walk.Bounds
+    on_limit: Callable[[Problem], None]
+
+
 def _read_once(
-    root: Path, target: str, hints: Path | None, config_drive: Path | None, settle: Settle
+    root: Path, target: str, hints: Path | None, config_drive: Path | None, how: _How
 ) -> tuple[list[RawFile], bool]:
     failures: list[OSError] = []
+    budget = Budget()
     root_abs = os.path.normpath(root.absolute())
 
     def failed(error: OSError) -> None:
@@ -304,17 +469,36 @@ def _read_once(
             absolute = target + absolute[len(root_abs) :]
         return os.path.realpath(absolute)
 
-    raws = list(read_tree(root, settle=settle, on_listing_error=failed, real_root=target))
+    raws = list(
+        read_tree(
+            root,
+            settle=how.settle,
+            on_listing_error=failed,
+            real_root=target,
+            bounds=how.bounds,
+            on_limit=how.on_limit,
+            budget=budget,
+        )
+    )
     for path, role in ((hints, Role.GUEST_HINTS), (config_drive, Role.CONFIG_DRIVE)):
         if path is None:
             continue
         where = actual(os.fspath(path))
-        same = [r for r in raws if actual(r.source) == where]
+        # Resolved only where it can be the same file: read by the tree, or of the same name
+        # (a realpath per unrelated entry would cost more than the walk).
+        names = {where.rpartition("/")[2], path.name}
+        same = [
+            r
+            for r in raws
+            if (r.role is not Role.UNRELATED or r.source.rpartition("/")[2] in names)
+            and actual(r.source) == where
+        ]
         if any(r.role is role for r in same):
             continue  # read with the tree
         raws = [r for r in raws if r not in same]
         try:
-            raws.append(RawFile(str(path), None, role, read_settled(Path(where), settle)))
+            data = read_settled(Path(where), how.settle, budget)
+            raws.append(RawFile(str(path), None, role, data))
         except (FileNotFoundError, NotADirectoryError):
             pass  # an optional file that is not there
         except OSError as e:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import itertools
 import logging
 import os
 import re
@@ -25,6 +24,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
+
+from kvdev.guest.adapters import walk
 
 log = logging.getLogger("kvdev.agent")
 
@@ -133,24 +134,23 @@ def _stat_entry(name: str, path: Path, *, follow: bool) -> tuple[object, ...]:
     return (name, st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _tree(target: Path) -> Iterator[tuple[object, ...]]:
-    """The stat entry of every directory and file under ``target``, in path order."""
-    for here, dirnames, filenames in os.walk(target):
-        dirnames.sort()
-        for name in sorted([*dirnames, *filenames]):
-            path = Path(here, name)
-            yield _stat_entry(str(path.relative_to(target)), path, follow=False)
+def _tree(walker: walk.Walk) -> Iterator[tuple[object, ...]]:
+    """The stat entry of every directory and file the walk finds, in its order."""
+    for found in walker:
+        yield _stat_entry(found.rel, Path(found.path), follow=False)
 
 
 def snapshot(root: Path, files: Sequence[Path] = ()) -> Snapshot:
     """Cheap stat data of what ``read_sources`` reads.
 
-    The root's target, every entry under it (at most ``MAX_ENTRIES``), and ``files`` (also
-    when the tree was cut short).
+    The root's target, every entry under it (at most ``MAX_ENTRIES``, ``walk.MAX_DEPTH`` levels
+    deep, walked without recursion, the upstream places first), and ``files`` (also when the
+    tree was cut short).
     """
     target = Path(os.path.realpath(root))
-    tree = list(itertools.islice(_tree(target), MAX_ENTRIES))
-    cut = [("truncated",)] if len(tree) >= MAX_ENTRIES else []
+    walker = walk.Walk(str(target), walk.Bounds(entries=MAX_ENTRIES), first=walk.FIRST)
+    tree = list(_tree(walker))
+    cut = [("truncated",)] if walker.cut is not None else []
     extra = [_stat_entry(str(f), f, follow=True) for f in files]
     return (("root", str(target)), _stat_entry(".", target, follow=True), *tree, *cut, *extra)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from kvdev.errors import RetryableError
 from kvdev.guest.core import steps as st
-from kvdev.guest.core.observed import KVDEV_PROTO, Address, Link, NetState, Route
+from kvdev.guest.core.observed import Address, Link, NetState, Route
 
 Fault = Callable[[st.Step], st.StepResult | None]
 
@@ -97,15 +97,15 @@ class MemoryNetlink:
                 if not low <= mtu <= high:
                     return _failed(step, f"set mtu {mtu}: Invalid argument (errno 22)")
                 lk = dataclasses.replace(lk, mtu=mtu)
-            case st.AddAddress(address=address):
+            case st.AddAddress(address=address, protocol=proto):
                 if all((a.ifindex, a.address) != (lk.ifindex, address) for a in addresses):
-                    addresses.append(Address(lk.ifindex, address, KVDEV_PROTO))
+                    addresses.append(Address(lk.ifindex, address, proto))
             case st.RemoveAddress(address=address):
                 gone = (lk.ifindex, address)
                 addresses = [a for a in addresses if (a.ifindex, a.address) != gone]
-            case st.AddRoute(destination=dst, gateway=gw, metric=metric):
+            case st.AddRoute(destination=dst, gateway=gw, metric=metric, protocol=proto):
                 if all(_route_key(r) != (lk.ifindex, dst, gw) for r in routes):
-                    routes.append(Route(lk.ifindex, dst, gw, metric, KVDEV_PROTO))
+                    routes.append(Route(lk.ifindex, dst, gw, metric, proto))
             case st.RemoveRoute(destination=dst, gateway=gw):
                 routes = [r for r in routes if _route_key(r) != (lk.ifindex, dst, gw)]
             case _:

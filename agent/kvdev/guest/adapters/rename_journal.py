@@ -4,7 +4,8 @@ A trade of names (a swap, a cycle) passes through ``planning.temp_name``; an age
 middle leaves links on those names. Before applying such renames the agent records each link's
 name in ``<state-dir>/renames.json`` (atomically, durably), so a later pass can give a link whose
 device no longer asks for a name a name the trade freed. The journal is dropped once no link in
-it holds its temporary name (the file is removed then).
+it holds its temporary name (the file is removed then). A journal that cannot be read as one is
+moved aside once (``renames.json.corrupt``), never warned about at every start.
 
 Only this module reads or writes that file; it decides nothing (``planning`` does).
 """
@@ -24,26 +25,58 @@ from kvdev.guest.core.steps import Rename, Step
 log = logging.getLogger("kvdev.agent")
 
 JOURNAL_FILE = "renames.json"
+CORRUPT_FILE = f"{JOURNAL_FILE}.corrupt"  # a journal that could not be read, kept for a look
+MAX_BYTES = 65536  # a journal names at most every link once: far below this
 
 
 def load(state_dir: Path) -> dict[int, str]:
-    """The journal in ``state_dir``: ifindex -> name before the trade (empty if none or bad)."""
+    """The journal in ``state_dir``: ifindex -> name before the trade (empty if none or bad).
+
+    A journal that is no JSON object (or larger than ``MAX_BYTES``, or nested too deep to
+    decode) is moved aside to ``renames.json.corrupt`` (replacing an older one), with a warning
+    naming the file and what is wrong, so that it is kept for whoever looks into it and not
+    warned about again at the next start. Entries that are no ifindex and name are left out.
+    """
     path = state_dir / JOURNAL_FILE
     try:
-        body = json.loads(path.read_text())
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:
-        log.warning("ignoring the rename journal %s: %s", path, e)
+    except OSError as e:
+        log.warning("cannot read the rename journal %s: %s; not used", path, e.strerror or e)
+        return {}
+    if len(data) > MAX_BYTES:
+        _set_aside(path, f"larger than {MAX_BYTES} bytes")
+        return {}
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
+        _set_aside(path, f"not JSON: {e}")
         return {}
     if not isinstance(body, dict):
-        log.warning("ignoring the rename journal %s: not a JSON object", path)
+        _set_aside(path, f"a JSON {type(body).__name__}, not an object")
         return {}
     return {
         int(key): name
         for key, name in body.items()
         if isinstance(key, str) and key.isdecimal() and isinstance(name, str) and name
     }
+
+
+def _set_aside(path: Path, why: str) -> None:
+    aside = path.with_name(CORRUPT_FILE)
+    try:
+        path.replace(aside)
+    except OSError as e:
+        log.warning(
+            "ignoring the rename journal %s (%s); it cannot be moved aside: %s",
+            path,
+            why,
+            e.strerror or e,
+        )
+        return
+    log.warning("ignoring the rename journal %s (%s); kept as %s", path, why, aside)
 
 
 def record(journal: Mapping[int, str], steps: Sequence[Step]) -> dict[int, str]:

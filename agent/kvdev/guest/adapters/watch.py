@@ -15,15 +15,16 @@ import logging
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Final, Self
 
 from watchdog import events
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from kvdev.guest.adapters import fspoll
+from kvdev.guest.adapters import fspoll, walk
 from kvdev.schema.tree import Role, role_of
 
 log = logging.getLogger("kvdev.agent")
@@ -40,6 +41,34 @@ def _not_the_stop_race(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("watchdog.observers.inotify").addFilter(_not_the_stop_race)
+
+_LIVE: weakref.WeakSet[Watcher] = weakref.WeakSet()  # watchers to tell when watchdog breaks
+_WATCHDOG_DIR = os.path.dirname(events.__file__) + os.sep  # noqa: PTH120 - a prefix, as text
+_next_hook = threading.excepthook
+
+
+def _on_thread_death(args: threading.ExceptHookArgs) -> None:
+    """A watchdog thread died: log one line, and have every watcher rebuild its watches.
+
+    watchdog walks a directory that appears under a recursive watch with ``os.walk``, which
+    recurses on Python 3.11: a tree ~1,000 levels deep moved in kills its thread (and with it
+    every watch). The next ``rearm`` builds a new observer and sizes the tree up again.
+    """
+    tb = args.exc_traceback
+    files = []
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    if not any(f.startswith(_WATCHDOG_DIR) for f in files):
+        _next_hook(args)
+        return
+    log.warning("watching failed (%s: %s); watching again", args.exc_type.__name__, args.exc_value)
+    for watcher in list(_LIVE):
+        watcher.broken(f"{args.exc_type.__name__}: {args.exc_value}")
+
+
+threading.excepthook = _on_thread_death
+RECHECK_DIR_EVENTS: Final = 64  # directories appearing between two drains: size the tree up again
 
 # What can change what read_sources returns. Not opens or no-write closes: our own reads must
 # not wake us. Not DirModifiedEvent: it doubles every event in a directory, for the directory
@@ -70,6 +99,23 @@ def _nearest_dir(path: Path) -> tuple[Path, _Identity]:
             if stat.S_ISDIR((st := candidate.stat()).st_mode):
                 return candidate, (st.st_dev, st.st_ino)
     return Path(path.anchor or "/"), (0, 0)  # not even "/" can be looked up
+
+
+WATCH_BOUNDS: Final = walk.Bounds(entries=fspoll.MAX_ENTRIES)  # a tree watched recursively
+MAX_WATCH_DIRS: Final = 1024  # directories (inotify watches) of a tree watched recursively
+
+
+def _too_big(path: Path) -> str | None:
+    """Why the tree at ``path`` is too big to watch recursively; None when it is not."""
+    tree = walk.Walk(str(path), WATCH_BOUNDS)
+    directories = 0
+    for found in tree:
+        directories += found.is_dir and not found.is_symlink
+        if directories > MAX_WATCH_DIRS:
+            return f"more than {MAX_WATCH_DIRS} directories"
+    if tree.cut is not None:
+        return tree.cut
+    return f"deeper than {WATCH_BOUNDS.depth} levels" if tree.deep is not None else None
 
 
 class Watcher:
@@ -107,14 +153,20 @@ class Watcher:
         self._handler = _Handler(self._on_event)
         self._observer: BaseObserver | None = None
         self._armed: dict[tuple[Path, bool], _Identity] = {}
+        self._requested: dict[tuple[Path, bool], _Identity] = {}  # what _wanted() said then
         self._lock = threading.Lock()  # guards _pending and the pipe
         self._pending = 0
         self._pipe: tuple[int, int] | None = None
         self.error: OSError | None = None
         """Why arming a watch failed last time (None once it succeeds); retried by rearm()."""
+        self.degraded: str | None = None
+        """Why the tree is polled instead of watched whole (None when it is watched)."""
+        self._broken: str | None = None  # a watchdog thread died: rebuild the observer
+        self._dir_events = 0  # directories that appeared since the tree was last sized up
 
     def __enter__(self) -> Self:
         self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        _LIVE.add(self)
         try:
             self._observer = Observer()
             self._observer.start()
@@ -146,27 +198,71 @@ class Watcher:
         """Watch each target, or its nearest existing ancestor; True when the watches changed.
 
         A failure (inotify limits, a directory gone while armed) is kept in ``error`` and
-        tried again on the next call.
+        tried again on the next call. A tree too big to watch recursively (``WATCH_BOUNDS``,
+        ``MAX_WATCH_DIRS``: each directory costs an inotify watch, and watchdog walks a new
+        subtree recursively) is watched at its top only and polled (``degraded`` says why);
+        that verdict is looked at again on every call while it holds.
         """
+        self._rebuild_if_broken()
         for attempt in range(3):  # a directory may vanish while it is armed: look again
             wanted = self._wanted()
-            if not (observer := self._observer) or (
-                wanted == self._armed and all(e.is_alive() for e in observer.emitters)
-            ):
+            observer = self._observer
+            alive = observer is not None and all(e.is_alive() for e in observer.emitters)
+            recheck = self.degraded is not None or self._dir_events >= RECHECK_DIR_EVENTS
+            if observer is None or (wanted == self._requested and alive and not recheck):
+                return attempt > 0
+            self._dir_events = 0
+            plan, degraded = self._fitted(wanted)
+            if plan == self._armed and alive and degraded == self.degraded:
+                self._requested = wanted
                 return attempt > 0
             observer.unschedule_all()
             self._armed = {}
             try:
-                for path, recursive in wanted:
+                for path, recursive in plan:
                     observer.schedule(
                         self._handler, path, recursive=recursive, event_filter=_EVENTS
                     )
-            except OSError as e:
-                self.error = e
+            except (OSError, RecursionError) as e:  # limits hit, or a tree deeper than we saw
+                self.error = e if isinstance(e, OSError) else OSError(str(e))
+                degraded = degraded or f"watching {self._root} failed: {e}"
             else:
-                self._armed, self.error = wanted, None
+                self._armed, self._requested, self.error = plan, wanted, None
+            self.degraded = degraded
             self._repoll()
         return True
+
+    def _fitted(
+        self, wanted: dict[tuple[Path, bool], _Identity]
+    ) -> tuple[dict[tuple[Path, bool], _Identity], str | None]:
+        """``wanted`` with each recursive watch of a tree too big for one made flat, and why."""
+        plan: dict[tuple[Path, bool], _Identity] = {}
+        why = None
+        for (path, recursive), identity in wanted.items():
+            big = _too_big(path) if recursive else None
+            if big is not None:
+                why = f"{path} is too big to watch ({big}): polled every {self._degraded_poll:g} s"
+            plan[path, recursive and big is None] = identity
+        return plan, why
+
+    @property
+    def _degraded_poll(self) -> float:
+        return self._poll_setting or fspoll.DEFAULT_INTERVAL
+
+    def broken(self, why: str) -> None:
+        """Say (from any thread) that watchdog failed: the next ``rearm`` watches anew."""
+        self._broken = why
+        self._poke()
+
+    def _rebuild_if_broken(self) -> None:
+        if self._broken is None or self._observer is None:
+            return
+        old, self._observer = self._observer, Observer()
+        self._broken, self._armed, self._requested = None, {}, {}
+        with contextlib.suppress(Exception):  # its threads may be dead or dying already
+            old.unschedule_all()
+            old.stop()
+        self._observer.start()
 
     @property
     def poll_interval(self) -> float:
@@ -179,6 +275,9 @@ class Watcher:
             return
         files = tuple(self._files)
         interval, fs = fspoll.effective_interval(self._poll_setting, (self._root, *files))
+        if self.degraded is not None:  # polled whatever the setting: the watches miss changes
+            interval, fs = self._degraded_poll, None
+            log.warning("%s", self.degraded)
         if interval == self.poll_interval:
             return
         if self._poller is not None:
@@ -194,6 +293,7 @@ class Watcher:
 
     def close(self) -> None:
         """Stop watching and polling and close the pipe; closing twice is harmless."""
+        _LIVE.discard(self)
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.stop()
@@ -203,6 +303,7 @@ class Watcher:
             if observer.ident is not None:
                 observer.join()
         self._armed.clear()
+        self._requested.clear()
         with self._lock:
             pipe, self._pipe = self._pipe, None
         for fd in pipe or ():
@@ -236,6 +337,8 @@ class Watcher:
 
     def _on_event(self, event: events.FileSystemEvent) -> None:
         """On watchdog's thread: count a relevant event; wake the loop once until drained."""
+        if event.is_directory and event.event_type in {"created", "moved"}:
+            self._dir_events += 1
         paths = [Path(os.fsdecode(p)) for p in (event.src_path, event.dest_path) if p]
         if any(self._matters(p, is_dir=event.is_directory) for p in paths):
             self._poke()

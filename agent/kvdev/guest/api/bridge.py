@@ -88,6 +88,7 @@ class Bridge:
                 self._events.append(Event(self._seq, now, c.type, c.subject, c.phase, c.message))
             errors = [d.reason for d in status.devices if d.phase.value == "Error"]
             errors += [str(p) for p in status.file_errors]
+            errors += [f"{c.type}: {c.message}" for c in status.conditions]
             last_error = errors[-1] if errors else (before.last_error if before else None)
             self._snapshot = Snapshot(
                 status,

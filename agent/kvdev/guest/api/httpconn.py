@@ -4,7 +4,8 @@ It owns the request and response values the handler sees, the parsing (h11), kee
 size and time limits, the connection caps (503; a few kept for root), the peer's credentials
 (SO_PEERCRED plus /proc groups), the read-for-the-group / write-for-root policy, and the
 handler call (500 on a crash, cancelled when the client hangs up). It runs inside the asyncio
-loop ``server`` starts.
+loop ``server`` starts. A peer's groups come from the kernel (SO_PEERGROUPS), else from
+``/proc``.
 
 It must not bind, adopt or remove the listening socket (``server`` does) nor know what it
 serves: routes and payloads belong to the handler. Of kvdev it imports nothing.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import http
 import json
 import logging
@@ -100,7 +102,31 @@ class _Reject(Exception):  # noqa: N818 - a signal: answer (status, message) and
 
 def _peer_of(sock: socket.socket) -> Peer:
     pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
-    return Peer(uid=uid, gid=gid, pid=pid, groups=_groups_of(pid, uid, gid))
+    groups = _peer_groups(sock)
+    if groups is None:
+        groups = _groups_of(pid, uid, gid)
+    return Peer(uid=uid, gid=gid, pid=pid, groups=groups | {gid})
+
+
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13; not named by Python 3.11
+_GID = struct.Struct("I")
+
+
+def _peer_groups(sock: socket.socket) -> frozenset[int] | None:
+    """The peer's supplementary groups as the kernel recorded them at connect (SO_PEERGROUPS).
+
+    Needs no ``/proc``: an agent under ``ProtectProc=invisible`` that is not root cannot read
+    another user's ``/proc/<pid>/status``. None when the kernel cannot say.
+    """
+    for size in (_GID.size * 64, _GID.size * 65536):  # NGROUPS_MAX is 65536
+        try:
+            data = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, size)
+        except OSError as e:
+            if e.errno == errno.ERANGE:
+                continue
+            return None
+        return frozenset(g for (g,) in _GID.iter_unpack(data[: len(data) // 4 * 4]))
+    return None
 
 
 def _uid_of(sock: socket.socket) -> int | None:
@@ -291,7 +317,11 @@ class Connections:
             size + len(head.target) > limit.max_header_bytes
         ):  # h11 bounds only a head still incomplete
             raise _Reject(431, "request head too large")
-        length = dict(head.headers).get(b"content-length")  # h11 checked: digits, one value
+        headers = dict(head.headers)
+        length = headers.get(b"content-length")  # h11 checked: digits, one value
+        if length is not None and b"transfer-encoding" in headers:
+            # Two framings: which one a proxy in front used is unknowable (request smuggling).
+            raise _Reject(400, "both Content-Length and Transfer-Encoding: ambiguous framing")
         if length is not None and int(length) > limit.max_body_bytes:
             raise _Reject(413, f"body larger than {limit.max_body_bytes} bytes")
         if conn.they_are_waiting_for_100_continue:

@@ -5,7 +5,8 @@ renamed):
 
 * ``GET /healthz``: 200 once the first pass published a status, else 503.
 * ``GET /v1/status``: ready, converged, since, counts, per-claim observed generation, last
-  error, metadata errors, the agent's own pid/RSS/CPU.
+  error, metadata errors, conditions (state not saved, metadata cut short or polled), the
+  agent's own pid/RSS/CPU.
 * ``GET /v1/devices``: every described device with binding, evidence, guest device, desired
   and observed network state, phase, and the interface's counters and speed.
 * ``GET /v1/devices/{claim}/{request}/{device}``: one of them. ``claim`` is the ResourceClaim
@@ -16,7 +17,7 @@ renamed):
 * ``GET /v1/events?since=N&wait=S``: state changes numbered above N, waiting up to S seconds
   (at most 60) for one; ``next`` is the N to ask from next time; numbers restart with the
   agent (``startedAt``). Types: Ready, ConvergenceChanged, DeviceAdded, DeviceChanged,
-  DeviceRemoved, MetadataError, MetadataRecovered.
+  DeviceRemoved, MetadataError, MetadataRecovered, ConditionRaised, ConditionCleared.
 
 Everything the loop must do (plan, reconcile) goes through the bridge; reads use the latest
 snapshot. Access control is the server's (reads: root and the socket's group; the rest: root).

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from kvdev.errors import Problem
+from kvdev.errors import Problem, Severity
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
 from kvdev.schema.described import DescribedDevice
@@ -78,6 +78,8 @@ def build(raws: Iterable[RawFile]) -> Report:
     for raw in raws:
         if raw.role is Role.UNRELATED and raw.problem is None:
             ignored.append(raw.source)
+        elif raw.problem is not None and raw.problem.severity is Severity.WARNING:
+            files.append(FileResult(raw.source, raw.role, warnings=(raw.problem,)))
         else:
             files.append(check_raw(raw))
     return Report(tuple(files), tuple(ignored))

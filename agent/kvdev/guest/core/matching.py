@@ -17,6 +17,11 @@ Two candidates, or two described devices wanting one guest device, is ``ambiguou
 the devices involved only; duplicate MACs never stop the run. A guest device no described
 device binds is ``unmanaged`` and must never be touched.
 
+What one device's binding says stays bounded, so that output grows linearly with devices
+however many share a MAC or want one guest device: at most ``MAX_CANDIDATES`` candidates
+(the reason gives the count) and ``MAX_NAMED`` competitors named in a reason ("and N more");
+matching itself looks MACs up in an index, once per phase.
+
 No I/O here: all inputs are values.
 """
 
@@ -32,6 +37,9 @@ from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.fields import base_request
 from kvdev.schema.hints import DeviceHint
+
+MAX_CANDIDATES = 8  # guest devices kept as one device's candidates (the reason says how many)
+MAX_NAMED = 3  # other described devices a reason names
 
 
 class MatchState(enum.Enum):
@@ -150,13 +158,13 @@ def _match(
     _settle(described, wants, by_key, chosen, results)
 
     # Phase 2: MACs, among guest devices not yet bound.
-    free = _free(guest, results)
+    index = _mac_index(_free(guest, results))
     wants = {}
     for i, d in enumerate(described):
         hint = chosen[i]
         hinted = hint.guest.mac_address if hint is not None and hint.guest is not None else None
         if i not in results and (hinted or d.mac) is not None:
-            wants[i] = _by_mac(d, free, hinted, hint if hinted else None)
+            wants[i] = _by_mac(d, index, hinted, hint if hinted else None)
     _settle(described, wants, by_key, chosen, results)
 
     # Phase 3: vendor:device, one to one only.
@@ -194,9 +202,9 @@ def _pinned(
         return Binding(
             d,
             MatchState.AMBIGUOUS,
-            candidates=tuple(tag_addresses),
+            candidates=tuple(tag_addresses[:MAX_CANDIDATES]),
             hint=hint,
-            reason=f"tag {tag!r} is on several config-drive devices",
+            reason=f"tag {tag!r} is on {len(tag_addresses)} config-drive devices",
         )
     if pin is not None:
         if tag_addresses and tag_addresses[0] != pin:
@@ -220,9 +228,23 @@ def _pinned(
     return None  # an unresolvable tag is no evidence: fall through to the MAC
 
 
+_MacIndex = dict[tuple[str, str], list[GuestDevice]]  # (attribute, MAC) -> guest devices
+
+
+def _mac_index(free: Sequence[GuestDevice]) -> _MacIndex:
+    """Every free guest device under each permanent and current MAC of its NICs, in order."""
+    index: _MacIndex = defaultdict(list)
+    for g in free:
+        for attr in ("permanent_mac", "mac"):
+            for mac in dict.fromkeys(getattr(n, attr) for n in g.nics):
+                if mac is not None:
+                    index[attr, mac].append(g)
+    return index
+
+
 def _by_mac(
     d: DescribedDevice,
-    free: Sequence[GuestDevice],
+    index: _MacIndex,
     hinted: str | None = None,
     hint: DeviceHint | None = None,
 ) -> tuple[str, Evidence] | Binding:
@@ -230,14 +252,14 @@ def _by_mac(
     mac = hinted or d.mac
     source = " (from the hints)" if hinted else ""
     for kind, attr in (("permanent-mac", "permanent_mac"), ("mac", "mac")):
-        hits = [g for g in free if any(getattr(n, attr) == mac for n in g.nics)]
+        hits = index.get((attr, mac or ""), [])
         if len(hits) == 1:
             return hits[0].key, Evidence(kind, f"{mac}{source} on {hits[0].nics[0].ifname}")
         if len(hits) > 1:
             return Binding(
                 d,
                 MatchState.AMBIGUOUS,
-                candidates=tuple(g.key for g in hits),
+                candidates=tuple(g.key for g in hits[:MAX_CANDIDATES]),
                 reason=f"{len(hits)} guest devices have MAC {mac}{source}",
             )
     return Binding(d, MatchState.MISSING, reason=f"no guest NIC has MAC {mac}{source}", hint=hint)
@@ -262,7 +284,7 @@ def _by_vendor_device(
                 wants[i] = Binding(
                     described[i],
                     MatchState.AMBIGUOUS,
-                    candidates=tuple(g.key for g in pool),
+                    candidates=tuple(g.key for g in pool[:MAX_CANDIDATES]),
                     reason=f"{len(indices)} described and {len(pool)} guest devices are "
                     f"{vendor}:{dev}; pin guest addresses or tags in the hints",
                 )
@@ -292,7 +314,9 @@ def _settle(
                     d, MatchState.BOUND, by_key[key], (evidence[1],), hint=chosen[i]
                 )
             else:
-                others = ", ".join(described[j].ref for j in indices if j != i)
+                named = [described[j].ref for j in indices[: MAX_NAMED + 1] if j != i]
+                more = len(indices) - 1 - MAX_NAMED
+                others = ", ".join(named[:MAX_NAMED]) + (f" and {more} more" if more > 0 else "")
                 results[i] = Binding(
                     d,
                     MatchState.AMBIGUOUS,

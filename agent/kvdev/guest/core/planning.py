@@ -15,6 +15,14 @@ A link still on its own temporary name (an agent killed mid-trade) whose device 
 for a name gets a name the trade freed: its own old one if free, else another (the caller
 journals the names a trade starts from: ``restore``).
 
+What the safety policy (``safety``) refuses is left out of the desired state and reported as
+blocked (the primary NIC is not touched at all); what it only warns about stays in, with the
+warning in ``Plan.warnings``.
+
+A link taken down for a rename loses its routes and IPv6 addresses (the kernel's doing): the
+plan puts back those kvdev did not add too, with their own protocol, after the link is up
+again (the kernel's own, and those a router advertised, come back by themselves).
+
 The plan is the difference between that and what netlink observed: a converged system plans
 nothing. kvdev removes only addresses and routes carrying its protocol mark (``KVDEV_PROTO``)
 on links it manages; a device that leaves the metadata keeps its configuration.
@@ -27,10 +35,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from kvdev.guest.core import safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
-from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState
+from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
 from kvdev.guest.core.steps import (
     AddAddress,
     AddAltname,
@@ -51,6 +60,8 @@ ALTNAME_MAX_BYTES = 127  # ALTIFNAMSIZ (128) minus the NUL
 TEMP_PREFIX = "kvtmp"
 LINK_FILE_PREFIX = "10-kvdev-"
 _DEFAULT_METRIC = {4: 0, 6: 1024}  # what the kernel stores when no metric is given
+RTPROT_KERNEL, RTPROT_RA = 2, 9  # routes the kernel makes again by itself
+IFAPROT_KERNEL = frozenset({1, 2, 3})  # addresses the kernel made: loopback, RA, link-local
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +105,22 @@ class Blocked:
 
 
 @dataclass(frozen=True, slots=True)
+class Warned:
+    """Something wanted that kvdev does, with a warning (the safety policy's)."""
+
+    device: str
+    ifname: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The steps to apply, in order, with the desired state they aim at."""
 
     steps: tuple[Step, ...]
     desired: tuple[Desired, ...]
     blocked: tuple[Blocked, ...]
+    warnings: tuple[Warned, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -319,7 +340,37 @@ def _link_steps(d: Desired, link: Link, state: NetState, was_downed: bool) -> li
         for r in d.routes
         if (r.destination, r.gateway, _metric(r)) not in present
     )
+    if was_downed:
+        steps.extend(_put_back(d, state, wanted))
     return steps
+
+
+def _put_back(d: Desired, state: NetState, wanted: set[tuple[str, str | None, int]]) -> list[Step]:
+    """What the link lost, not kvdev's, when it went down for its rename: back as it was."""
+    at = (d.ifindex, d.ifname, d.device)
+    why = "it was on the link before the link went down for its rename"
+    out: list[Step] = [
+        AddAddress(*at, why, a.address, a.proto)
+        for a in state.addresses
+        if a.ifindex == d.ifindex
+        and _family(a.address) == 6
+        and a.proto != KVDEV_PROTO
+        and a.proto not in IFAPROT_KERNEL
+        and not a.address.startswith("fe80:")
+        and a.address not in d.addresses
+    ]
+    out.extend(
+        AddRoute(*at, why, r.destination, r.gateway, r.metric, r.protocol)
+        for r in state.routes
+        if r.ifindex == d.ifindex
+        and r.protocol not in {KVDEV_PROTO, RTPROT_KERNEL, RTPROT_RA}
+        and (r.destination, r.gateway, _route_metric(r)) not in wanted
+    )
+    return out
+
+
+def _route_metric(r: Route) -> int:
+    return r.metric if r.metric is not None else _DEFAULT_METRIC[_family(r.destination)]
 
 
 def plan(
@@ -341,15 +392,49 @@ def plan(
     for b in matching.bindings:
         nic = b.nic
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
-        if link is not None:
-            desired.append(_desire(b, link, policy, blocked, back))
+        if link is None:
+            continue
+        if (why := safety.primary_nic(link, state)) is not None:
+            blocked.append(Blocked(b.device.ref, link.ifname, why))
+            continue
+        desired.append(_desire(b, link, policy, blocked, back))
+    desired, warnings = _safe(desired, state, blocked)
     steps, downed, desired = _renames(desired, state, blocked)
     for d in desired:
         link = state.link(d.ifindex)
         assert link is not None
         steps.extend(_link_steps(d, link, state, d.ifindex in downed))
     steps.extend(_file_steps(desired, link_files or {}, policy))
-    return Plan(tuple(steps), tuple(desired), tuple(blocked))
+    return Plan(tuple(steps), tuple(desired), tuple(blocked), tuple(warnings))
+
+
+def _safe(
+    desired: list[Desired], state: NetState, blocked: list[Blocked]
+) -> tuple[list[Desired], list[Warned]]:
+    """``desired`` with what the safety policy refuses left out (and blocked); its warnings."""
+    wanted = [
+        safety.Wanted(
+            d.device,
+            d.ifindex,
+            d.ifname,
+            d.addresses,
+            tuple((r.destination, r.gateway, r.metric) for r in d.routes),
+        )
+        for d in desired
+    ]
+    out: list[Desired] = []
+    warnings: list[Warned] = []
+    for d, ruling in zip(desired, safety.judge(wanted, state), strict=True):
+        out.append(
+            replace(
+                d,
+                addresses=ruling.addresses,
+                routes=tuple(DesiredRoute(*r) for r in ruling.routes),
+            )
+        )
+        blocked.extend(Blocked(d.device, d.ifname, reason) for reason in ruling.refused)
+        warnings.extend(Warned(d.device, d.ifname, reason) for reason in ruling.warnings)
+    return out, warnings
 
 
 def _restorations(

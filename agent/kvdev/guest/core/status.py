@@ -8,7 +8,9 @@ Phases per described device:
 * ``Error``: bound, but a step failed permanently or something wanted is blocked.
 
 Guest NICs that no described device binds are listed as ``Unmanaged`` and never touched.
-The agent is *converged* when every described device is Configured and no file is in error.
+A ``Condition`` is about the agent itself, not one device or file: a bound its walk of the
+metadata tree hit, state it could not save. The agent is *converged* when every described
+device is Configured, no file is in error and no condition of severity error holds.
 
 No I/O here: the caller supplies the counter and the timestamps it wants shown.
 """
@@ -20,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvdev.errors import Problem
+from kvdev.errors import Problem, Severity
 from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
 from kvdev.guest.core.observed import GuestDevice, Link, NetState
 from kvdev.guest.core.planning import Desired, Plan
@@ -62,6 +64,7 @@ class DeviceStatus:
     observed: Link | None = None  # the bound NIC's link as netlink last saw it
     observed_addresses: tuple[str, ...] = ()
     pod_claim_name: str | None = None
+    warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,20 @@ class MetadataState:
 
 
 @dataclass(frozen=True, slots=True)
+class Condition:
+    """Something about the agent itself that holds now (it goes when it no longer does).
+
+    ``type`` names it (``MetadataTruncated``, ``StateNotSaved`` ...); ``severity`` ERROR means
+    the agent cannot vouch for its state (it is not converged while the condition holds),
+    WARNING that it still can but works around a bound (e.g. polls instead of watching).
+    """
+
+    type: str
+    message: str
+    severity: Severity = Severity.ERROR
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """Everything the agent knows after one reconcile."""
 
@@ -95,6 +112,7 @@ class Status:
     file_errors: tuple[Problem, ...]
     dry_run: bool = False
     claims: tuple[ClaimStatus, ...] = ()
+    conditions: tuple[Condition, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -103,8 +121,12 @@ class Status:
 
     @property
     def converged(self) -> bool:
-        """Every described device is configured and no metadata file is in error."""
-        return not self.file_errors and all(d.phase is Phase.CONFIGURED for d in self.devices)
+        """Every described device is configured, no file is in error, no error condition holds."""
+        return (
+            not self.file_errors
+            and not any(c.severity is Severity.ERROR for c in self.conditions)
+            and all(d.phase is Phase.CONFIGURED for d in self.devices)
+        )
 
     def summary(self) -> str:
         """One line for systemd's STATUS= and logs."""
@@ -112,6 +134,8 @@ class Status:
         text = ", ".join(parts) if parts else "no devices described"
         if self.file_errors:
             text += f"; {len(self.file_errors)} metadata error(s), last good metadata in force"
+        if self.conditions:
+            text += "; " + ", ".join(sorted({c.type for c in self.conditions}))
         return text
 
 
@@ -123,6 +147,7 @@ class _ByDevice:
     steps: dict[str, list[Step]]
     failures: dict[str, list[StepResult]]
     blocked: dict[str, list[str]]
+    warnings: dict[str, list[str]]
 
 
 def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool) -> DeviceStatus:
@@ -172,10 +197,11 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
             for a in (state.addresses if state else ())
             if nic and a.ifindex == nic.ifindex
         ),
+        warnings=tuple(by.warnings.get(ref, ())),
     )
 
 
-def summarize(
+def summarize(  # noqa: PLR0913 - one value per output of a pass
     matching: Matching,
     plan: Plan,
     results: Sequence[StepResult],
@@ -184,6 +210,7 @@ def summarize(
     reconcile: int,
     dry_run: bool = False,
     state: NetState | None = None,
+    conditions: Sequence[Condition] = (),
 ) -> Status:
     """Combine one reconcile's outputs into the published status."""
     desired = {d.device: d for d in plan.desired}
@@ -197,17 +224,28 @@ def summarize(
     blocked: dict[str, list[str]] = {}
     for item in plan.blocked:
         blocked.setdefault(item.device, []).append(item.reason)
-    by = _ByDevice(desired, steps, failures, blocked)
+    warned: dict[str, list[str]] = {}
+    for w in plan.warnings:
+        warned.setdefault(w.device, []).append(w.reason)
+    by = _ByDevice(desired, steps, failures, blocked, warned)
     devices = tuple(_device(b, by, state, dry_run=dry_run) for b in matching.bindings)
     unmanaged = tuple(nic.ifname for g in matching.unmanaged for nic in g.nics)
-    return Status(reconcile, devices, unmanaged, metadata.errors, dry_run, metadata.claims)
+    return Status(
+        reconcile,
+        devices,
+        unmanaged,
+        metadata.errors,
+        dry_run,
+        metadata.claims,
+        tuple(conditions),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     """One state change between two statuses, as ``GET /v1/events`` reports it."""
 
-    type: str  # DeviceAdded | DeviceChanged | DeviceRemoved | MetadataError | MetadataRecovered
+    type: str  # DeviceAdded|Changed|Removed, MetadataError|Recovered, ConditionRaised|Cleared
     subject: str  # a device ref or a file
     phase: str
     message: str
@@ -237,4 +275,8 @@ def changes(before: Status | None, after: Status) -> list[Change]:
     errors_after = {str(p) for p in after.file_errors}
     out.extend(Change("MetadataError", "", "", e) for e in sorted(errors_after - errors_before))
     out.extend(Change("MetadataRecovered", "", "", e) for e in sorted(errors_before - errors_after))
+    held = {(c.type, c.message) for c in (before.conditions if before else ())}
+    holds = {(c.type, c.message) for c in after.conditions}
+    out.extend(Change("ConditionRaised", t, "", m) for t, m in sorted(holds - held))
+    out.extend(Change("ConditionCleared", t, "", m) for t, m in sorted(held - holds))
     return out

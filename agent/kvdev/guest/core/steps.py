@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdev.guest.core.observed import KVDEV_PROTO
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -48,9 +50,14 @@ class SetMtu(Step):
 
 @dataclass(frozen=True, slots=True)
 class AddAddress(Step):
-    """Add an address (``10.1.0.5/24``), marked with kvdev's protocol."""
+    """Add an address (``10.1.0.5/24``), marked with kvdev's protocol.
+
+    ``protocol`` is another mark (or None: none) only when an address kvdev did not add is
+    put back: one the kernel dropped when the link went down for a rename.
+    """
 
     address: str
+    protocol: int | None = KVDEV_PROTO
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +69,17 @@ class RemoveAddress(Step):
 
 @dataclass(frozen=True, slots=True)
 class AddRoute(Step):
-    """Add a route through the link, marked with kvdev's protocol."""
+    """Add a route through the link, marked with kvdev's protocol.
+
+    ``protocol`` is another one only when a route kvdev did not add is put back: one the
+    kernel deleted when the link went down for a rename (it keeps its own protocol, so kvdev
+    never takes it for one of its own).
+    """
 
     destination: str
     gateway: str | None
     metric: int | None
+    protocol: int = KVDEV_PROTO
 
 
 @dataclass(frozen=True, slots=True)

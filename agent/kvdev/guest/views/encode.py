@@ -43,6 +43,7 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         "evidence": [{"kind": e.kind, "detail": e.detail} for e in d.evidence],
         "candidates": list(d.candidates),
         "reason": d.reason,
+        "warnings": list(d.warnings),
     }
     if d.desired is not None:
         out["desired"] = {
@@ -93,6 +94,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "blocked": [
             {"device": b.device, "interface": b.ifname, "reason": b.reason} for b in plan.blocked
         ],
+        "warnings": [
+            {"device": w.device, "interface": w.ifname, "reason": w.reason} for w in plan.warnings
+        ],
     }
 
 
@@ -125,5 +129,9 @@ def status_json(status: Status) -> dict[str, Any]:
         "devices": [device_json(d) for d in status.devices],
         "unmanaged": list(status.unmanaged),
         "metadataErrors": [str(p) for p in status.file_errors],
+        "conditions": [
+            {"type": c.type, "severity": c.severity.value.capitalize(), "message": c.message}
+            for c in status.conditions
+        ],
         "claims": claims_json(status),
     }

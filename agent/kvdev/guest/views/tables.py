@@ -121,11 +121,19 @@ def _version(claim: Json) -> str:
     return version + ("*" if claim.get("fallback") else "")
 
 
+def _condition(c: Json, color: bool) -> str:
+    """``StateNotSaved (Error): cannot save ...``, red when it blocks convergence."""
+    severity = _s(c.get("severity"))
+    text = f"{_s(c.get('type'))} ({severity}): {_s(c.get('message'))}"
+    return paint("31" if severity == "Error" else "33", text, color)
+
+
 def status_text(body: Json, color: bool = False) -> str:
     """``kvdev status``: the agent's state in labelled lines, then the claims in force."""
     converged = paint("32", "yes", color) if body.get("converged") else paint("1;31", "no", color)
     agent = body.get("agent") or {}
     errors = body.get("metadataErrors") or []
+    conditions = body.get("conditions") or []
     pairs = [
         ("converged", f"{converged}, since {_s(body.get('since'))}"),
         ("ready", _s(body.get("ready"))),
@@ -137,6 +145,8 @@ def status_text(body: Json, color: bool = False) -> str:
         ("unmanaged", _s(body.get("unmanaged"))),
         ("metadata errors", str(len(errors)) if errors else "none"),
         *(("", paint("31", str(e), color)) for e in errors),
+        ("conditions", str(len(conditions)) if conditions else "none"),
+        *(("", _condition(c, color)) for c in conditions),
         ("last error", _s(body.get("lastError"))),
         ("reconcile", f"pass #{_s(body.get('reconcile'))}"),
         (
@@ -230,6 +240,7 @@ def pass_text(body: Json, color: bool = False) -> str:
     if body.get("unmanaged"):
         lines.append(f"unmanaged (never touched): {', '.join(body['unmanaged'])}")
     lines.extend(f"metadata error: {e}" for e in body.get("metadataErrors") or [])
+    lines.extend(f"condition: {_condition(c, color)}" for c in body.get("conditions") or [])
     lines.append(("dry run: " if body.get("dryRun") else "") + _s(body.get("summary")))
     return "\n".join(lines) + "\n"
 
@@ -346,6 +357,10 @@ def explain_text(d: Json, color: bool = False) -> str:
         for i, e in enumerate(evidence)
     )
     pairs += [("candidates", _s(d.get("candidates"))), ("reason", _s(d.get("reason")))]
+    pairs.extend(
+        ("warnings" if i == 0 else "", paint("33", str(w), color))
+        for i, w in enumerate(d.get("warnings") or [])
+    )
     guest = d.get("guest")
     if guest:
         pairs.append(("guest device", _guest_text(guest)))
@@ -387,6 +402,11 @@ def plan_text(body: Json, color: bool = False) -> str:
     if blocked:
         lines.append(paint("1;31", "blocked:", color))
         rows = [(_s(b.get("device")), _s(b.get("interface")), _s(b.get("reason"))) for b in blocked]
+        lines.extend("  " + line for line in table(rows).splitlines())
+    warned = body.get("warnings") or []
+    if warned:
+        lines.append(paint("33", "warnings:", color))
+        rows = [(_s(w.get("device")), _s(w.get("interface")), _s(w.get("reason"))) for w in warned]
         lines.extend("  " + line for line in table(rows).splitlines())
     lines.append(
         f"{len(steps)} step(s) for {len([g for g in groups if g != '(housekeeping)'])} "

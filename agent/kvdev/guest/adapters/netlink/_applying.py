@@ -187,7 +187,8 @@ class Netlink(Socket):
                 interface = ipaddress.ip_interface(address)
                 if interface.version == 4 and interface.network.prefixlen <= 30:
                     args["broadcast"] = str(interface.network.broadcast_address)  # `brd +`
-                args["IFA_PROTO"] = KVDEV_PROTO
+                if step.protocol is not None:
+                    args["IFA_PROTO"] = step.protocol
                 return _Request(
                     f"add address {address} to {step.ifname}",
                     partial(ipr.addr, "add", **args),
@@ -200,7 +201,7 @@ class Netlink(Socket):
                     _ALREADY_GONE,
                 )
             case st.AddRoute():
-                args = _route_args(step)
+                args = _route_args(step) | {"proto": step.protocol}
                 args["scope"] = RT_SCOPE_UNIVERSE if step.gateway else RT_SCOPE_LINK
                 return _Request(
                     _route_text("add", step), partial(ipr.route, "add", **args), _ALREADY_THERE

@@ -1,0 +1,239 @@
+"""Pure: what metadata may ask of the guest's network; what kvdev refuses, and what it warns about.
+
+Metadata and hints come from the host; a wrong or hostile one must not take the guest's own
+network away. ``primary_nic`` and ``judge`` apply the policy to what planning wants, before any
+step is planned. Each refusal is per item (an address, a route) or, for the primary NIC, per
+device: the device shows as ``Error`` with the reason (``kvdev explain``), everything else it
+asks for, and every other device, goes ahead.
+
+Refused:
+
+* **the primary NIC**: a bound NIC that carries a default route kvdev did not add is not
+  touched at all (no altname, name, MTU, address, route or link state): it is how the guest
+  reaches its network (and its primary address is on it);
+* an **address that is no unicast interface address**: unspecified (``0.0.0.0/0``), loopback,
+  multicast (``ff02::1``), the limited broadcast, IPv4-mapped IPv6;
+* an **address another link holds** (the primary NIC's address on a data NIC, say), whatever
+  its prefix; an address kvdev removes from a link it manages in the same plan does not count;
+* an **address two described devices ask for**: it stays where it is if one of them holds it
+  already, else neither gets it;
+* a **route into loopback or multicast space**, or through a gateway that is no unicast address;
+* a **default route that would take over**: another link has a default route of the same family
+  kvdev did not add, and this one's metric is no worse (lower or equal).
+
+Warned about (applied; the warning is in the device's ``warnings``, shown by ``kvdev explain``):
+
+* any other **default route** (a fallback behind the guest's own, or the only one);
+* **link-local** addresses, and routes into link-local space (``169.254.0.0/16``, ``fe80::/10``:
+  a cloud's metadata service at 169.254.169.254 would then be reached through this NIC);
+* a **route that overlaps one another link carries** and kvdev did not add.
+
+No I/O here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
+
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+_NET = ipaddress.IPv4Network | ipaddress.IPv6Network
+_LOOPBACK: Final = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+_MULTICAST: Final = (ipaddress.ip_network("224.0.0.0/4"), ipaddress.ip_network("ff00::/8"))
+_LINK_LOCAL: Final = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
+_BROADCAST: Final = ipaddress.ip_address("255.255.255.255")
+_DEFAULT_METRIC: Final = {4: 0, 6: 1024}  # what the kernel stores when no metric is given
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What one bound device asks for on its link, as planning has it before the policy."""
+
+    device: str
+    ifindex: int
+    ifname: str
+    addresses: tuple[str, ...]
+    routes: tuple[tuple[str, str | None, int | None], ...]  # destination, gateway, metric
+
+
+@dataclass(frozen=True, slots=True)
+class Ruling:
+    """The policy's word on one device: what it may have, what is refused, what is warned."""
+
+    device: str
+    addresses: tuple[str, ...]
+    routes: tuple[tuple[str, str | None, int | None], ...]
+    refused: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _via(route: Route, state: NetState) -> str:
+    link = state.link(route.ifindex)
+    via = f" via {route.gateway}" if route.gateway else ""
+    return f"{route.destination}{via} dev {link.ifname if link else route.ifindex}"
+
+
+def _metric(family: int, metric: int | None) -> int:
+    return metric if metric is not None else _DEFAULT_METRIC[family]
+
+
+def _foreign_defaults(state: NetState) -> list[Route]:
+    """Default routes kvdev did not add."""
+    return [
+        r
+        for r in state.routes
+        if r.protocol != KVDEV_PROTO and ipaddress.ip_network(r.destination).prefixlen == 0
+    ]
+
+
+def primary_nic(link: Link, state: NetState) -> str | None:
+    """Why ``link`` is the guest's primary NIC and must not be touched; None when it is not."""
+    for r in _foreign_defaults(state):
+        if r.ifindex == link.ifindex:
+            return (
+                f"{link.ifname} carries the default route {_via(r, state)}, which kvdev did not "
+                "add: kvdev does not configure the NIC the guest reaches its network through"
+            )
+    return None
+
+
+def _address_refusal(address: str) -> str | None:
+    ip = ipaddress.ip_interface(address).ip
+    what = None
+    if ip.is_unspecified:
+        what = "the unspecified address"
+    elif ip.is_loopback:
+        what = "a loopback address"
+    elif ip.is_multicast:
+        what = "a multicast address"
+    elif ip == _BROADCAST:
+        what = "the limited broadcast address"
+    elif isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        what = "an IPv4-mapped IPv6 address"
+    return f"address {address} is {what}: not an interface address" if what else None
+
+
+def _within(net: _NET, spaces: Sequence[_NET]) -> bool:
+    return any(net.version == s.version and net.subnet_of(s) for s in spaces)  # type: ignore[arg-type]
+
+
+def _route_refusal(destination: str, gateway: str | None) -> str | None:
+    net = ipaddress.ip_network(destination)
+    if net.prefixlen and _within(net, _LOOPBACK):
+        return f"route {destination} leads into loopback space"
+    if net.prefixlen and _within(net, _MULTICAST):
+        return f"route {destination} leads into multicast space"
+    if gateway is not None:
+        gw = ipaddress.ip_address(gateway)
+        if gw.is_unspecified or gw.is_loopback or gw.is_multicast or gw == _BROADCAST:
+            return f"route {destination} via {gateway}: the gateway is no unicast address"
+    return None
+
+
+class _Judge:
+    """The state every ruling is made against, computed once per plan."""
+
+    def __init__(self, wanted: Sequence[Wanted], state: NetState) -> None:
+        self.state = state
+        wants = {w.ifindex: w for w in wanted}
+        # What kvdev removes in this plan (its own addresses a managed link no longer wants)
+        # frees that address for another link.
+        self.held: defaultdict[_IP, set[int]] = defaultdict(set)
+        for a in state.addresses:
+            w = wants.get(a.ifindex)
+            if w is not None and a.proto == KVDEV_PROTO and a.address not in w.addresses:
+                continue
+            self.held[ipaddress.ip_interface(a.address).ip].add(a.ifindex)
+        self.askers: defaultdict[_IP, list[Wanted]] = defaultdict(list)
+        for w in wanted:
+            for address in w.addresses:
+                self.askers[ipaddress.ip_interface(address).ip].append(w)
+        self.defaults = _foreign_defaults(state)
+        self.foreign_routes = [
+            r
+            for r in state.routes
+            if r.protocol != KVDEV_PROTO and ipaddress.ip_network(r.destination).prefixlen
+        ]
+
+    def address(self, w: Wanted, address: str) -> tuple[str | None, str | None]:
+        """(refusal, warning) for one address."""
+        if (refused := _address_refusal(address)) is not None:
+            return refused, None
+        ip = ipaddress.ip_interface(address).ip
+        if ip.is_link_local:
+            return None, f"address {address} is link-local"
+        others = sorted(self.held[ip] - {w.ifindex})
+        if others:
+            holder = self.state.link(others[0])
+            name = holder.ifname if holder else str(others[0])
+            return f"address {address}: {ip} is already on {name}", None
+        rivals = [o for o in self.askers[ip] if o.ifindex != w.ifindex]
+        if rivals and w.ifindex not in self.held[ip]:
+            return f"address {address}: {ip} is also asked for by {rivals[0].device}", None
+        return None, None
+
+    def route(
+        self, w: Wanted, route: tuple[str, str | None, int | None]
+    ) -> tuple[str | None, str | None]:
+        """(refusal, warning) for one route."""
+        destination, gateway, metric = route
+        if (refused := _route_refusal(destination, gateway)) is not None:
+            return refused, None
+        net = ipaddress.ip_network(destination)
+        if net.prefixlen == 0:
+            return self._default(w, net.version, metric)
+        if _within(net, _LINK_LOCAL):
+            return None, f"route {destination} leads into link-local space through {w.ifname}"
+        for r in self.foreign_routes:
+            other = ipaddress.ip_network(r.destination)
+            if r.ifindex != w.ifindex and other.version == net.version and other.overlaps(net):
+                return None, f"route {destination} overlaps {_via(r, self.state)}"
+        return None, None
+
+    def _default(self, w: Wanted, family: int, metric: int | None) -> tuple[str | None, str | None]:
+        mine = _metric(family, metric)
+        theirs = [
+            r
+            for r in self.defaults
+            if ipaddress.ip_network(r.destination).version == family and r.ifindex != w.ifindex
+        ]
+        if not theirs:
+            return None, f"a default route through {w.ifname}: the guest's only one"
+        best = min(theirs, key=lambda r: _metric(family, r.metric))
+        if mine <= (their := _metric(family, best.metric)):
+            via = _via(best, self.state)
+            return (
+                f"default route with metric {mine} would take over from {via} (metric {their})",
+                None,
+            )
+        return None, f"a default route through {w.ifname}, behind {_via(best, self.state)}"
+
+
+def judge(wanted: Sequence[Wanted], state: NetState) -> list[Ruling]:
+    """The policy's ruling on each wanted device, in order (see the module docstring)."""
+    judging = _Judge(wanted, state)
+    out = []
+    for w in wanted:
+        refused: list[str] = []
+        warnings: list[str] = []
+        addresses = []
+        for address in w.addresses:
+            no, beware = judging.address(w, address)
+            refused += [no] if no else []
+            warnings += [beware] if beware else []
+            addresses += [] if no else [address]
+        routes = []
+        for route in w.routes:
+            no, beware = judging.route(w, route)
+            refused += [no] if no else []
+            warnings += [beware] if beware else []
+            routes += [] if no else [route]
+        out.append(
+            Ruling(w.device, tuple(addresses), tuple(routes), tuple(refused), tuple(warnings))
+        )
+    return out

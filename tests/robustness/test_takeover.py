@@ -1,0 +1,193 @@
+"""Hostile metadata against the guest's own network: the safety policy on real links.
+
+Regression (robustness probe, finding 7, "takeover is silent"): metadata naming the primary
+NIC's MAC got it an address and an altname, a hint renamed it and the rename took its default
+route with it; duplicate addresses, the primary NIC's address on a data NIC, a metric-0 default
+route and a route into 127.0.0.0/8 were applied without a word. Finding 6: a hint address
+0.0.0.0/0 was silently not applied, ff02::1 failed at the kernel after earlier addresses.
+
+The namespace gets a primary NIC (``uplink``: 10.0.2.15/24, default route via 10.0.2.2 as a
+DHCP client would leave it) next to the example's NICs; every hostile ask below is written
+while the agent runs. What must hold: the primary NIC is exactly as it was; each refusal is on
+its device only and shown by ``kvdev explain``; what is only warned about is applied; every
+other device keeps what it had.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentlab import HINTS, add_link, eventually, ip, ip_json, snapshot
+
+pytestmark = [
+    pytest.mark.robustness,
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+KVDEV = str(Path(sys.executable).parent / "kvdev")
+UPLINK_MAC = "52:54:00:12:34:56"
+VF1 = "vm1-devices/nic-1/sriov.example.com/node-a/vf-1"
+VF2 = "vm1-devices/nic-2/sriov.example.com/node-a/vf-2"
+TAKEOVER = "takeover/nic/evil.example.com/p/primary"
+FAST = "virt-launcher-vm1-fast-nic-q7w2x/nic/dra.net/node-a/pci-0000-5e-00-1"
+
+
+def primary(ns):
+    add_link(ns, "uplink", UPLINK_MAC, "uplink-peer")
+    ip(ns, "addr", "add", "10.0.2.15/24", "dev", "uplink")
+    ip(ns, "link", "set", "uplink", "up")
+    ip(ns, "route", "add", "default", "via", "10.0.2.2", "dev", "uplink", "proto", "dhcp")
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def hostile(tree):
+    """Every ask of the finding, at once; how many asks that is."""
+    claim = {
+        "apiVersion": "metadata.resource.k8s.io/v1beta1",
+        "kind": "DeviceMetadata",
+        "metadata": {"name": "takeover", "namespace": "vms", "generation": 1},
+        "requests": [
+            {
+                "name": "nic",
+                "devices": [
+                    {
+                        "driver": "evil.example.com",
+                        "pool": "p",
+                        "name": "primary",
+                        "networkData": {"hardwareAddress": UPLINK_MAC, "ips": ["10.9.9.9/24"]},
+                    }
+                ],
+            }
+        ],
+    }
+    write(tree / "resourceclaims/takeover/nic/evil.example.com-metadata.json", json.dumps(claim))
+    hints = json.loads((tree / HINTS).read_text())
+    hints["devices"].append(
+        {
+            "claim": {"resourceClaimName": "takeover"},
+            "request": "nic",
+            "network": {"interfaceName": "stolen0", "mtu": 1400},
+        }
+    )
+    by_device = {h.get("device"): h for h in hints["devices"]}
+    by_device["vf-1"]["network"]["addresses"] = ["10.1.0.99/24"]
+    by_device["vf-2"]["network"]["addresses"] = [
+        "10.0.2.15/32",  # the primary NIC's address
+        "10.1.0.5/24",  # vf-1's
+        "10.1.0.99/24",  # what vf-1 asks for too
+        "0.0.0.0/0",
+        "ff02::1/128",
+    ]
+    by_device["vf-2"]["network"]["routes"] = [
+        {"destination": "0.0.0.0/0", "gateway": "10.1.0.1", "metric": 0},
+        {"destination": "127.0.0.0/8", "gateway": "10.1.0.1"},
+        {"destination": "169.254.169.254/32", "gateway": "10.1.0.1"},  # warned
+        {"destination": "10.0.2.128/25", "gateway": "10.1.0.1"},  # warned: overlaps uplink's
+    ]
+    write(tree / HINTS, json.dumps(hints))
+    return 13
+
+
+def explain(agent, ref):
+    done = subprocess.run(
+        [KVDEV, "--socket", str(agent.sock), "explain", ref],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def addresses(ns):
+    return {
+        lk["ifname"]: sorted(
+            f"{a['local']}/{a['prefixlen']}" for a in lk["addr_info"] if a["scope"] == "global"
+        )
+        for lk in ip_json(ns, "addr")
+    }
+
+
+def test_hostile_metadata_never_takes_the_guests_network(live_agent, report):
+    agent = live_agent
+    row = report("metadata-takeover")
+    primary(agent.ns)
+    assert eventually(lambda: "uplink" in agent.get("/v1/status")[1]["unmanaged"])
+    row.fds_before = agent.fds()
+    links, routes = snapshot(agent.ns)
+    row.inputs = hostile(agent.tree)
+
+    def vf2_warned():
+        items = agent.get("/v1/devices")[1]["items"]
+        return any(d["ref"] == VF2 and len(d["warnings"]) == 2 for d in items)
+
+    assert eventually(vf2_warned, timeout=20)  # the watcher saw the files and a pass ran
+    agent.post("/v1/reconcile")
+    devices = {d["ref"]: d for d in agent.get("/v1/devices")[1]["items"]}
+    # the primary NIC: untouched, and the device that named it says why
+    after_links, after_routes = snapshot(agent.ns)
+    uplink = [v for v in after_links.values() if v[1] == UPLINK_MAC]
+    assert uplink == [v for v in links.values() if v[1] == UPLINK_MAC]  # name, MTU, addresses
+    default = [r for r in ip_json(agent.ns, "route") if r["dst"] == "default"]
+    assert [(r["gateway"], r["dev"], r["protocol"]) for r in default] == [
+        ("10.0.2.2", "uplink", "dhcp")
+    ]
+    assert devices[TAKEOVER]["phase"] == "Error"
+    assert "uplink carries the default route" in devices[TAKEOVER]["reason"]
+    assert "uplink carries the default route" in explain(agent, TAKEOVER)
+    # vf-2: each refusal named; what is only warned about applied
+    text = explain(agent, VF2)
+    for refused in (
+        "10.0.2.15 is already on uplink",
+        "10.1.0.5 is already on data0",
+        f"10.1.0.99 is also asked for by {VF1}",
+        "address 0.0.0.0/0 is the unspecified address",
+        "address ff02::1/128 is a multicast address",
+        "default route with metric 0 would take over from 0.0.0.0/0 via 10.0.2.2 dev uplink",
+        "route 127.0.0.0/8 leads into loopback space",
+    ):
+        assert refused in devices[VF2]["reason"], devices[VF2]["reason"]
+        assert refused in text
+    assert devices[VF2]["warnings"] == [
+        "route 169.254.169.254/32 leads into link-local space through data1",
+        "route 10.0.2.128/25 overlaps 10.0.2.0/24 dev uplink",
+    ]
+    assert "route 169.254.169.254/32 leads into link-local space" in text
+    data1 = {
+        (r["dst"], r.get("gateway")) for r in ip_json(agent.ns, "route", "show", "dev", "data1")
+    }
+    assert {("169.254.169.254", "10.1.0.1"), ("10.0.2.128/25", "10.1.0.1")} <= data1
+    # everyone else keeps what they had; the duplicate went to neither
+    assert devices[VF1]["reason"] == f"address 10.1.0.99/24: 10.1.0.99 is also asked for by {VF2}"
+    assert devices[FAST]["phase"] == "Configured"
+    now = addresses(agent.ns)
+    assert now["data0"] == ["10.1.0.5/24"]
+    assert now["data1"] == ["10.1.0.6/24"]
+    assert now["uplink"] == ["10.0.2.15/24"]
+    assert "stolen0" not in now
+    # nothing else changed: the links as before, the routes as before plus the two warned ones
+    unintended = after_links != links or set(after_routes) - set(routes) != {
+        r
+        for r in after_routes
+        if json.loads(r).get("dev") == "data1"
+        and json.loads(r)["dst"] in {"169.254.169.254", "10.0.2.128/25"}
+    }
+    row.unintended = int(unintended)
+    assert not unintended
+    row.crashes = 0 if agent.alive() else 1
+    assert agent.alive()
+    assert "Traceback" not in agent.log()
+    row.fds_after = agent.fds()
+    row.max_rss_mb = round(agent.rss() / 2**20, 1)

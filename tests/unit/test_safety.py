@@ -1,0 +1,311 @@
+"""The safety policy (``core/safety``): what metadata may ask of the guest's network.
+
+Regressions (robustness probe, finding 7: "takeover is silent"): metadata naming the primary
+NIC's MAC got it an address and an altname and a hint renamed it, the link going down took its
+default route with it; duplicate addresses, the primary NIC's address on a data NIC, a metric-0
+default route and a route into 127.0.0.0/8 were applied without a word. And finding 6: a hint
+address 0.0.0.0/0 was silently not applied, ff02::1 failed at the kernel after earlier
+addresses of the same step were added.
+
+Each pass runs over the in-memory kernel (``MemoryNetlink``) and a copy of the bundled example;
+eth1 is vf-1's NIC, eth2 vf-2's, eth3 the fast NIC's. Refusals cost the item (or, for the
+primary NIC, the device) only: every other device is configured.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.adapters.memory import MemoryNetlink
+from kvdev.guest.core import steps as s
+from kvdev.guest.core.observed import KVDEV_PROTO, Address, Link, NetState, Route
+from kvdev.guest.reconciler import Reconciler, converge
+from kvdev.guest.views import encode, tables
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
+MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
+DHCP, STATIC = 16, 4
+VF1 = "vm1-devices/nic-1/sriov.example.com/node-a/vf-1"
+VF2 = "vm1-devices/nic-2/sriov.example.com/node-a/vf-2"
+
+
+def kernel_with(*, addresses=(), routes=(), extra_links=(), up=False):
+    links = tuple(
+        Link(i, f"eth{i}", mac, kind="veth", max_mtu=65535, up=up) for i, mac in MACS.items()
+    )
+    return MemoryNetlink(NetState((*links, *extra_links), tuple(addresses), tuple(routes)))
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
+    shutil.rmtree(tree / "resourceclaims/vm1-devices/gpu")  # no PCI device here to bind it
+    drive = tmp_path / "meta_data.json"
+    shutil.copy(EXAMPLES / "config-drive/openstack/latest/meta_data.json", drive)
+    return AgentConfig(
+        metadata_root=tree,
+        config_drive=drive,
+        state_dir=tmp_path / "state",
+        link_dir=tmp_path / "network",
+        match_kinds=("veth",),
+    )
+
+
+def hint_network(cfg, device, **network):
+    """Set fields of ``device``'s hint network section."""
+    path = cfg.hints_path
+    hints = json.loads(path.read_text())
+    entry = next(d for d in hints["devices"] if d.get("device") == device)
+    entry.setdefault("network", {}).update(network)
+    path.write_text(json.dumps(hints))
+
+
+def devices(outcome):
+    return {d.ref: d for d in outcome.status.devices}
+
+
+def on(kernel, ifindex):
+    return (
+        sorted(a.address for a in kernel.state.addresses if a.ifindex == ifindex),
+        sorted((r.destination, r.gateway) for r in kernel.state.routes if r.ifindex == ifindex),
+    )
+
+
+# ------------------------------------------------------------------------ the primary NIC
+
+PRIMARY_ADDRESS = Address(1, "10.0.2.15/24", None)
+PRIMARY_DEFAULT = Route(1, "0.0.0.0/0", "10.0.2.2", 100, DHCP)
+
+
+def test_the_nic_with_the_default_route_is_never_touched(cfg):
+    kernel = kernel_with(addresses=[PRIMARY_ADDRESS], routes=[PRIMARY_DEFAULT])
+    before = kernel.state.link(1)
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert not [x for x in kernel.applied if x.ifindex == 1]  # no altname, rename, MTU, address
+    assert kernel.state.link(1) == before
+    assert on(kernel, 1) == (["10.0.2.15/24"], [("0.0.0.0/0", "10.0.2.2")])
+    vf1 = devices(outcome)[VF1]
+    assert vf1.phase.value == "Error"
+    assert vf1.reason == (
+        "eth1 carries the default route 0.0.0.0/0 via 10.0.2.2 dev eth1, which kvdev did not "
+        "add: kvdev does not configure the NIC the guest reaches its network through"
+    )
+    assert not (cfg.link_dir / "10-kvdev-data0.link").exists()
+    # every other device goes ahead
+    assert devices(outcome)[VF2].phase.value == "Configured"
+    assert kernel.state.link(2).ifname == "data1"
+    explained = tables.explain_text(encode.device_json(vf1))
+    assert "eth1 carries the default route" in explained
+
+
+def test_a_default_route_kvdev_added_itself_does_not_make_a_primary_nic(cfg):
+    kernel = kernel_with(routes=[Route(1, "0.0.0.0/0", "10.1.0.1", 500, KVDEV_PROTO)])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert devices(outcome)[VF1].phase.value == "Configured"
+    assert kernel.state.link(1).ifname == "data0"
+
+
+# ------------------------------------------------------------------------------ addresses
+
+
+def test_the_primary_nics_address_on_a_data_nic_is_refused_and_the_rest_applied(cfg):
+    kernel = kernel_with(
+        addresses=[PRIMARY_ADDRESS],
+        routes=[PRIMARY_DEFAULT],
+        extra_links=[],
+    )
+    hint_network(cfg, "vf-2", addresses=["10.0.2.15/32", "10.9.0.2/24"])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.phase.value == "Error"
+    assert vf2.reason == "address 10.0.2.15/32: 10.0.2.15 is already on eth1"
+    assert on(kernel, 2)[0] == ["10.1.0.6/24", "10.9.0.2/24"]  # the rest is applied
+    assert kernel.state.link(2).ifname == "data1"
+
+
+def test_an_address_two_devices_ask_for_goes_to_neither(cfg):
+    hint_network(cfg, "vf-2", addresses=["10.1.0.5/24"])  # vf-1's, from its metadata
+    kernel = kernel_with()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    both = devices(outcome)
+    assert both[VF1].reason == f"address 10.1.0.5/24: 10.1.0.5 is also asked for by {VF2}"
+    assert both[VF2].reason == f"address 10.1.0.5/24: 10.1.0.5 is also asked for by {VF1}"
+    assert "10.1.0.5/24" not in on(kernel, 1)[0] + on(kernel, 2)[0]
+
+
+def test_an_address_a_device_holds_already_stays_with_it_when_another_asks_for_it(cfg):
+    kernel = kernel_with()
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    converge(r)
+    assert "10.1.0.5/24" in on(kernel, 1)[0]
+    hint_network(cfg, "vf-2", addresses=["10.1.0.5/24"])
+    outcome = converge(r)
+    assert devices(outcome)[VF1].phase.value == "Configured"
+    assert devices(outcome)[VF2].reason == "address 10.1.0.5/24: 10.1.0.5 is already on data0"
+    assert "10.1.0.5/24" in on(kernel, 1)[0]
+    assert "10.1.0.5/24" not in on(kernel, 2)[0]
+
+
+def test_an_address_kvdev_moves_between_its_links_is_no_collision(cfg):
+    kernel = kernel_with()
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    converge(r)
+    hint_network(cfg, "vf-2", addresses=["10.7.0.1/24"])
+    converge(r)
+    # vf-2 gives 10.7.0.1 up and vf-1 takes it, in one metadata change
+    hint_network(cfg, "vf-2", addresses=[])
+    hint_network(cfg, "vf-1", addresses=["10.7.0.1/24"])
+    outcome = converge(r)
+    assert outcome.status.converged
+    assert "10.7.0.1/24" in on(kernel, 1)[0]
+    assert "10.7.0.1/24" not in on(kernel, 2)[0]
+
+
+@pytest.mark.parametrize(
+    ("address", "what"),
+    [
+        ("0.0.0.0/0", "the unspecified address"),
+        ("::/0", "the unspecified address"),
+        ("ff02::1/128", "a multicast address"),
+        ("224.0.0.1/32", "a multicast address"),
+        ("127.0.0.2/8", "a loopback address"),
+        ("::1/128", "a loopback address"),
+        ("255.255.255.255/32", "the limited broadcast address"),
+        ("::ffff:a00:1/128", "an IPv4-mapped IPv6 address"),
+    ],
+)
+def test_what_is_no_interface_address_is_refused_before_the_kernel_sees_it(cfg, address, what):
+    hint_network(cfg, "vf-2", addresses=["10.9.0.2/24", address])
+    kernel = kernel_with()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.reason == f"address {address} is {what}: not an interface address"
+    assert not [x for x in kernel.applied if isinstance(x, s.AddAddress) and x.address == address]
+    assert on(kernel, 2)[0] == ["10.1.0.6/24", "10.9.0.2/24"]  # never half-applied
+    assert devices(outcome)[VF1].phase.value == "Configured"
+
+
+def test_a_link_local_address_is_applied_with_a_warning(cfg):
+    hint_network(cfg, "vf-2", addresses=["169.254.7.7/16"])
+    kernel = kernel_with()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.phase.value == "Configured"
+    assert vf2.warnings == ("address 169.254.7.7/16 is link-local",)
+    assert "169.254.7.7/16" in on(kernel, 2)[0]
+    assert encode.device_json(vf2)["warnings"] == ["address 169.254.7.7/16 is link-local"]
+    assert "address 169.254.7.7/16 is link-local" in tables.explain_text(encode.device_json(vf2))
+
+
+# --------------------------------------------------------------------------------- routes
+
+
+def route(destination, gateway=None, metric=None):
+    return {
+        k: v
+        for k, v in (("destination", destination), ("gateway", gateway), ("metric", metric))
+        if v is not None
+    }
+
+
+def test_a_default_route_that_would_take_over_is_refused(cfg):
+    kernel = kernel_with(addresses=[PRIMARY_ADDRESS], routes=[PRIMARY_DEFAULT])
+    hint_network(cfg, "vf-2", routes=[route("0.0.0.0/0", "10.1.0.1", 0)])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.reason == (
+        "default route with metric 0 would take over from 0.0.0.0/0 via 10.0.2.2 dev eth1 "
+        "(metric 100)"
+    )
+    assert on(kernel, 2)[1] == []
+    assert on(kernel, 1)[1] == [("0.0.0.0/0", "10.0.2.2")]
+
+
+def test_a_fallback_default_route_is_applied_with_a_warning(cfg):
+    kernel = kernel_with(addresses=[PRIMARY_ADDRESS], routes=[PRIMARY_DEFAULT])
+    hint_network(cfg, "vf-2", routes=[route("0.0.0.0/0", "10.1.0.1", 600)])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.phase.value == "Configured"
+    assert vf2.warnings == (
+        "a default route through data1, behind 0.0.0.0/0 via 10.0.2.2 dev eth1",
+    )
+    assert on(kernel, 2)[1] == [("0.0.0.0/0", "10.1.0.1")]
+
+
+def test_the_only_default_route_is_applied_with_a_warning(cfg):
+    hint_network(cfg, "vf-2", routes=[route("::/0", "fe80::1")])
+    kernel = kernel_with()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert devices(outcome)[VF2].warnings == (
+        "a default route through data1: the guest's only one",
+    )
+
+
+@pytest.mark.parametrize(
+    ("wanted", "reason"),
+    [
+        (route("127.0.0.0/8"), "route 127.0.0.0/8 leads into loopback space"),
+        (route("127.1.2.0/24", "10.1.0.1"), "route 127.1.2.0/24 leads into loopback space"),
+        (route("::1/128"), "route ::1/128 leads into loopback space"),
+        (route("224.0.0.0/4"), "route 224.0.0.0/4 leads into multicast space"),
+        (route("ff02::/16"), "route ff02::/16 leads into multicast space"),
+        (route("10.8.0.0/16", "127.0.0.1"), "route 10.8.0.0/16 via 127.0.0.1: the gateway is"),
+        (route("10.8.0.0/16", "0.0.0.0"), "route 10.8.0.0/16 via 0.0.0.0: the gateway is"),  # noqa: S104
+    ],
+)
+def test_routes_into_loopback_or_multicast_or_via_no_unicast_gateway_are_refused(
+    cfg, wanted, reason
+):
+    hint_network(cfg, "vf-2", routes=[route("10.5.0.0/16", "10.1.0.1"), wanted])
+    kernel = kernel_with()
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert devices(outcome)[VF2].reason.startswith(reason)
+    assert on(kernel, 2)[1] == [("10.5.0.0/16", "10.1.0.1")]
+
+
+def test_link_local_and_overlapping_routes_are_applied_with_warnings(cfg):
+    lan = Route(1, "10.0.2.0/24", None, None, 2)  # eth1's own subnet, the kernel's
+    kernel = kernel_with(addresses=[Address(1, "10.0.2.15/24", None)], routes=[lan])
+    hint_network(
+        cfg,
+        "vf-2",
+        routes=[route("169.254.169.254/32", "10.1.0.1"), route("10.0.2.128/25", "10.1.0.1")],
+    )
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.phase.value == "Configured"
+    assert vf2.warnings == (
+        "route 169.254.169.254/32 leads into link-local space through data1",
+        "route 10.0.2.128/25 overlaps 10.0.2.0/24 dev data0",
+    )
+    assert len(on(kernel, 2)[1]) == 2
+
+
+# ------------------------------------------------------- a rename never loses what the link had
+
+
+def test_a_rename_puts_back_the_routes_and_ipv6_addresses_the_link_had(cfg):
+    static = Route(1, "192.168.50.0/24", "10.1.0.1", 7, STATIC)
+    kernel = kernel_with(
+        addresses=[Address(1, "2001:db8:77::5/64", None), Address(1, "fe80::1/64", 3)],
+        routes=[static, Route(1, "2001:db8:77::/64", None, 256, 2)],
+        up=True,  # a rename takes it down: the kernel drops its IPv6 addresses and routes
+    )
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert outcome.status.converged
+    assert kernel.state.link(1).ifname == "data0"  # renamed: the link went down
+    back = {(r.destination, r.gateway, r.protocol) for r in kernel.state.routes if r.ifindex == 1}
+    assert ("192.168.50.0/24", "10.1.0.1", STATIC) in back  # with its own protocol
+    assert ("10.3.0.0/16", "10.1.0.1", KVDEV_PROTO) in back  # and the hints' route
+    ipv6 = {(a.address, a.proto) for a in kernel.state.addresses if a.ifindex == 1}
+    assert ("2001:db8:77::5/64", None) in ipv6
+    assert not {a for a, _ in ipv6} & {"fe80::1/64"}  # the kernel's own come back by themselves
+    put_back = [x for x in kernel.applied if "before the link went down" in x.reason]
+    assert {type(x) for x in put_back} == {s.AddRoute, s.AddAddress}
+    again = Reconciler(cfg, kernel, scan_devices=tuple).reconcile()
+    assert again.results == []  # not kvdev's: never removed, never re-added
