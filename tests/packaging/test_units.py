@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from kvdev.guest.adapters import marks as mark_files
 from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.core.marks import mac_mark, pci_mark
 from kvdev.guest.core.planning import LINK_FILE_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,8 +63,9 @@ def exposure(unit):
 @pytest.fixture
 def unit_copies(tmp_path):
     """The units with ExecStart=/bin/true: verify fails when the binary is not installed."""
-    for unit in (SERVICE, SOCKET, SHARE):
-        text = re.sub(r"(?m)^ExecStart=\S+", "ExecStart=/bin/true", unit.read_text())
+    for unit in sorted(UNITS.iterdir()):
+        text = unit.read_text()
+        text = re.sub(r"(?m)^ExecStart(Post)?=(\+?)\S+", r"ExecStart\1=\2/bin/true", text)
         (tmp_path / unit.name).write_text(text)
     return tmp_path
 
@@ -139,17 +142,38 @@ def test_units_match_the_agent_defaults():
     assert "kvdev-agent.socket" in words(service["Requires"])
 
 
-def test_udev_rule_marks_exactly_the_agents_link_files_and_networkd_matches_the_mark():
+def test_udev_rule_marks_the_agents_link_files_and_mark_files_and_networkd_matches_the_mark():
     rule = (SYSTEM / "81-kvdev.rules").read_text()
-    glob = re.search(r'ENV\{ID_NET_LINK_FILE\}!="([^"]+)"', rule)
+    glob = re.search(r'ENV\{ID_NET_LINK_FILE\}=="([^"]+)", GOTO="kvdev_mark"', rule)
     assert glob
     link_dir = AgentConfig().link_dir
     assert fnmatch.fnmatchcase(f"{link_dir}/{LINK_FILE_PREFIX}eth1.link", glob.group(1))
     assert not fnmatch.fnmatchcase(f"{link_dir}/10-other-eth1.link", glob.group(1))
+    # the mark files the agent keeps (adapters/marks.py), by the names core/marks.py gives them
+    marks_dir = mark_files.directory(AgentConfig().state_dir)
+    tests = re.findall(r'TEST=="([^"]+)", GOTO="kvdev_mark"', rule)
+    assert tests == [f"{marks_dir}/{mac_mark('')}$attr{{address}}", f"{marks_dir}/$env{{ID_PATH}}"]
+    assert pci_mark("0000:00:10.0") == "pci-0000:00:10.0"  # udev's ID_PATH of that PCI NIC
+    # an empty address or ID_PATH never turns the test into "does the directory exist"
+    assert 'ATTR{address}=="?*", TEST' in rule
+    assert 'ENV{ID_PATH}=="pci-?*", TEST' in rule
     assert 'ENV{KVDEV_MANAGED}="1"' in rule
     assert 'ENV{NM_UNMANAGED}="1"' in rule
+    assert 'ENV{ID_NET_MANAGED_BY}="io.kvdev.agent"' in rule
     network = settings(SYSTEM / "05-kvdev-unmanaged.network")
     assert (network["Property"], network["Unmanaged"]) == (["KVDEV_MANAGED=1"], ["yes"])
+
+
+def test_the_marks_are_applied_as_root_before_the_unit_counts_as_started():
+    service = settings(SERVICE)
+    assert service["ExecStartPost"] == ["+/usr/libexec/kvdev/kvdev-udev-marks"]
+    assert "kvdev-udev-marks.path" in words(service["Wants"])
+    path = settings(UNITS / "kvdev-udev-marks.path")
+    marks_dir = mark_files.directory(AgentConfig().state_dir)
+    assert (path["PathChanged"], path["Unit"]) == ([str(marks_dir)], ["kvdev-udev-marks.service"])
+    helper = settings(UNITS / "kvdev-udev-marks.service")
+    assert helper["ExecStart"] == ["/usr/libexec/kvdev/kvdev-udev-marks"]
+    assert helper["Type"] == ["oneshot"]
 
 
 def sysusers(root):

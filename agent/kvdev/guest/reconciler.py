@@ -4,12 +4,14 @@
 good content of each), observe udev and netlink (again only when their events say so), match,
 plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once``);
 ``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
-The first pass that may change things also removes the temporary files a killed agent's atomic
-writes (``status.json``, ``.link`` files) left behind: this agent is their only writer. Before
-links move to temporary names their names go to the rename journal (``renames``), so an
-interrupted trade can be undone; when the journal cannot be saved, no link is renamed in that
-pass. State that cannot be saved (the status, the journal) is a ``StateNotSaved`` condition in
-the status (so ``kvdev status`` exits 1) until a later pass saves it; such a pass is retried.
+Each pass keeps the mark files other network managers read through udev (``core.marks``)
+before it renames anything. The first pass that may change things also removes the temporary
+files a killed agent's atomic writes (``status.json``, ``.link`` files) left behind: this
+agent is their only writer. Before links move to temporary names their names go to the rename
+journal (``renames``), so an interrupted trade can be undone; when the journal cannot be
+saved, no link is renamed in that pass. State that cannot be saved (the status, the journal,
+the marks) is a ``StateNotSaved`` condition in the status (so ``kvdev status`` exits 1) until
+a later pass saves it; such a pass is retried.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from typing import Protocol
 
 from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev.errors import KvdevError, Problem, RetryableError, Severity, os_error
-from kvdev.guest.adapters import files, linkfiles, rename_journal, walk
+from kvdev.guest.adapters import address_journal, files, linkfiles, marks, rename_journal, walk
 from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.core import added as kvdev_added
 from kvdev.guest.core import inventory, sources
+from kvdev.guest.core import marks as marking
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState
 from kvdev.guest.core.planning import Plan, Policy, plan
@@ -38,7 +42,7 @@ from kvdev.guest.core.steps import (
     StepResult,
     WriteLinkFile,
 )
-from kvdev.guest.views import encode
+from kvdev.guest.views import encode, tables
 from kvdev.schema.reading import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
@@ -115,6 +119,10 @@ class Reconciler:
     _limits: tuple[Problem, ...] = ()  # what the last read of the metadata tree left out
     _unsaved: dict[str, str] = field(default_factory=dict)  # what could not be saved, and why
     _journal_error: KvdevError | None = None  # the last failure to save the rename journal
+    _marked: frozenset[str] | None = None  # the marks on disk after the last sync
+    _added: dict[int, frozenset[str]] | None = None  # the address journal; None until read
+    _added_saved: dict[int, frozenset[str]] | None = None  # as last written
+    _kernel_keeps_proto: bool = False  # an address showed a protocol: no journal is needed
 
     def reconcile(self) -> Outcome:
         """Observe, plan, apply (unless dry-run), and summarize.
@@ -129,7 +137,10 @@ class Reconciler:
         matching, the_plan, restore = self._observe_and_plan()
         if not cfg.dry_run:
             self._keep_journal(restore)
+            self._mark(matching, the_plan)  # before any rename: its "move" event reads them
         results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
+        if not cfg.dry_run:
+            self._keep_added(results)
         self.stale_links = self.stale_links or bool(results)
         self.passes += 1
         errors = [p for problems in self.belief.errors().values() for p in problems]
@@ -145,7 +156,13 @@ class Reconciler:
             conditions=self._conditions(),
         )
         for r in results:
-            if not r.ok:
+            if r.ok:  # every change kvdev makes is in the journal, with its reason
+                log.info(
+                    "%s",
+                    tables.step_line(encode.step_json(r.step)),
+                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                )
+            else:
                 log.warning(
                     "%s failed (%s): %s",
                     type(r.step).__name__,
@@ -188,7 +205,12 @@ class Reconciler:
         matching = match(self.belief.described(), guest, self.belief.hints(), self.belief.tagged())
         policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
         restore = rename_journal.prune(self._loaded_journal(), self._state)
-        the_plan = plan(matching, self._state, linkfiles.read(str(cfg.link_dir)), policy, restore)
+        self._kernel_keeps_proto = self._kernel_keeps_proto or any(
+            a.proto is not None for a in self._state.addresses
+        )
+        self._added = kvdev_added.prune(self._loaded_added(), self._state)
+        state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
+        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore)
         return matching, the_plan, restore
 
     def _conditions(self) -> list[Condition]:
@@ -226,6 +248,56 @@ class Reconciler:
             return False
         self._unsaved.pop("journal", None)
         return True
+
+    def _loaded_added(self) -> dict[int, frozenset[str]]:
+        """The address journal, read from the state directory once."""
+        if self._added is None:
+            self._added = address_journal.load(self.config.state_dir)
+            self._added_saved = dict(self._added)
+        return self._added
+
+    def _keep_added(self, results: Sequence[StepResult]) -> None:
+        """Journal the addresses this pass added (kernels without IFA_PROTO: ``core.added``)."""
+        journal = kvdev_added.record(self._loaded_added(), results)
+        if self._kernel_keeps_proto:
+            journal = {}
+        self._added = journal
+        if journal == self._added_saved and "addresses" not in self._unsaved:
+            return
+        try:
+            address_journal.save(self.config.state_dir, journal)
+        except OSError as e:
+            path = self.config.state_dir / address_journal.JOURNAL_FILE
+            error = os_error(e, "save the address journal", path)
+            if self._unsaved.get("addresses") != str(error):
+                log.warning("%s", error)
+            self._unsaved["addresses"] = str(error)
+            return
+        self._unsaved.pop("addresses", None)
+        self._added_saved = dict(journal)
+
+    def _mark(self, matching: Matching, the_plan: Plan) -> None:
+        """Keep the mark files (``core.marks``) as this pass wants them; a failure is unsaved."""
+        wanted = marking.wanted(matching, (d.ifindex for d in the_plan.desired), self._state)
+        if wanted == self._marked and "marks" not in self._unsaved:
+            return
+        path = marks.directory(self.config.state_dir)
+        try:
+            added, removed = marks.sync(path, wanted)
+        except OSError as e:
+            error = os_error(e, "keep the link marks in", path)
+            if self._unsaved.get("marks") != str(error):
+                log.warning("%s", error)
+            self._unsaved["marks"] = str(error)
+            return
+        self._unsaved.pop("marks", None)
+        self._marked = wanted
+        if added or removed:
+            log.info(
+                "link marks: added %s, removed %s",
+                ", ".join(sorted(added)) or "none",
+                ", ".join(sorted(removed)) or "none",
+            )
 
     def _claims(self) -> list[ClaimStatus]:
         """Per metadata file in force: the claim and the generation acted on."""

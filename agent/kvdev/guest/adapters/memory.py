@@ -34,6 +34,7 @@ class MemoryNetlink:
     fail_reads: int = 0  # this many next reads raise RetryableError
     reads: int = 0
     applied: list[st.Step] = field(default_factory=list)
+    ifa_proto: bool = True  # False: a kernel before 5.18, which forgets an address's protocol
 
     def read_state(self) -> NetState:
         """The state now (a snapshot: later changes do not show in it)."""
@@ -99,7 +100,8 @@ class MemoryNetlink:
                 lk = dataclasses.replace(lk, mtu=mtu)
             case st.AddAddress(address=address, protocol=proto):
                 if all((a.ifindex, a.address) != (lk.ifindex, address) for a in addresses):
-                    addresses.append(Address(lk.ifindex, address, proto))
+                    kept = proto if self.ifa_proto else None
+                    addresses.append(Address(lk.ifindex, address, kept))
             case st.RemoveAddress(address=address):
                 gone = (lk.ifindex, address)
                 addresses = [a for a in addresses if (a.ifindex, a.address) != gone]

@@ -13,16 +13,14 @@ Only this module reads or writes that file; it decides nothing (``planning`` doe
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvdev._atomic import write_atomic
+from kvdev.guest.adapters import journal_file
 from kvdev.guest.core.observed import NetState
 from kvdev.guest.core.planning import temp_name
 from kvdev.guest.core.steps import Rename, Step
-
-log = logging.getLogger("kvdev.agent")
 
 JOURNAL_FILE = "renames.json"
 CORRUPT_FILE = f"{JOURNAL_FILE}.corrupt"  # a journal that could not be read, kept for a look
@@ -32,51 +30,15 @@ MAX_BYTES = 65536  # a journal names at most every link once: far below this
 def load(state_dir: Path) -> dict[int, str]:
     """The journal in ``state_dir``: ifindex -> name before the trade (empty if none or bad).
 
-    A journal that is no JSON object (or larger than ``MAX_BYTES``, or nested too deep to
-    decode) is moved aside to ``renames.json.corrupt`` (replacing an older one), with a warning
-    naming the file and what is wrong, so that it is kept for whoever looks into it and not
-    warned about again at the next start. Entries that are no ifindex and name are left out.
+    A damaged journal is set aside once (``journal_file``); entries that are no ifindex and
+    name are left out.
     """
-    path = state_dir / JOURNAL_FILE
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        log.warning("cannot read the rename journal %s: %s; not used", path, e.strerror or e)
-        return {}
-    if len(data) > MAX_BYTES:
-        _set_aside(path, f"larger than {MAX_BYTES} bytes")
-        return {}
-    try:
-        body = json.loads(data)
-    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
-        _set_aside(path, f"not JSON: {e}")
-        return {}
-    if not isinstance(body, dict):
-        _set_aside(path, f"a JSON {type(body).__name__}, not an object")
-        return {}
+    body = journal_file.load_object(state_dir / JOURNAL_FILE, MAX_BYTES, "rename journal")
     return {
         int(key): name
         for key, name in body.items()
         if isinstance(key, str) and key.isdecimal() and isinstance(name, str) and name
     }
-
-
-def _set_aside(path: Path, why: str) -> None:
-    aside = path.with_name(CORRUPT_FILE)
-    try:
-        path.replace(aside)
-    except OSError as e:
-        log.warning(
-            "ignoring the rename journal %s (%s); it cannot be moved aside: %s",
-            path,
-            why,
-            e.strerror or e,
-        )
-        return
-    log.warning("ignoring the rename journal %s (%s); kept as %s", path, why, aside)
 
 
 def record(journal: Mapping[int, str], steps: Sequence[Step]) -> dict[int, str]:

@@ -15,7 +15,8 @@ from kvdev.guest.core.steps import Step
 STATUS_API_VERSION: Final = "kvdev.io/v1alpha1"
 
 
-def _step_json(step: Step) -> dict[str, Any]:
+def step_json(step: Step) -> dict[str, Any]:
+    """One step, as ``kvdev plan --json`` and the logs show it."""
     out: dict[str, Any] = {"type": type(step).__name__, "ifname": step.ifname}
     for key in ("altname", "new_name", "mtu", "address", "destination", "gateway", "metric"):
         value = getattr(step, key, None)
@@ -57,7 +58,7 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
             ],
         }
     if d.pending_steps:
-        out["pendingSteps"] = [_step_json(s) for s in d.pending_steps]
+        out["pendingSteps"] = [step_json(s) for s in d.pending_steps]
     if d.guest is not None:
         g = d.guest
         out["guest"] = {
@@ -90,7 +91,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     return {
         "apiVersion": STATUS_API_VERSION,
         "kind": "Plan",
-        "steps": [{"device": s.device, **_step_json(s)} for s in plan.steps],
+        "steps": [{"device": s.device, **step_json(s)} for s in plan.steps],
         "blocked": [
             {"device": b.device, "interface": b.ifname, "reason": b.reason} for b in plan.blocked
         ],

@@ -286,6 +286,12 @@ _VERDICT: Final = {
 }
 
 
+def step_line(step: Json) -> str:
+    """One applied step as the agent logs it: ``dpci0: SetMtu mtu 1400 (MTU is 1500)``."""
+    kind, ifname, what, why = _step_text(step)
+    return f"{ifname}: {kind} {what} ({why})" if what != "-" else f"{ifname}: {kind} ({why})"
+
+
 def _step_text(step: Json) -> tuple[str, str, str, str]:
     """(type, interface, what, why) of one planned step."""
     if step.get("newName"):
