@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build (or reuse) the Debian trixie guest image for the end-to-end tests (tests/e2e).
 #
-# Owns: the base guest: kernel, initrd and a root tree with systemd, udev, iproute2 and the
-# Debian python3-* packages the agent needs -- but NOT kvdev itself, which make-run-image.sh
+# Owns: the base guest: kernel, initrd and a root tree with systemd, udev, iproute2, the
+# Debian python3-* packages the agent needs, and its neighbours (NetworkManager, cloud-init;
+# systemd-networkd is systemd's), installed but not enabled -- but NOT kvdev itself, which make-run-image.sh
 # installs from the freshly built .deb for every run. Must not touch anything outside its cache.
 #
 # Cached under $KVDEV_E2E_CACHE (default /var/cache/kvdev-e2e) in image-<hash>/, the hash being
@@ -50,6 +51,9 @@ packages=(
     systemd systemd-sysv udev iproute2
     python3 python3-pydantic python3-pyudev python3-pyroute2 python3-watchdog
     python3-psutil python3-h11 python3-systemd
+    # The neighbours the agent must live with (tests/e2e/test_vm_neighbours.py): installed in
+    # every image but started only where a boot enables them (trim.sh disables them).
+    network-manager dbus cloud-init
 )
 
 # MODULES=list keeps the initrd small (11 MB instead of 37 MB): it must set up virtio-blk + ext4

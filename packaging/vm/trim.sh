@@ -19,6 +19,16 @@ mask getty@tty1.service serial-getty@ttyS0.service getty.target console-getty.se
     dev-mqueue.mount sys-fs-fuse-connections.mount systemd-pstore.service \
     systemd-timesyncd.service systemd-update-utmp.service systemd-update-utmp-runlevel.service
 
+# The network managers are installed but off: a boot that tests the agent beside one enables it
+# (tests/e2e/test_vm_neighbours.py, through the run disk's extra files). cloud-init needs no
+# switch: without a datasource (no config drive) ds-identify disables it for the boot.
+rm -f "$root"/etc/systemd/system/multi-user.target.wants/NetworkManager.service \
+    "$root"/etc/systemd/system/network-online.target.wants/NetworkManager-wait-online.service \
+    "$root"/etc/systemd/system/dbus-org.freedesktop.nm-dispatcher.service \
+    "$root"/etc/systemd/system/multi-user.target.wants/systemd-networkd.service \
+    "$root"/etc/systemd/system/sockets.target.wants/systemd-networkd.socket \
+    "$root"/etc/systemd/system/network-online.target.wants/systemd-networkd-wait-online.service
+
 # The e2e runner starts at boot.
 mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
 ln -sfn /etc/systemd/system/kvdev-e2e.service \

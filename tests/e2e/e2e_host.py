@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,15 +81,34 @@ def package_name(deb: Path) -> str:
     ).stdout.strip()
 
 
-def run_disk(base: BaseImage, deb: Path, out: Path, metadata_root: Path | None) -> str:
-    """One run's root disk: base + ``deb`` (dpkg -i) + an agent.toml.
+def run_disk(
+    base: BaseImage,
+    deb: Path,
+    out: Path,
+    metadata_root: Path | None,
+    files: Mapping[str, str | Secret | Symlink] | None = None,
+) -> str:
+    """One run's root disk: base + ``deb`` (dpkg -i) + an agent.toml + ``files``.
 
     With ``metadata_root`` the agent reads that (the bundle on the 9p share); without, its
     default root, where the package mounts a VMI's kvdev ConfigMap shared over virtiofs.
+    ``files``: absolute guest path -> content (0644), a ``Secret`` (0600: NetworkManager wants
+    its keyfiles so) or a ``Symlink`` (how a boot enables a unit the base image has disabled).
     Returns the installed package and version as dpkg reports them.
     """
     extra = out.parent / "extra"
     (extra / "etc" / "kvdev").mkdir(parents=True, exist_ok=True)
+    for where, what in (files or {}).items():
+        path = extra / where.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(what, Symlink):
+            path.symlink_to(what.target)
+        elif isinstance(what, Secret):
+            path.write_text(what.text)
+            path.chmod(0o600)
+        else:
+            path.write_text(what)
+            path.chmod(0o644)
     root = (
         "# e2e: the guest bundle lives on the host share (kvdev-host bundle --out)\n"
         f'metadata-root = "{metadata_root}"\n'
@@ -105,6 +125,20 @@ def run_disk(base: BaseImage, deb: Path, out: Path, metadata_root: Path | None) 
     if done.returncode != 0:
         raise RuntimeError(f"make-run-image.sh failed ({done.returncode}):\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A file only root may read, to put in the guest's root (``run_disk``'s ``files``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Symlink:
+    """A symbolic link to put in the guest's root (``run_disk``'s ``files``)."""
+
+    target: str
 
 
 def kvdev_host(log: Path, *args: str) -> str:

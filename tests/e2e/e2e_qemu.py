@@ -24,6 +24,7 @@ from typing import Any
 
 SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount mounts it
 VIRTIOFS_TAG = "kvdev-metadata"  # the filesystem name a VMI shares kvdev's ConfigMap under
+CONFIG_DRIVE_SLOT = 0x1E  # the config drive's virtio-blk; clear of the NICs' slots (0x10-0x1d)
 VIRTIOFSD = ("/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd", "virtiofsd")
 
 
@@ -148,6 +149,7 @@ class Guest:
     memory_mib: int = 1024
     cpus: int = 2
     virtiofs: Path | None = None  # a host directory shared over virtiofs as VIRTIOFS_TAG
+    config_drive: Path | None = None  # a host directory shown as a FAT disk labelled config-2
 
 
 class Vm:
@@ -188,6 +190,19 @@ class Vm:
         ]
         for nic in guest.nics:
             argv += nic.command_line()
+        if guest.config_drive is not None:
+            # KubeVirt's config drive is an ISO labelled config-2; cloud-init's ConfigDrive
+            # source takes vfat or iso9660 by that label, and QEMU's vvfat makes one of a
+            # directory without any image tool on the host.
+            argv += [
+                "-blockdev",
+                (
+                    f"driver=vvfat,node-name=configdrive,dir={guest.config_drive},"
+                    "label=config-2,read-only=on"
+                ),
+                "-device",
+                f"virtio-blk-pci,drive=configdrive,bus=pci.0,addr=0x{CONFIG_DRIVE_SLOT:02x}",
+            ]
         self.virtiofsd: subprocess.Popen[bytes] | None = None
         if guest.virtiofs is not None:
             argv += self._start_virtiofsd(guest.virtiofs)
@@ -268,6 +283,10 @@ class Vm:
                 raise TimeoutError(f"{what}: no {path.name} after {timeout:.0f} s")
             time.sleep(0.2)
         return time.monotonic() - start
+
+    def set_link(self, nic: Nic, *, up: bool) -> None:
+        """The NIC's carrier, as a cable pulled and plugged back in would (QMP set_link)."""
+        self.qmp.execute("set_link", name=nic.id, up=up)
 
     def hotplug(self, nic: Nic) -> None:
         """Add a NIC at its fixed slot of pci.0 while the guest runs (QMP device_add)."""

@@ -59,12 +59,23 @@ class Run:
         *,
         final: bool = False,
         timeout: float = PHASE_TIMEOUT,
+        actions: Sequence[Sequence[str]] = (),
     ) -> dict[str, Any]:
-        """Ask the guest to judge ``checks``; its report. Fails the test when one does not hold."""
+        """Ask the guest to judge ``checks``; its report. Fails the test when one does not hold.
+
+        ``actions``: commands the guest runs first, in order (a manager's restart, a link flap);
+        one that exits non-zero fails the phase.
+        """
         __tracebackhide__ = True
         n = len(self.reports) + 1  # the guest expects phases 1, 2, ... (-k may leave some out)
         self.require_guest(name)
-        spec = {"name": name, "checks": checks, "timeoutSeconds": timeout, "final": final}
+        spec = {
+            "name": name,
+            "checks": checks,
+            "timeoutSeconds": timeout,
+            "final": final,
+            "actions": [list(a) for a in actions],
+        }
         ctl = self.share / "ctl" / f"phase-{n}.json"
         ctl.with_suffix(".tmp").write_text(json.dumps(spec))
         ctl.with_suffix(".tmp").rename(ctl)
@@ -88,7 +99,8 @@ class Run:
 
 
 def _label(check: dict[str, Any]) -> str:
-    return str(check.get("device") or check.get("mac") or check.get("package") or "")
+    label = check.get("device") or check.get("mac") or check.get("package") or check.get("argv")
+    return str(label or check.get("manager") or check.get("unit") or "")
 
 
 def shutdown(r: Run) -> None:

@@ -165,7 +165,45 @@ def snapshot(kinds: set[str] | None = None) -> dict[str, Any]:
     }
     if kinds is None or "privilege" in kinds:  # systemd-analyze takes seconds under TCG
         snap["privilege"] = privilege_facts()
+    if kinds is None or kinds & {"manager", "managerLog", "managedLink"}:
+        snap["managers"] = manager_facts(snap)
+    if kinds is None or "cloudInit" in kinds:
+        snap["cloudInit"] = cloud_init_facts()
     return snap
+
+
+def manager_facts(snap: dict[str, Any]) -> dict[str, Any]:
+    """Each link's udev marks, and what NetworkManager and systemd-networkd say about it."""
+    links = snap["links"] if isinstance(snap["links"], list) else []
+    udev = {}
+    for lk in links:
+        _, out, _ = run(["udevadm", "info", "--query=property", f"/sys/class/net/{lk['ifname']}"])
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        udev[lk["ifname"]] = {k: props[k] for k in MARKS if k in props}
+    nm: dict[str, str] = {}
+    rc, out, _ = run(["nmcli", "-t", "-f", "DEVICE,STATE", "device"])
+    if rc == 0:
+        nm = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    networkd: dict[str, str] = {}
+    listed = run_json(["networkctl", "list", "--json=short"])
+    if isinstance(listed, dict):
+        networkd = {  # networkd's JSON calls the setup state "AdministrativeState"
+            i["Name"]: i.get("AdministrativeState") or i.get("SetupState", "")
+            for i in listed.get("Interfaces", [])
+        }
+    journal = {}
+    for unit in ("NetworkManager", "systemd-networkd"):
+        _, out, _ = run(["journalctl", "-b", "-u", unit, "-o", "cat", "--no-pager"])
+        journal[unit] = out.splitlines()
+    return {"udev": udev, "NetworkManager": nm, "networkd": networkd, "journal": journal}
+
+
+def cloud_init_facts() -> dict[str, Any]:
+    """cloud-init's own status, and the systemd-networkd files it rendered."""
+    rendered = {
+        str(p): p.read_text() for p in sorted(Path("/etc/systemd/network").glob("*cloud-init*"))
+    }
+    return {"status": run_json(["cloud-init", "status", "--format", "json"]), "rendered": rendered}
 
 
 def _link_by_mac(snap: dict[str, Any], mac: str) -> dict[str, Any] | None:
@@ -310,6 +348,97 @@ def check_unmanaged(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     return bad
 
 
+MARKS = ("KVDEV_MANAGED", "NM_UNMANAGED", "ID_NET_MANAGED_BY")
+# Journal lines of a manager that mean it acted on a link (for the link's names).
+ACTED = {
+    "NetworkManager": ("Activation", "dhcp", "-> unavailable", "-> disconnected", "-> activated"),
+    # (not "Link UP" or "Gained IPv6LL": networkd logs those for links it does not manage too)
+    "systemd-networkd": ("Configuring with", "DHCP"),
+}
+
+
+def _ifname(snap: dict[str, Any], mac: str) -> str | None:
+    link = _link_by_mac(snap, mac)
+    return link["ifname"] if link is not None else None
+
+
+def check_manager(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """kvdev's NICs carry its udev marks and the manager calls them unmanaged; the rest not."""
+    facts, manager = snap["managers"], c["manager"]
+    states = facts[manager]
+    bad = []
+    for mac in c.get("unmanaged", []):
+        name = _ifname(snap, mac)
+        if name is None:
+            bad.append(f"no link with MAC {mac}")
+            continue
+        if facts["udev"].get(name, {}).get("KVDEV_MANAGED") != "1":
+            bad.append(f"{name}: udev marks {facts['udev'].get(name)}, expected all of {MARKS}")
+        if states.get(name) != "unmanaged":
+            bad.append(f"{name}: {manager} says {states.get(name)!r}, expected 'unmanaged'")
+    for mac in c.get("managed", []):
+        name = _ifname(snap, mac)
+        if name is None:
+            bad.append(f"no link with MAC {mac}")
+            continue
+        if facts["udev"].get(name):
+            bad.append(f"{name}: marked {facts['udev'][name]} though kvdev does not manage it")
+        if states.get(name) in (None, "unmanaged"):
+            bad.append(f"{name}: {manager} says {states.get(name)!r}, expected it to manage it")
+    return bad
+
+
+def _acted(snap: dict[str, Any], unit: str, names: list[str]) -> list[str]:
+    lines = snap["managers"]["journal"][unit]
+    return [
+        ln
+        for ln in lines
+        if any(f"({n})" in ln or f"{n}:" in ln for n in names)
+        and any(word in ln for word in ACTED[unit])
+    ]
+
+
+def check_manager_log(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The manager's own log: it never acted on kvdev's NICs (by any name they had), and it
+    did act on the NIC kvdev does not manage (so the check can see what it looks for)."""
+    unit = c["unit"]
+    bad = []
+    touched = _acted(snap, unit, c["untouched"])
+    if touched:
+        bad.append(f"{unit} acted on {c['untouched']}: {touched[:5]}")
+    if c.get("touched") and not _acted(snap, unit, c["touched"]):
+        bad.append(f"{unit} logged nothing of the kind {ACTED[unit]} for {c['touched']}")
+    return bad
+
+
+def check_managed_link(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """A NIC kvdev does not manage, as its manager configured it: up, with its address."""
+    link = _link_by_mac(snap, c["mac"])
+    if link is None:
+        return [f"no single link with MAC {c['mac']}"]
+    bad = []
+    if "UP" not in link.get("flags", []):
+        bad.append(f"{link['ifname']} is not up: flags {link.get('flags')}")
+    if c.get("address") and c["address"] not in _addresses(link):
+        bad.append(f"{link['ifname']} has {_addresses(link)}, expected {c['address']} among them")
+    return bad
+
+
+def check_cloud_init(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """cloud-init ran from the config drive and rendered a networkd file for each NIC."""
+    facts = snap["cloudInit"]
+    bad = []
+    status = facts["status"] if isinstance(facts["status"], dict) else {}
+    if status.get("status") != "done" or status.get("datasource") != c["datasource"]:
+        got = (status.get("status"), status.get("datasource"))
+        bad.append(f"cloud-init status, datasource: {got}, expected ('done', {c['datasource']!r})")
+    text = "\n".join(facts["rendered"].values()).lower()
+    missing = [mac for mac in c["macs"] if mac.lower() not in text]
+    if missing:
+        bad.append(f"no rendered networkd file for {missing} in {sorted(facts['rendered'])}")
+    return bad
+
+
 def check_status(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     """The agent's overall status: converged or not, no metadata errors, claim generations."""
     st = snap["status"]
@@ -362,7 +491,21 @@ CHECKS = {
     "unmanaged": check_unmanaged,
     "status": check_status,
     "share": check_share,
+    "manager": check_manager,
+    "managerLog": check_manager_log,
+    "managedLink": check_managed_link,
+    "cloudInit": check_cloud_init,
 }
+
+
+def act(actions: list[list[str]]) -> list[dict[str, Any]]:
+    """Run a phase's actions (a manager restart, a link flap ...) in order, before it is judged."""
+    out = []
+    for argv in actions:
+        rc, stdout, stderr = run(argv)
+        out.append({"argv": argv, "rc": rc, "output": (stdout + stderr)[-2000:]})
+        time.sleep(1.0)  # let the kernel's and the managers' events out before the next one
+    return out
 
 
 def judge(snap: dict[str, Any], checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -408,6 +551,7 @@ def main() -> int:
         if not wait_for(ctl / f"phase-{phase}.json", ctl / "abort"):
             return 1
         spec = json.loads((ctl / f"phase-{phase}.json").read_text())
+        done = act(spec.get("actions", []))
         started, started_up = time.monotonic(), uptime()
         deadline = started + spec["timeoutSeconds"]
         kinds = {c["kind"] for c in spec["checks"]}
@@ -418,12 +562,19 @@ def main() -> int:
             if ok or time.monotonic() > deadline or (ctl / "abort").exists():
                 break
             time.sleep(POLL_SECONDS)
+        failed = [a for a in done if a["rc"] != 0]  # an action that failed fails the phase
+        verdicts += [
+            {"check": {"kind": "action", "argv": a["argv"]}, "ok": False, "problems": [a["output"]]}
+            for a in failed
+        ]
+        ok = ok and not failed
         write_json(
             out / f"phase-{phase}.json",
             {
                 "name": spec["name"],
                 "final": bool(spec.get("final")),
                 "ok": ok,
+                "actions": done,
                 "verdicts": verdicts,
                 "startedUptime": started_up,
                 "doneUptime": snap["uptime"],
