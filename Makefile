@@ -87,8 +87,12 @@ robustness-long: $(STAMP)  ## (root) the same, long: 10,000 fuzz inputs, five AP
 vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached by recipe hash
 	packaging/vm/build-image.sh
 
+# The package make deb just built in the trixie chroot (KVDEV_E2E_DEB=other.deb tests another).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' agent/kvdev/__init__.py)
+KVDEV_E2E_DEB ?= $(CURDIR)/dist/kvdev_$(VERSION)_all.deb
+
 e2e: $(STAMP) deb vm-image  ## (root) the fresh .deb in a QEMU guest: service, NIC rules, live change, hot-plug
-	KVDEV_E2E=1 $(BIN)/pytest -m e2e tests/e2e
+	KVDEV_E2E_DEB=$(KVDEV_E2E_DEB) KVDEV_E2E=1 $(BIN)/pytest -m e2e tests/e2e
 
 .PHONY: deb deb-chroot deb-host rpm packages check-units test-compat
 

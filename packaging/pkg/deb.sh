@@ -27,16 +27,17 @@ BUILDER=1000  # uid and gid of "builder" in the chroot (build-chroot.sh)
 # inside CHROOT WORK: the build itself, run by the outer half in fresh namespaces.
 inside() {
     local chroot=$1 work=$2
-    local root=$work/root
+    local merged=$work/root
     mount -t overlay overlay \
-        -o "lowerdir=$chroot/root,upperdir=$work/upper,workdir=$work/overlay-work" "$root"
-    mount -t proc proc "$root/proc"
-    mkdir -p "$root/dev/shm"
-    mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+        -o "lowerdir=$chroot/root,upperdir=$work/upper,workdir=$work/overlay-work" "$merged"
+    mount -t proc proc "$merged/proc"
+    mkdir -p "$merged/dev/shm"
+    mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$merged/dev/shm"
     ip link set lo up
     as_builder() {
-        chroot --userspec="$BUILDER:$BUILDER" "$root" /usr/bin/env -i HOME=/build USER=builder \
-            LOGNAME=builder PATH=/usr/bin:/bin LANG=C.UTF-8 "$@"
+        # CI=...: the tests' conftest replays fixed Hypothesis examples in CI, here as well
+        chroot --userspec="$BUILDER:$BUILDER" "$merged" /usr/bin/env -i HOME=/build USER=builder \
+            LOGNAME=builder PATH=/usr/bin:/bin LANG=C.UTF-8 ${CI:+"CI=$CI"} "$@"
     }
     local start
     start=$(date +%s.%N)
@@ -122,6 +123,6 @@ cp "$work/$deb" "$ROOT/dist/$deb"
 
 passed=$(sed -n 's/^\([0-9][0-9]*\) passed.*/\1/p' "$work/build.log" | tail -n 1)
 echo "build-tests-passed=${passed:-0}" >>"$work/timings.txt"
-echo "deb: trixie chroot $(cat "$chroot/build-seconds") s to build, $(tr '\n' ' ' <"$work/timings.txt")" >&2
+echo "deb: build chroot $chroot (made in $(cat "$chroot/build-seconds") s); $(tr '\n' ' ' <"$work/timings.txt")" >&2
 echo "deb: lintian --pedantic: no findings; $(grep -c '^O: ' "$work/lintian.txt" || true) overridden, $(grep -c '^M: ' "$work/lintian.txt" || true) masked by lintian's screens" >&2
 echo "dist/$deb"
