@@ -28,8 +28,13 @@ BUILDER=1000  # uid and gid of "builder" in the chroot (build-chroot.sh)
 inside() {
     local chroot=$1 work=$2
     local merged=$work/root
-    mount -t overlay overlay \
-        -o "lowerdir=$chroot/root,upperdir=$work/upper,workdir=$work/overlay-work" "$merged"
+    if ! mount -t overlay overlay \
+        -o "lowerdir=$chroot/root,upperdir=$work/upper,workdir=$work/overlay-work" "$merged" \
+        2>/dev/null; then
+        echo "deb: overlayfs unavailable here: building in a copy of the chroot" >&2
+        cp -a "$chroot/root/." "$merged/"
+        cp -a "$work/upper/build/." "$merged/build/"
+    fi
     mount -t proc proc "$merged/proc"
     mkdir -p "$merged/dev/shm"
     mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$merged/dev/shm"
@@ -70,6 +75,7 @@ inside() {
         echo "deb: lintian --pedantic (trixie's) found the above: fix them in debian/" >&2
         exit 1
     fi
+    mv "$merged"/build/kvdev_"$VERSION"* "$work/"
 }
 
 elapsed() {  # elapsed START NAME: seconds since START, appended to timings.txt as NAME=...
@@ -112,11 +118,8 @@ chown -R "$BUILDER:$BUILDER" "$work/upper/build"
 unshare --mount --propagation private --pid --net --fork --kill-child \
     "$ROOT/packaging/pkg/deb.sh" --inside "$chroot" "$work"
 
-# The results, out of the overlay's upper layer; the rest of that layer goes.
+# The results are in $work (inside moved them there); the overlay's layers (or the copy) go.
 deb=kvdev_${VERSION}_all.deb
-for built in "$work"/upper/build/kvdev_"$VERSION"*; do
-    mv "$built" "$work/"
-done
 rm -rf "$work/upper" "$work/overlay-work" "$work/root"
 [[ -f $work/$deb ]] || { echo "deb: the build made no $deb (see $work/build.log)" >&2; exit 1; }
 cp "$work/$deb" "$ROOT/dist/$deb"
