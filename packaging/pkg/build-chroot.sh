@@ -15,6 +15,7 @@
 # Prints the chroot directory (root/, packages.txt, build-seconds) as its last line.
 #
 # Usage: packaging/pkg/build-chroot.sh [--force]      (root; needs mmdebstrap)
+#        packaging/pkg/build-chroot.sh --key          the chroot directory it would use, only
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,18 +24,13 @@ cache=${KVDEV_DEB_CACHE:-/var/cache/kvdev-deb}
 mirror=${KVDEV_DEB_MIRROR:-http://deb.debian.org/debian}
 suite=trixie
 
-force=0
+force=0 key_only=0
 case ${1:-} in
 --force) force=1 ;;
+--key) key_only=1 ;;
 "") ;;
-*) echo "usage: $0 [--force]" >&2; exit 2 ;;
+*) echo "usage: $0 [--force | --key]" >&2; exit 2 ;;
 esac
-
-if [[ $(id -u) != 0 ]]; then
-    echo "$0: must run as root (mmdebstrap root mode, chroot)" >&2
-    exit 2
-fi
-command -v mmdebstrap >/dev/null || { echo "$0: mmdebstrap is not installed (apt-get install mmdebstrap)" >&2; exit 2; }
 [[ -f $control ]] || { echo "$0: no $control" >&2; exit 2; }
 
 # build_depends: the source paragraph's Build-Depends* fields, continuation lines included.
@@ -46,6 +42,16 @@ build_depends() {
 
 key=$( { cat "$here/build-chroot.sh"; build_depends; } | sha256sum | cut -c1-16)
 out=$cache/chroot-$key
+if [[ $key_only == 1 ]]; then
+    echo "$out"
+    exit 0
+fi
+
+if [[ $(id -u) != 0 ]]; then
+    echo "$0: must run as root (mmdebstrap root mode, chroot)" >&2
+    exit 2
+fi
+command -v mmdebstrap >/dev/null || { echo "$0: mmdebstrap is not installed (apt-get install mmdebstrap)" >&2; exit 2; }
 if [[ $force == 0 && -f $out/.complete ]]; then
     echo "deb chroot: cached ($out)" >&2
     echo "$out"
