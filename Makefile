@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 # Root targets (network namespaces, a chroot, QEMU): as root they run here; as a user the same
 # command runs them again under sudo. So `make demo` and `make test` work as root in a container
 # without sudo and as a user with sudo. Every other target runs as whoever calls it.
-ROOT_GOALS := demo test e2e vm-image test-compat bench bench-api robustness robustness-long
+ROOT_GOALS := demo test e2e vm-image deb deb-chroot packages test-compat bench bench-api robustness
+ROOT_GOALS += robustness-long
 ifneq ($(shell id -u),0)
 ifneq ($(filter $(ROOT_GOALS),$(MAKECMDGOALS)),)
 AS_ROOT := sudo
@@ -86,13 +87,25 @@ robustness-long: $(STAMP)  ## (root) the same, long: 10,000 fuzz inputs, five AP
 vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached by recipe hash
 	packaging/vm/build-image.sh
 
+# The package make deb just built in the trixie chroot (KVDEV_E2E_DEB=other.deb tests another).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' agent/kvdev/__init__.py)
+KVDEV_E2E_DEB ?= $(CURDIR)/dist/kvdev_$(VERSION)_all.deb
+
 e2e: $(STAMP) deb vm-image  ## (root) the fresh .deb in a QEMU guest: service, NIC rules, live change, hot-plug
-	KVDEV_E2E=1 $(BIN)/pytest -m e2e tests/e2e
+	KVDEV_E2E_DEB=$(KVDEV_E2E_DEB) KVDEV_E2E=1 $(BIN)/pytest -m e2e tests/e2e
 
-.PHONY: deb rpm packages check-units test-compat
+.PHONY: deb deb-chroot deb-host rpm packages check-units test-compat
 
-deb: $(STAMP)  ## dist/kvdev_<version>_all.deb from a clean copy of the tree, lintian-checked
+# The .deb CI and the e2e install: built as Debian builds it, in a trixie chroot.
+deb: $(STAMP)  ## (root) dist/kvdev_<version>_all.deb built in a Debian 13 chroot: tests, lintian --pedantic
 	packaging/pkg/deb.sh
+	KVDEV_DEB_BUILD=build/pkg/deb $(BIN)/pytest -q -p no:cacheprovider tests/packaging/test_deb.py
+
+deb-chroot:  ## (root) only that build chroot: mmdebstrap, build deps preinstalled, cached by recipe hash
+	packaging/pkg/build-chroot.sh
+
+deb-host: $(STAMP)  ## a developer .deb built on this host, no root (Debian 12: no build tests, units in /lib)
+	packaging/pkg/deb-host.sh
 
 rpm: $(STAMP)  ## dist/kvdev-<version>-1.noarch.rpm (a smoke build off Fedora), rpmlint-checked
 	packaging/pkg/rpm.sh

@@ -1,6 +1,8 @@
-# Shared by deb.sh and rpm.sh (sourced, not run): the version, a clean copy of the tree, and
-# a newer setuptools for hosts whose own is too old for pyproject.toml (PEP 639 licence needs
-# setuptools >= 77, which needs packaging >= 24.2; Debian 12 has 66 and 23.0).
+# shellcheck shell=bash disable=SC2034 # sourced: its variables are the sourcing script's
+# Shared by deb.sh, deb-host.sh and rpm.sh (sourced, not run): the version, a clean copy of the
+# tree, and (for the two host builds) a newer setuptools for hosts whose own is too old for
+# pyproject.toml (PEP 639 licence needs setuptools >= 77, which needs packaging >= 24.2;
+# Debian 12 has 66 and 23.0).
 # Must not touch the working tree outside build/ and dist/.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -4,6 +4,7 @@
 # Off Fedora this is a smoke build (the spec's fallbacks; --nodeps, the rpm database is empty):
 # it proves the spec parses, builds and lists every file, not that Fedora can install it.
 set -euo pipefail
+# shellcheck source=common.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/common.sh"
 
 command -v rpmbuild >/dev/null 2>&1 || { echo "rpm: no rpmbuild: apt-get install rpm rpmlint" >&2; exit 1; }
