@@ -7,46 +7,29 @@ the example's GPU (pinned to guest PCI 0000:09:00.0, which this guest does not h
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from kvdev.guest.adapters import marks as mark_files
 from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core.marks import mac_mark, pci_mark
-from kvdev.guest.core.observed import Link, NetState, Route
+from kvdev.guest.core.observed import Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
+from memlab import MACS, example_config, example_kernel
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
-MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
 STRANGER = "02:00:00:99:99:99"
 GPU_PIN = "0000:09:00.0"
 EXPECTED = {*(mac_mark(m) for m in MACS.values()), pci_mark(GPU_PIN)}
 
 
-def kernel(*extra: Link, routes: tuple[Route, ...] = ()) -> MemoryNetlink:
-    links = tuple(
-        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth", max_mtu=65535)
-        for i, mac in MACS.items()
-    )
+def kernel(*, routes: tuple[Route, ...] = (), leave_out: frozenset[int] = frozenset()):
     stranger = Link(ifindex=9, ifname="eth9", mac=STRANGER, kind="veth")
-    return MemoryNetlink(NetState((*links, stranger, *extra), routes=routes))
+    return example_kernel(stranger, routes=routes, leave_out=leave_out)
 
 
 @pytest.fixture
 def cfg(tmp_path):
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    drive = tmp_path / "meta_data.json"
-    shutil.copy(EXAMPLES / "config-drive/openstack/latest/meta_data.json", drive)
-    return AgentConfig(
-        metadata_root=tree,
-        config_drive=drive,
-        state_dir=tmp_path / "state",
-        link_dir=tmp_path / "network",
-        match_kinds=("veth",),
-    )
+    return example_config(tmp_path)
 
 
 def on_disk(cfg):
@@ -92,15 +75,7 @@ def test_the_primary_nic_is_never_marked(cfg):
 
 def test_a_missing_device_is_marked_by_its_mac_until_a_link_has_it(cfg):
     # nic-2 is matched by its MAC only: without the link it is Missing, marked by that MAC
-    k = MemoryNetlink(
-        NetState(
-            tuple(
-                Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth", max_mtu=65535)
-                for i, mac in MACS.items()
-                if i != 2
-            )
-        )
-    )
+    k = kernel(leave_out=frozenset({2}))
     converge(Reconciler(cfg, k, scan_devices=tuple))
     assert mac_mark(MACS[2]) in on_disk(cfg)
 

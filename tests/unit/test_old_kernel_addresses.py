@@ -6,46 +6,25 @@ Debian 13's 6.12), so this is the pure test the logic gets. The example tree giv
 10.1.0.5/24; the tests move it to 10.1.0.9/24 while an admin's 10.9.9.9/24 sits on the link.
 """
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from kvdev.guest.adapters import address_journal
-from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core import steps as s
-from kvdev.guest.core.observed import Address, Link, NetState
+from kvdev.guest.core.observed import Address, NetState
 from kvdev.guest.reconciler import Reconciler, converge
+from memlab import example_config, example_kernel
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
-MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
 NIC1 = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"
 ADMIN = Address(1, "10.9.9.9/24", None)  # an admin's, from a kernel that keeps no protocol
 
 
-def old_kernel(*, ifa_proto: bool = False) -> MemoryNetlink:
-    links = tuple(
-        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth", max_mtu=65535)
-        for i, mac in MACS.items()
-    )
-    return MemoryNetlink(NetState(links, addresses=(ADMIN,)), ifa_proto=ifa_proto)
+def old_kernel(*, ifa_proto: bool = False):
+    return example_kernel(addresses=(ADMIN,), ifa_proto=ifa_proto)
 
 
 @pytest.fixture
 def cfg(tmp_path):
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    shutil.rmtree(tree / "resourceclaims/vm1-devices/gpu")
-    drive = tmp_path / "meta_data.json"
-    shutil.copy(EXAMPLES / "config-drive/openstack/latest/meta_data.json", drive)
-    return AgentConfig(
-        metadata_root=tree,
-        config_drive=drive,
-        state_dir=tmp_path / "state",
-        link_dir=tmp_path / "network",
-        match_kinds=("veth",),
-    )
+    return example_config(tmp_path, gpu=False)
 
 
 def move_address(cfg):
