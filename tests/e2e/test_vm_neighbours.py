@@ -14,6 +14,9 @@ start, its restart, an admin and a carrier flap, and carry kvdev's udev marks, w
 manager calls them unmanaged and never logs acting on them; the spare NIC stays the manager's
 (it configures it, and its log shows it). Then a described NIC is hot-plugged: configured by
 kvdev, and never acted on by the manager, not even before kvdev renamed it (its log again).
+Then the driver's network data for nic-mac loses its MAC, so nothing binds it any more: kvdev
+lets ens17 go, unmarks it at run time (through kvdev-udev-marks.path), and the manager takes it.
+Last, the MAC comes back: kvdev takes ens17 back from the running manager, which lets it go.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ ROWS = (
     ("manager restart -> held", "restart"),
     ("admin + carrier flap -> held", "flap"),
     ("hot-plug -> NIC configured, untouched", "hotplug"),
+    ("nic-mac let go -> unmarked, the manager's", "release"),
+    ("nic-mac described again -> kvdev's again", "retake"),
     ("VM lifetime (start to power-off)", "vm"),
 )
 
@@ -350,6 +355,61 @@ def test_4_hotplug_described_nic(boot):
             link(NIC_HOT, "dhot0", 1500, ["203.0.113.18/24"]),
             {"kind": "status", "converged": True},
         ],
-        final=True,
     )
     r.times["hotplug"] = time.monotonic() - t
+
+
+def test_5_a_nic_kvdev_lets_go_goes_back_to_the_manager(boot):
+    r = boot.run
+    r.require_guest("release")
+    assert r.host is not None
+    t = time.monotonic()
+    r.host.update("network-data-release.yaml", "plan-neighbours.yaml")
+    n = boot.neighbour
+    r.phase(
+        "nic-mac let go",
+        [
+            {**device(NIC_MAC, NIC_MAC.kernel_name), "phase": "Missing", "interface": None},
+            device(NIC_PCI, "dpci0"),
+            device(NIC_HOT, "dhot0"),
+            {
+                "kind": "manager",
+                "manager": n.manager,
+                "unmanaged": [NIC_PCI.mac, NIC_HOT.mac],
+                "managed": [NIC_SPARE.mac, NIC_MAC.mac],
+            },
+            {"kind": "status", "minGeneration": {CLAIM: 2}},
+        ],
+    )
+    r.times["release"] = time.monotonic() - t
+
+
+def test_6_kvdev_takes_a_nic_back_from_the_running_manager(boot):
+    r = boot.run
+    r.require_guest("retake")
+    assert r.host is not None
+    t = time.monotonic()
+    r.host.update("network-data-2.yaml", "plan-neighbours.yaml")  # the MAC again, a new IPv4
+    n = boot.neighbour
+    # The manager may have left an address of its own on ens17 while it had it (cloud-init's
+    # static one): kvdev never removes what it did not add, so only kvdev's are asserted here.
+    r.phase(
+        "nic-mac described again",
+        [
+            device(NIC_MAC, NIC_MAC.kernel_name),
+            {
+                "kind": "manager",
+                "manager": n.manager,
+                "unmanaged": [NIC_PCI.mac, NIC_HOT.mac, NIC_MAC.mac],
+                "managed": [NIC_SPARE.mac],
+            },
+            {
+                "kind": "managedLink",
+                "mac": NIC_MAC.mac,
+                "address": "198.51.100.12/24",
+            },
+            {"kind": "status", "minGeneration": {CLAIM: 3}, "converged": True},
+        ],
+        final=True,
+    )
+    r.times["retake"] = time.monotonic() - t

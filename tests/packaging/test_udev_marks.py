@@ -12,6 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging" / "libexec" / "kvdev-udev-marks"
 
@@ -44,6 +46,16 @@ esac
 """
 
 
+FAKE_NMCLI = r"""#!/bin/sh
+# nmcli -t -f RUNNING general | nmcli device set NAME managed yes|no
+case $1 in
+-t) echo "$FAKE_NM_RUNNING" ;;
+device) echo "$*" >>"$FAKE_UDEV_DB/nmcli" ;;
+*) exit 64 ;;
+esac
+"""
+
+
 class Box:
     def __init__(self, tmp: Path) -> None:
         self.sys, self.db, self.marks, self.bin = (tmp / d for d in ("sys", "db", "marks", "bin"))
@@ -60,6 +72,16 @@ class Box:
         (where / "address").write_text(mac + "\n")
         (self.db / name).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
+    def network_manager(self, state: str) -> None:
+        """An nmcli on PATH whose NetworkManager is ``state`` (running, or anything else)."""
+        (self.bin / "nmcli").write_text(FAKE_NMCLI)
+        (self.bin / "nmcli").chmod(0o755)
+        self.nm_state = state
+
+    def told_network_manager(self) -> list[str]:
+        log = self.db / "nmcli"
+        return log.read_text().splitlines() if log.exists() else []
+
     def run(self) -> tuple[list[str], str]:
         (self.db / "triggered").unlink(missing_ok=True)
         env = {
@@ -69,6 +91,7 @@ class Box:
             "KVDEV_MARK_DIR": str(self.marks),
             "FAKE_UDEV_DB": str(self.db),
             "FAKE_MARKS": str(self.marks),
+            "FAKE_NM_RUNNING": getattr(self, "nm_state", ""),
         }
         done = subprocess.run(
             [str(SCRIPT)], env=env, capture_output=True, text=True, check=False, timeout=60
@@ -106,3 +129,21 @@ def test_no_mark_directory_unmarks_what_udev_still_marks(tmp_path):
     box.link("ens16", "52:54:00:00:00:10", KVDEV_MANAGED="1")
     box.link("ens17", "52:54:00:00:00:11")
     assert box.run()[0] == ["ens16"]
+
+
+@pytest.mark.parametrize("state", ["running", "asleep"])
+def test_a_running_network_manager_is_told_of_each_changed_link_and_only_then(tmp_path, state):
+    box = Box(tmp_path)
+    box.network_manager(state)
+    box.link("ens16", "52:54:00:00:00:10")  # newly kvdev's
+    box.link("ens17", "52:54:00:00:00:11", KVDEV_MANAGED="1")  # let go
+    box.link("ens18", "52:54:00:00:00:12")  # nobody's: not a word about it
+    (box.marks / "mac-52:54:00:00:00:10").touch()
+    box.run()
+    told = box.told_network_manager()
+    if state == "running":
+        assert told == ["device set ens16 managed no", "device set ens17 managed yes"]
+    else:
+        assert told == []
+    box.run()  # nothing changed: nothing to tell
+    assert box.told_network_manager() == told

@@ -13,7 +13,7 @@ import pytest
 from kvdev.guest.adapters import marks as mark_files
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.core.marks import mac_mark, pci_mark
-from kvdev.guest.core.observed import Link, Route
+from kvdev.guest.core.observed import GuestDevice, Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from memlab import MACS, example_config, example_kernel
 
@@ -113,3 +113,14 @@ def test_sync_touches_only_mark_names(tmp_path):
     assert (added, removed) == ({"pci-0000:00:10.0"}, {"mac-02:00:00:00:00:01"})
     assert sorted(p.name for p in d.iterdir()) == ["README", "pci-0000:00:10.0"]
     assert (d / "pci-0000:00:10.0").read_bytes() == b""
+
+
+def test_a_bound_device_whose_link_is_not_there_yet_keeps_its_mark(cfg):
+    # a hot-plug: udev already shows the PCI function the hints pin, its link is still on its way
+    # (being named): the pin's mark must stay, or the helper would unmark the NIC in between
+    gpu = GuestDevice(pci_address=GPU_PIN, vendor_id="10de", device_id="20b0", class_id="030200")
+    r = Reconciler(cfg, kernel(), scan_devices=lambda: (gpu,))
+    converge(r)
+    statuses = {d.ref.split("/")[-1]: d.phase.value for d in r.reconcile().status.devices}
+    assert statuses["gpu-vfio-0"] == "Configured"  # bound by its pin, nothing to configure
+    assert pci_mark(GPU_PIN) in on_disk(cfg)

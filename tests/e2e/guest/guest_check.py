@@ -412,7 +412,7 @@ def check_manager_log(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 
 def check_managed_link(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    """A NIC kvdev does not manage, as its manager configured it: up, with its address."""
+    """A NIC as whoever manages it configured it: up, with this address among its own."""
     link = _link_by_mac(snap, c["mac"])
     if link is None:
         return [f"no single link with MAC {c['mac']}"]

@@ -12,8 +12,11 @@ What is marked:
   share one ``ID_PATH``, so they are marked by MAC only);
 * a described device that is ``Missing`` (not yet plugged in), by what would bind it -- the
   hints' pinned PCI address, the hints' MAC, or the metadata's MAC -- so that a hot-plugged NIC
-  is marked by udev's own "add" event, before any other manager sees it, unless a present link
-  has that MAC or address (it is not kvdev's, or it would be bound).
+  is marked by udev's own "add" event, before any other manager sees it, unless a guest device
+  the agent sees has that MAC or address (it is not kvdev's, or it would be bound);
+* a device bound to a guest device whose link is not there yet (a hot-plugged NIC while udev
+  still names it, or is still renaming it): by the same keys, so that its mark never goes away
+  in between.
 
 Never marked: a link no device describes, one whose binding is ambiguous or invalid, and the
 primary NIC the safety policy refuses (no ``Desired``): those stay their managers'.
@@ -45,19 +48,17 @@ def wanted(matching: Matching, configured: Iterable[int], state: NetState) -> fr
     """The marks that should exist: ``configured`` are the ifindexes kvdev configures."""
     ours = set(configured)
     out: set[str] = set()
-    present_macs = {lk.mac for lk in state.links if lk.mac} | {
-        lk.permanent_mac for lk in state.links if lk.permanent_mac
-    }
-    present_pci: set[str] = set()
+    # What the agent sees of the guest (udev and netlink merged): a link the kernel has but udev
+    # has not finished with is not in it yet, and must not count as "someone else's".
+    seen = [b.guest for b in matching.bindings if b.guest is not None] + list(matching.unmanaged)
+    present_pci = {g.pci_address for g in seen if g.pci_address}
+    present_macs = {m for g in seen for n in g.nics for m in (n.mac, n.permanent_mac) if m}
     for b in matching.bindings:
-        if b.guest is not None and b.guest.pci_address:
-            present_pci.add(b.guest.pci_address)
-    for g in matching.unmanaged:
-        if g.pci_address:
-            present_pci.add(g.pci_address)
-    for b in matching.bindings:
-        if b.state is MatchState.BOUND:
-            out.update(_bound(b, ours, state))
+        nic = b.nic if b.state is MatchState.BOUND else None
+        if nic is not None and state.link(nic.ifindex) is not None:
+            out.update(_bound(b, ours, state))  # configured, or refused (the primary NIC)
+        elif b.state is MatchState.BOUND:
+            out.update(_awaited(b, set(), set()))  # its link is on its way
         elif b.state is MatchState.MISSING:
             out.update(_awaited(b, present_macs, present_pci))
     return frozenset(out)
