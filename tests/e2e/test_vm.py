@@ -31,17 +31,12 @@ from typing import Any
 
 import e2e_host
 import pytest
-from e2e_qemu import Guest, Nic, Vm
+from e2e_nics import BOOT_NICS, CLAIM, NIC_HOT, NIC_MAC, NIC_PCI, NIC_SPARE, REQUEST, device, link
+from e2e_qemu import Guest, Vm
 from e2e_run import Run, shutdown, summarize
 
 pytestmark = pytest.mark.e2e
 
-CLAIM, REQUEST = "vm1-nics", "nics"
-NIC_PCI = Nic("nic-pci", 0x10, "52:54:00:e2:00:10")
-NIC_MAC = Nic("nic-mac", 0x11, "52:54:00:e2:00:11")
-NIC_SPARE = Nic("spare", 0x12, "52:54:00:e2:00:12")
-NIC_HOT = Nic("nic-hot", 0x18, "52:54:00:e2:00:18")
-BOOT_NICS = [NIC_PCI, NIC_MAC, NIC_SPARE]
 
 MAX_EXPOSURE = 1.6  # systemd-analyze security on the guest's own systemd (257)
 
@@ -56,21 +51,6 @@ ROWS = (
     ("VM lifetime (start to power-off)", "vm"),
     ("e2e total: image, disk, boot, phases", "total"),
 )
-
-
-def device(nic: Nic, phase: str, **expect: Any) -> dict[str, Any]:
-    return {
-        "kind": "device",
-        "claim": CLAIM,
-        "request": REQUEST,
-        "device": nic.id,
-        "phase": phase,
-        **expect,
-    }
-
-
-def link(nic: Nic, ifname: str, mtu: int, addresses: list[str]) -> dict[str, Any]:
-    return {"kind": "link", "mac": nic.mac, "ifname": ifname, "mtu": mtu, "addresses": addresses}
 
 
 UNMANAGED = {

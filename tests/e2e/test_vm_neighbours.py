@@ -35,17 +35,12 @@ from typing import Any
 import e2e_host
 import pytest
 from e2e_host import Secret, Symlink
+from e2e_nics import BOOT_NICS, CLAIM, NIC_HOT, NIC_MAC, NIC_PCI, NIC_SPARE, device, link
 from e2e_qemu import Guest, Nic, Vm
 from e2e_run import Run, shutdown, summarize
 
 pytestmark = pytest.mark.e2e
 
-CLAIM, REQUEST = "vm1-nics", "nics"
-NIC_PCI = Nic("nic-pci", 0x10, "52:54:00:e2:00:10")
-NIC_MAC = Nic("nic-mac", 0x11, "52:54:00:e2:00:11")
-NIC_SPARE = Nic("spare", 0x12, "52:54:00:e2:00:12")
-NIC_HOT = Nic("nic-hot", 0x18, "52:54:00:e2:00:18")
-BOOT_NICS = [NIC_PCI, NIC_MAC, NIC_SPARE]
 UNITS = "/usr/lib/systemd/system"
 FIRST_PHASE_TIMEOUT = 300.0  # cloud-init's four stages under TCG take minutes
 
@@ -249,19 +244,8 @@ def boot(request, e2e_summary) -> Iterator[Boot]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def device(nic: Nic, interface: str) -> dict[str, Any]:
-    return {
-        "kind": "device",
-        "claim": CLAIM,
-        "request": REQUEST,
-        "device": nic.id,
-        "phase": "Configured",
-        "interface": interface,
-    }
-
-
-def link(nic: Nic, ifname: str, mtu: int, addresses: list[str]) -> dict[str, Any]:
-    return {"kind": "link", "mac": nic.mac, "ifname": ifname, "mtu": mtu, "addresses": addresses}
+def configured(nic: Nic, interface: str) -> dict[str, Any]:
+    return device(nic, "Configured", interface=interface)
 
 
 # Every name each NIC had: the manager's log must not show it acting on any of them.
@@ -281,8 +265,8 @@ def held(b: Boot, *, hot: bool = False) -> list[dict[str, Any]]:
     if n.spare_address:
         spare["address"] = n.spare_address
     return [
-        device(NIC_PCI, "dpci0"),
-        device(NIC_MAC, NIC_MAC.kernel_name),
+        configured(NIC_PCI, "dpci0"),
+        configured(NIC_MAC, NIC_MAC.kernel_name),
         link(NIC_PCI, "dpci0", 1400, ["192.0.2.10/24"]),
         link(NIC_MAC, NIC_MAC.kernel_name, 9000, ["198.51.100.11/24", "2001:db8:e2e::11/64"]),
         {"kind": "manager", "manager": n.manager, "unmanaged": ours, "managed": [NIC_SPARE.mac]},
@@ -351,7 +335,7 @@ def test_4_hotplug_described_nic(boot):
         "described NIC hot-plugged",
         [
             *held(boot, hot=True),
-            device(NIC_HOT, "dhot0"),
+            configured(NIC_HOT, "dhot0"),
             link(NIC_HOT, "dhot0", 1500, ["203.0.113.18/24"]),
             {"kind": "status", "converged": True},
         ],
@@ -369,9 +353,9 @@ def test_5_a_nic_kvdev_lets_go_goes_back_to_the_manager(boot):
     r.phase(
         "nic-mac let go",
         [
-            {**device(NIC_MAC, NIC_MAC.kernel_name), "phase": "Missing", "interface": None},
-            device(NIC_PCI, "dpci0"),
-            device(NIC_HOT, "dhot0"),
+            device(NIC_MAC, "Missing", interface=None),
+            configured(NIC_PCI, "dpci0"),
+            configured(NIC_HOT, "dhot0"),
             {
                 "kind": "manager",
                 "manager": n.manager,
@@ -396,7 +380,7 @@ def test_6_kvdev_takes_a_nic_back_from_the_running_manager(boot):
     r.phase(
         "nic-mac described again",
         [
-            device(NIC_MAC, NIC_MAC.kernel_name),
+            configured(NIC_MAC, NIC_MAC.kernel_name),
             {
                 "kind": "manager",
                 "manager": n.manager,
