@@ -166,7 +166,14 @@ class Lab:
             if f"MACAddress={mac(i)}" not in text or f"Name={name}\n" not in text:
                 found.append(f"{file}: missing or wrong ({text!r})")
         states = sorted(p.name for p in self.state_dir.iterdir()) if self.state_dir.is_dir() else []
-        found += [f"stray file in the state dir: {n}" for n in states if n != "status.json"]
+        found += [
+            f"stray file in the state dir: {n}" for n in states if n not in {"status.json", "marks"}
+        ]
+        marks = self.state_dir / "marks"
+        have = sorted(p.name for p in marks.iterdir()) if marks.is_dir() else []
+        want_marks = sorted(f"mac-{mac(i)}" for i in self.want)  # core.marks: one per link
+        if have != want_marks:
+            found.append(f"link marks {have}, expected {want_marks}")
         status = _load(self.state_dir / "status.json")
         phases = {d["ref"]: (d["phase"], d["interface"]) for d in status.get("devices", [])}
         for i, want in self.want.items():
