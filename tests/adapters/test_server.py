@@ -453,3 +453,126 @@ def test_a_supplementary_group_is_known_without_proc(serve, monkeypatch):
         shutil.rmtree(directory)
     (got_get, _), (got_post, _) = json.loads(out)
     assert (got_get, got_post) == (200, 403)
+
+
+HOLDER = """
+import json, socket, sys
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    held.append(s)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b"GET /x HTTP/1.1\\r\\nHost: k\\r\\nConnection: close\\r\\n\\r\\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+print(json.dumps({"status": int(data.split()[1]), "retry": b"retry-after: 1" in data.lower()}))
+sys.stdout.flush()
+sys.stdin.read()  # hold them until the test is done
+"""
+
+
+def test_one_uid_holds_at_most_its_share_and_neither_another_uid_nor_root_is_locked_out(serve):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
+    limits = Limits(max_connections=16, root_reserve=4, per_uid=5, request_timeout=30.0)
+    holder = None
+    try:
+        directory.chmod(0o755)
+        server = serve(directory / "agent.sock", limits=limits, group="nogroup", mode=0o666)
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
+        holder = subprocess.Popen(
+            [*as_nobody, "-c", HOLDER, server.address, "5"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None
+        # nobody holds its 5: its sixth is refused, busy, with Retry-After
+        assert json.loads(holder.stdout.readline()) == {"status": 503, "retry": True}
+        other = ["setpriv", "--reuid=65533", "--regid=nogroup", "--clear-groups", python]
+        answer = json.loads(run(*other, "-c", HOLDER, server.address, "0"))
+        assert answer["status"] == 200  # another uid still gets in (then its script returns)
+        assert call(server.address)[0] == 200  # and root
+    finally:
+        if holder is not None:
+            holder.communicate("", timeout=10)
+        shutil.rmtree(directory)
+
+
+def test_other_uids_leave_root_its_reserve(serve):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
+    limits = Limits(max_connections=8, root_reserve=2, per_uid=100, request_timeout=30.0)
+    holder = None
+    try:
+        directory.chmod(0o755)
+        server = serve(directory / "agent.sock", limits=limits, group="nogroup", mode=0o666)
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
+        holder = subprocess.Popen(
+            [*as_nobody, "-c", HOLDER, server.address, "6"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None
+        assert json.loads(holder.stdout.readline())["status"] == 503  # 8 - 2 for root: full
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as held:
+            held.connect(server.address)  # root takes one reserved slot
+            assert call(server.address)[0] == 200  # and the other, for this request
+    finally:
+        if holder is not None:
+            holder.communicate("", timeout=10)
+        shutil.rmtree(directory)
+
+
+BOUND = """
+import json, resource, sys
+from kvdev.guest.api.httpconn import FD_RESERVE, Limits, connection_bound
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+bound = connection_bound(Limits(max_connections=int(sys.argv[3])))
+print(json.dumps([bound, resource.getrlimit(resource.RLIMIT_NOFILE)[0], FD_RESERVE]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "wanted", "bound", "soft_after"),
+    [
+        (200, 200, 4096, 200 - 64, 200),  # cannot raise: what the fd limit leaves
+        (200, 1000, 4096, 1000 - 64, 1000),  # raised as far as the hard limit allows
+        (200, 10000, 300, 300, 364),  # raised just enough
+        (10000, 10000, 300, 300, 10000),  # never lowered
+    ],
+)
+def test_the_connection_bound_follows_the_open_file_limit(soft, hard, wanted, bound, soft_after):
+    out = run(sys.executable, "-c", BOUND, str(soft), str(hard), str(wanted))
+    assert json.loads(out) == [bound, soft_after, 64]
+
+
+def test_many_idle_connections_are_held_and_all_answered(serve):
+    server = serve(limits=Limits(max_connections=300, request_timeout=30.0))
+    idle = []
+    try:
+        for _ in range(250):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(server.address)
+            idle.append(s)
+        assert raw(server.address, CLOSE)[0] == 200  # the 251st is served at once
+        for s in idle:  # and each idle one, when it asks
+            s.sendall(CLOSE)
+        statuses = set()
+        for s in idle:
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            statuses.add(int(data.split()[1]))
+        assert statuses == {200}
+    finally:
+        for s in idle:
+            s.close()

@@ -1,7 +1,8 @@
 """One side of the agent's API socket: HTTP/1.1 connections, their limits and access policy.
 
 It owns the request and response values the handler sees, the parsing (h11), keep-alive, the
-size and time limits, the connection caps (503; a few kept for root), the peer's credentials
+size and time limits, the connection caps (503: a bound set by the fd limit, a share per uid,
+a reserve kept for root; see ``Limits``), the peer's credentials
 (SO_PEERCRED plus /proc groups), the read-for-the-group / write-for-root policy, and the
 handler call (500 on a crash, cancelled when the client hangs up). It runs inside the asyncio
 loop ``server`` starts. A peer's groups come from the kernel (SO_PEERGROUPS), else from
@@ -16,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import http
 import json
 import logging
+import resource
 import select
 import socket
 import struct
@@ -78,14 +81,44 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one client may make the server hold (sizes in bytes, times in seconds)."""
+    """What one client may make the server hold (sizes in bytes, times in seconds).
 
-    max_connections: int = 64
-    root_reserve: int = 8  # of those, root's alone (at most a quarter): no uid locks root out
+    Connections: at most ``max_connections`` at once, lowered to what the open-file limit
+    leaves (``connection_bound``); of those, the last ``root_reserve`` are root's alone, and
+    one other uid may hold at most ``per_uid``. An idle or slow connection costs a few KB (its
+    task, coroutine frames and h11 state: measured by tests/bench/bench_api.py) and is cut after
+    ``request_timeout`` (no complete request head and body: 408) or ``keepalive_timeout``
+    (nothing asked after an answer: closed): no uid can take the slots another needs.
+    """
+
+    max_connections: int = 2048
+    root_reserve: int = 64  # of those, root's alone (at most a quarter): no uid locks root out
+    per_uid: int = 512  # what one uid other than root may hold at once
     max_header_bytes: int = 8192
     max_body_bytes: int = 4096
     request_timeout: float = 5.0
     keepalive_timeout: float = 10.0
+
+
+FD_RESERVE = 64  # descriptors kept for everything but API connections (netlink, inotify, ...)
+
+
+def connection_bound(limits: Limits) -> int:
+    """``limits.max_connections``, lowered to the open-file limit less ``FD_RESERVE``.
+
+    The soft limit is first raised toward the hard one when it is lower than needed (a
+    seccomp filter or a container may refuse: then the soft limit is what we have).
+    """
+    want = limits.max_connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        raised = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return limits.max_connections
+    return max(1, min(limits.max_connections, soft - FD_RESERVE))
 
 
 def error_response(
@@ -170,7 +203,8 @@ class Connections:
         self._handler, self._limits, self._group_gid = handler, limits, group_gid
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._others: set[asyncio.Task[None]] = set()  # the tasks serving non-root peers
+        self._held: dict[int, int] = {}  # uid other than root -> connections it holds
+        self.bound = connection_bound(limits)
         # A peer that closed completely raises EPOLLHUP; one that only shut down writing
         # (and still waits for its answer) does not. Both look like EOF to recv().
         self._epoll = select.epoll()
@@ -205,11 +239,10 @@ class Connections:
     async def accept(self, listener: socket.socket) -> None:
         """Accept forever; past the limits answer 503 and close at once.
 
-        At most ``max_connections`` at a time, of which other uids than root may hold all
-        but ``root_reserve``: a local user holding connections open cannot lock root out.
+        At most ``bound`` connections at a time; other uids than root may hold all but the
+        reserve (``root_reserve``, at most a quarter), and each of them ``per_uid``: a local
+        user holding connections open locks out neither root nor another user.
         """
-        limits = self._limits
-        others_max = limits.max_connections - min(limits.root_reserve, limits.max_connections // 4)
         while True:
             try:
                 conn, _ = await self._loop.sock_accept(listener)
@@ -217,19 +250,35 @@ class Connections:
                 logger.warning("accepting a connection failed: %s", e)
                 await asyncio.sleep(0.1)
                 continue
-            root = _uid_of(conn) == 0
-            full = len(self._tasks) >= limits.max_connections or (
-                not root and len(self._others) >= others_max
-            )
-            if full:
+            uid = _uid_of(conn)
+            if uid is None:  # gone before we looked
+                conn.close()
+                continue
+            if not self._admits(uid):
                 _refuse(conn)
                 continue
             task = self._loop.create_task(self._serve(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            if not root:
-                self._others.add(task)
-                task.add_done_callback(self._others.discard)
+            if uid != 0:
+                self._held[uid] = self._held.get(uid, 0) + 1
+                task.add_done_callback(functools.partial(self._release, uid))
+
+    def _admits(self, uid: int) -> bool:
+        """Whether a new connection of ``uid`` fits the limits (see ``accept``)."""
+        if len(self._tasks) >= self.bound:
+            return False
+        if uid == 0:
+            return True
+        limits = self._limits
+        others_max = self.bound - min(limits.root_reserve, self.bound // 4)
+        others = sum(self._held.values())
+        return others < others_max and self._held.get(uid, 0) < limits.per_uid
+
+    def _release(self, uid: int, _task: object) -> None:
+        left = self._held.pop(uid) - 1
+        if left:
+            self._held[uid] = left
 
     async def _serve(self, sock: socket.socket) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self._limits.max_header_bytes)
@@ -388,9 +437,15 @@ class Connections:
                 return
 
 
+_BUSY = error_response(503, "too many connections; try again", (("Retry-After", "1"),))
+
+
 def _refuse(conn: socket.socket) -> None:
-    """503 and close at once; input already queued is read so the client gets no reset."""
-    answer = _render(h11.Connection(h11.SERVER), error_response(503, "too many connections"))
+    """503 and close at once; input already queued is read so the client gets no reset.
+
+    The answer says ``Retry-After``: ``kvdev`` asks again within its timeout.
+    """
+    answer = _render(h11.Connection(h11.SERVER), _BUSY)
     with conn, contextlib.suppress(OSError):
         conn.send(answer)
         for _ in range(4):
