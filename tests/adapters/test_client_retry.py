@@ -12,7 +12,7 @@ from kvdev.guest.cli.client import AgentBusyError, Client
 ONE = Limits(max_connections=1, request_timeout=30.0)  # one slot, no reserve (a quarter of 1)
 
 
-async def handler(request: Request) -> Response:
+def handler(request: Request) -> Response:
     return Response(200, {"path": request.path})
 
 
@@ -41,13 +41,13 @@ def test_a_busy_503_is_asked_again_until_a_slot_frees(server):
 
     def counted(*args):
         attempts.append(time.monotonic())
-        if len(attempts) == 3:  # free the slot after the third refusal
+        if len(attempts) == 3:  # free the slot after two refusals
             held.close()
         return once(*args)
 
     client._once = counted
     assert client.get("/x") == {"path": "/x"}
-    assert len(attempts) >= 4  # three 503s, then the answer
+    assert len(attempts) >= 3  # two 503s (or one more, if the close is seen late), the answer
     print(f"answered on attempt {len(attempts)}")
 
 
@@ -67,7 +67,7 @@ def test_a_busy_503_past_the_timeout_is_reported_busy(server):
 
 
 def test_a_503_without_retry_after_is_returned_at_once(tmp_path):
-    async def not_ready(_request: Request) -> Response:
+    def not_ready(_request: Request) -> Response:
         return Response(503, {"message": "no first pass yet"})
 
     server = Server(not_ready, path=tmp_path / "agent.sock", limits=ONE)

@@ -262,6 +262,68 @@ def bench_start(count: int, work: Path) -> dict[str, Any]:
         }
 
 
+# What the agent imports, in the order it needs them: each step adds its modules to the last.
+FLOOR_STEPS = (
+    ("interpreter", "pass"),
+    ("stdlib the agent uses", "import argparse, json, logging, dataclasses, pathlib, selectors"),
+    ("asyncio (loads ssl)", "import asyncio"),
+    ("pyroute2 (0.9: its __init__)", "import pyroute2"),
+    ("pydantic", "import pydantic"),
+    ("kvdev.schema models", "import kvdev.schema.documents, kvdev.schema.configdrive"),
+    ("pyudev", "import pyudev"),
+    ("watchdog", "import watchdog.observers"),
+    ("psutil", "import psutil"),
+    ("h11", "import h11"),
+    ("the agent (kvdev.guest.__main__)", "import kvdev.guest.__main__"),
+)
+FLOOR_PROBE = """
+import sys
+{code}
+fields = {{}}
+for line in open("/proc/self/smaps_rollup"):
+    name, _, value = line.partition(":")
+    if value.strip().endswith("kB"):
+        fields[name] = int(value.split()[0])
+uss = fields["Private_Clean"] + fields["Private_Dirty"]
+print(fields["Rss"], uss, fields["Anonymous"], len(sys.modules))
+"""
+
+
+def floor_probe(code: str) -> dict[str, float]:
+    """RSS, USS, anonymous memory (MB) and modules of a fresh interpreter that ran ``code``."""
+    rss, uss, anon, modules = map(
+        int, run(sys.executable, "-c", FLOOR_PROBE.format(code=code)).split()
+    )
+    return {"rss_mb": rss / 1024, "uss_mb": uss / 1024, "anon_mb": anon / 1024, "modules": modules}
+
+
+def bench_floors() -> dict[str, Any]:
+    """Each dependency's memory floor: alone (over a bare interpreter) and in the agent's order."""
+    bare = floor_probe("pass")
+    out: dict[str, Any] = {"alone": {}, "cumulative": {}}
+    code = ""
+    for label, step in FLOOR_STEPS:
+        code += step + "\n"
+        out["alone"][label] = floor_probe(step)
+        out["cumulative"][label] = floor_probe(code)
+    out["bare"] = bare
+    return out
+
+
+def floors_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    rows, last = [], None
+    bare = f["bare"]
+    for label, cum in f["cumulative"].items():
+        alone = f["alone"][label]
+        add = cum["rss_mb"] - (last["rss_mb"] if last else 0.0)
+        alone_add = alone["rss_mb"] - bare["rss_mb"]
+        mem = f"RSS {cum['rss_mb']:5.1f} MB (+{add:4.1f}; alone +{alone_add:4.1f}), "
+        mem += f"USS {cum['uss_mb']:5.1f}, anon {cum['anon_mb']:5.1f}, {cum['modules']} modules"
+        rows.append((f"  floor: + {label}", mem))
+        last = cum
+    return rows
+
+
 def switches(pid: int) -> dict[int, int]:
     """Voluntary context switches of each thread (/proc/PID/status has the leader's only)."""
     out = {}
@@ -313,6 +375,7 @@ def table(r: dict[str, Any]) -> str:
         ("floor: ip netns exec .. python -c pass", fmt(st["netns_exec_python_pass"])),
         ("floor: python -c 'import agent; _exit'", fmt(st["import_agent"])),
         ("RSS (USS) after 5 s idle", f"{idle['rss_mb']:.1f} MB ({idle['uss_mb']:.1f} MB)"),
+        *floors_rows(r["floors"]),
         (f"idle wake-ups in {idle['window_s']:.0f} s, all threads", str(idle["wakeups"])),
         ("idle wake-ups per thread (tid: n)", str(idle["wakeups_per_thread"])),
         ("idle wake-ups, psutil (main thread)", str(idle["wakeups_main_thread_psutil"])),
@@ -348,6 +411,8 @@ def main() -> int:
         window = 10.0 if args.quick else 60.0
         print(f"RSS and idle wake-ups: {window:.0f} s window ...", flush=True)
         results["idle"] = bench_idle(window, work)
+        print("memory floors: one interpreter per dependency ...", flush=True)
+        results["floors"] = bench_floors()
         results["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(table(results))
     if args.json:

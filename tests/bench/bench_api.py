@@ -423,7 +423,7 @@ def server_floor(path: str) -> None:
 
     response = Response(200, FLOOR_BODY)
 
-    async def handler(_request: Request) -> Response:
+    def handler(_request: Request) -> Response:
         return response
 
     server = Server(handler, path=Path(path))
