@@ -18,6 +18,7 @@ import json
 import os
 import select
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -235,6 +236,45 @@ def bench_rewrite(count: int, work: Path) -> dict[str, Any]:
     return out
 
 
+def bench_netlink_floor(count: int) -> dict[str, Any]:
+    """The agent's 16 address requests in-process, against pyroute2 building them alone.
+
+    ``iproute``: 16 ``IPRoute.addr`` calls, each waiting for its ack (what ``Netlink.apply``
+    does); ``build``: the same 16 messages compiled by pyroute2's ``IPBatch``, nothing sent: what
+    any use of pyroute2 for these requests costs, batched or not.
+    """
+    from pyroute2 import IPBatch  # noqa: PLC0415 - only this measurement needs it
+
+    from kvdev.guest.adapters.netlink import Netlink  # noqa: PLC0415
+
+    with namespace() as ns, Netlink(netns=ns) as net:
+        state = net.read_state()
+        index = {link.ifname: link.ifindex for link in state.links}
+        ipr, batch = net._rtnl, IPBatch()
+        for i, address in enumerate(addrs(0)):
+            ipr.link("set", index=index[f"b{i}"], state="up")
+            ip, length = address.split("/")
+            ipr.addr("add", index=index[f"b{i}"], address=ip, prefixlen=int(length))
+
+        def requests(target: Any, k: int) -> None:
+            for i, (old, new) in enumerate(zip(addrs(k - 1), addrs(k), strict=True)):
+                for command, address in (("del", old), ("add", new)):
+                    ip, length = address.split("/")
+                    target.addr(command, index=index[f"b{i}"], address=ip, prefixlen=int(length))
+
+        sent, built = [], []
+        for k in range(1, count + 1):
+            t0 = time.perf_counter()
+            requests(ipr, k)
+            t1 = time.perf_counter()
+            requests(batch, k)
+            batch.reset()
+            sent.append(t1 - t0)
+            built.append(time.perf_counter() - t1)
+        batch.close()
+        return {"iproute": stats(sent), "build": stats(built)}
+
+
 def spawn_times(cmd: list[str], count: int) -> dict[str, float]:
     times = []
     for _ in range(count):
@@ -277,24 +317,28 @@ FLOOR_STEPS = (
     ("the agent (kvdev.guest.__main__)", "import kvdev.guest.__main__"),
 )
 FLOOR_PROBE = """
-import sys
-{code}
+import sys, time
+t0 = time.perf_counter()
+exec({code!r})
+took = time.perf_counter() - t0
 fields = {{}}
 for line in open("/proc/self/smaps_rollup"):
     name, _, value = line.partition(":")
     if value.strip().endswith("kB"):
         fields[name] = int(value.split()[0])
 uss = fields["Private_Clean"] + fields["Private_Dirty"]
-print(fields["Rss"], uss, fields["Anonymous"], len(sys.modules))
+print(fields["Rss"], uss, fields["Anonymous"], len(sys.modules), took)
 """
 
 
-def floor_probe(code: str) -> dict[str, float]:
-    """RSS, USS, anonymous memory (MB) and modules of a fresh interpreter that ran ``code``."""
-    rss, uss, anon, modules = map(
-        int, run(sys.executable, "-c", FLOOR_PROBE.format(code=code)).split()
-    )
-    return {"rss_mb": rss / 1024, "uss_mb": uss / 1024, "anon_mb": anon / 1024, "modules": modules}
+def floor_probe(code: str, repeat: int = 5) -> dict[str, float]:
+    """RSS, USS, anonymous memory (MB), modules and import time (ms, the median of ``repeat``
+    fresh interpreters; bytecode cached) of an interpreter that ran ``code``."""
+    outs = [run(sys.executable, "-c", FLOOR_PROBE.format(code=code)).split() for _ in range(repeat)]
+    rss, uss, anon, modules = map(int, outs[-1][:4])
+    took = statistics.median(float(o[4]) for o in outs) * 1000
+    out = {"rss_mb": rss / 1024, "uss_mb": uss / 1024, "anon_mb": anon / 1024}
+    return out | {"modules": modules, "import_ms": took}
 
 
 def bench_floors() -> dict[str, Any]:
@@ -317,8 +361,10 @@ def floors_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
         alone = f["alone"][label]
         add = cum["rss_mb"] - (last["rss_mb"] if last else 0.0)
         alone_add = alone["rss_mb"] - bare["rss_mb"]
+        ms = cum["import_ms"] - (last["import_ms"] if last else 0.0)
         mem = f"RSS {cum['rss_mb']:5.1f} MB (+{add:4.1f}; alone +{alone_add:4.1f}), "
-        mem += f"USS {cum['uss_mb']:5.1f}, anon {cum['anon_mb']:5.1f}, {cum['modules']} modules"
+        mem += f"USS {cum['uss_mb']:5.1f}, {cum['modules']} modules, "
+        mem += f"import {cum['import_ms']:5.1f} ms (+{ms:5.1f}; alone {alone['import_ms']:5.1f})"
         rows.append((f"  floor: + {label}", mem))
         last = cum
     return rows
@@ -368,6 +414,8 @@ def table(r: dict[str, Any]) -> str:
     ratio = f"{a['p50'] / b['p50']:.1f}x | {a['p99'] / b['p99']:.1f}x"
     rows += [
         ("ratio agent/ip_batch p50 | p99", ratio),
+        ("  in-process: 16 IPRoute.addr calls", fmt(r["netlink"]["iproute"])),
+        ("  in-process: pyroute2 builds the 16 (IPBatch)", fmt(r["netlink"]["build"])),
         ("rounds leaving an old address", stale),
         ("start -> READY=1, unconfigured links", f"{st['ready_unconfigured_ms']:.1f} ms"),
         ("start -> READY=1, configured links", fmt(st["ready_configured"])),
@@ -406,6 +454,7 @@ def main() -> int:
         results: dict[str, Any] = {"source": str(Path(source.strip()).parents[2])}
         print(f"rewrite latency: {args.rounds} rounds x 3 methods ...", flush=True)
         results["rewrite"] = bench_rewrite(args.rounds, work)
+        results["netlink"] = bench_netlink_floor(args.rounds)
         print(f"start-up: {args.starts} starts ...", flush=True)
         results["start"] = bench_start(args.starts, work)
         window = 10.0 if args.quick else 60.0

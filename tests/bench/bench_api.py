@@ -22,7 +22,9 @@ Fairness (issue 17), against the agent and ``floor_server``: ``SLOW`` slow clien
 65534, one process of threads) each hold a connection open by sending a request head a byte a
 second, reconnecting whenever the server cuts them off; meanwhile ``FAIR`` clients (uid 65533,
 one process each) send ``PER_FAIR`` requests each, a new connection per request as ``kvdev``
-does, timed from connect to the whole answer. Both uids are put in the socket's group. It
+does, timed from connect to the whole answer. Against the agent and kvdev's server the slow
+clients go on for ``SLOW_HOLD`` s, so that their time-out (408 after 5 s) shows; the bare
+floors have none. Both uids are put in the socket's group. It
 reports how many were served, refused (503) or failed (reset, broken pipe, no answer), their
 p50/p99, and how long the server let the slow clients hold on. ``--as-root`` runs both as
 root instead (root is always served: this shows the bound, not the per-uid limit).
@@ -67,6 +69,7 @@ FLOOR_BODY = {"apiVersion": "kvdev.io/v1alpha1", "kind": "Floor", "ok": True}
 GOAL_P99_MS, GOAL_RPS = 5.0, 2000.0
 FAIR, PER_FAIR, SLOW = 200, 10, 50  # the fairness run: clients x requests, slow clients
 FAIR_UID, SLOW_UID = 65533, 65534
+SLOW_HOLD = 6.5  # s: the slow clients go on at least this long, past the 5 s request time-out
 GOAL_FAIR_P99_MS = 50.0
 CTX = mp.get_context("fork")  # clients and floors fork from this process, which has no threads
 
@@ -183,13 +186,31 @@ def become(uid: int | None, gid: int | None) -> None:
     os.setuid(uid)
 
 
+def connect_waiting(path: str) -> socket.socket:
+    """A connected socket; a full listen backlog (EAGAIN) is waited out, as kvdev's client does."""
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(30)
+        try:
+            sock.connect(path)
+        except BlockingIOError:
+            sock.close()
+            time.sleep(0.02)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+
 def one_request(path: str) -> tuple[int | str, float]:
-    """One request on a new connection, ``Connection: close``: (status or error, seconds)."""
+    """One request on a new connection, ``Connection: close``: (status or error, seconds).
+
+    Like ``kvdev``: a full listen backlog (EAGAIN) is waited out; a 503 is counted, not retried.
+    """
     t0 = time.perf_counter()
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(30)
-            sock.connect(path)
+        with connect_waiting(path) as sock:
             sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: kvdev\r\nConnection: close\r\n\r\n")
             data = b""
             while chunk := sock.recv(65536):
@@ -271,7 +292,7 @@ def slow_process(
     out.close()
 
 
-def fairness(path: str, as_root: bool) -> dict[str, Any]:
+def fairness(path: str, as_root: bool, hold: float) -> dict[str, Any]:
     """FAIR x PER_FAIR requests while SLOW clients hold connections (see the docstring)."""
     gid = Path(path).stat().st_gid
     fair_who = (None, None) if as_root else (FAIR_UID, gid)
@@ -281,7 +302,8 @@ def fairness(path: str, as_root: bool) -> dict[str, Any]:
     slow = CTX.Process(target=slow_process, args=(path, SLOW, slow_who, held, stop, slow_out))
     slow.start()
     slow_out.close()
-    deadline = time.monotonic() + 30
+    slow_started = time.monotonic()
+    deadline = slow_started + 30
     while held.value < SLOW and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # their first bytes are in
@@ -301,6 +323,7 @@ def fairness(path: str, as_root: bool) -> dict[str, Any]:
     span = time.perf_counter() - t0
     for proc in procs:
         proc.join(10)
+    time.sleep(max(0.0, slow_started + hold - time.monotonic()))  # see how they are cut
     stop.set()
     cut = slow_in.recv() if slow_in.poll(60) else []
     slow.join(10)
@@ -419,14 +442,19 @@ def selector_floor(path: str) -> None:
 
 def server_floor(path: str) -> None:
     """kvdev's own HTTP server, in its thread as in the agent, with a constant handler."""
-    from kvdev.guest.api.server import Request, Response, Server  # noqa: PLC0415 - in the child
+    from kvdev.guest.api import server as module  # noqa: PLC0415 - in the child
 
-    response = Response(200, FLOOR_BODY)
+    response = module.Response(200, FLOOR_BODY)
 
-    def handler(_request: Request) -> Response:
+    def handler(_request: module.Request) -> module.Response:
         return response
 
-    server = Server(handler, path=Path(path))
+    async def old_handler(_request: module.Request) -> module.Response:  # before issue 17
+        return response
+
+    Server = module.Server  # noqa: N806 - the class
+
+    server = Server(handler if hasattr(module, "Deferred") else old_handler, path=Path(path))
     server.start()
     signal.sigwait({signal.SIGTERM})
     server.stop()
@@ -581,7 +609,8 @@ def bench(
                         raise RuntimeError("the agent died")
             for target in TARGETS if "fairness" in scenarios else ():
                 print(f"  fairness: {FAIR} x {PER_FAIR} + {SLOW} slow -> {target} ...", flush=True)
-                out["fairness"][target] = fairness(str(paths[target]), as_root)
+                hold = SLOW_HOLD if target in {"agent", "floor_server"} else 0.0  # time-outs
+                out["fairness"][target] = fairness(str(paths[target]), as_root, hold)
                 if proc.poll() is not None:
                     raise RuntimeError("the agent died")
         out["agent_rss_mb_after"] = rss_mb(proc.pid)
@@ -659,10 +688,14 @@ def main() -> int:
         "--only", choices=("latency", "fairness"), help="run one scenario (default: both)"
     )
     p.add_argument("--as-root", action="store_true", help="fairness clients as root")
+    p.add_argument("--src", type=Path, help="run kvdev from this source root (e.g. a git archive)")
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.stderr.write("bench_api: run as root (it creates a network namespace)\n")
         return 2
+    if args.src:  # ahead of the editable install's .pth entry; the floors fork from here
+        os.environ["PYTHONPATH"] = str(args.src.resolve())
+        sys.path.insert(0, str(args.src.resolve()))
     total = args.requests or (500 if args.quick else 2000)
     warmup = 20 if args.quick else 50  # per client, unmeasured
     with tempfile.TemporaryDirectory(prefix="kvdev-bench-api-") as tmp:

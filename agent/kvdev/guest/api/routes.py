@@ -71,6 +71,7 @@ class Api:
         self.bridge = bridge
         self.interface_stats = interface_stats
         self.agent_stats = agent_stats
+        self._encoded: tuple[Snapshot, dict[str, Any]] | None = None  # the latest status, encoded
         self._routes: dict[tuple[str, ...], tuple[str, _Route]] = {
             ("healthz",): ("GET", self._health),
             ("v1", "status"): ("GET", self._status),
@@ -114,7 +115,9 @@ class Api:
         snap = self._snapshot()
         if isinstance(snap, Response):
             return snap
-        body = encode.status_json(snap.status)
+        if self._encoded is None or self._encoded[0] is not snap:  # once per published status
+            self._encoded = (snap, encode.status_json(snap.status))
+        body = dict(self._encoded[1])  # a shallow copy: only top-level keys are set below
         body.update(
             {
                 "ready": True,
