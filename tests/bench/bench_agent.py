@@ -42,7 +42,12 @@ METADATA = f"resourceclaims/{CLAIM}/{REQUEST}/{DRIVER}-metadata.json"
 CLONE_NEWNET, NETLINK_ROUTE, RTMGRP_IPV4_IFADDR = 0x40000000, 0, 0x10
 RTM_NEWADDR, RTM_DELADDR, IFA_ADDRESS, IFA_LOCAL = 20, 21, 1, 2
 LIBC = ctypes.CDLL(None, use_errno=True)
-IMPORT = "import os, kvdev.guest.__main__"  # the agent's imports; no interpreter teardown
+AGENT_MODULES = (  # what kvdev-agent's main imports (the collector off, as it does)
+    "kvdev.guest.__main__, kvdev.guest.loop, kvdev.guest.adapters.files, "
+    "kvdev.guest.adapters.udev, kvdev.guest.adapters.netlink, kvdev.guest.api.routes, "
+    "kvdev.guest.api.server"
+)
+IMPORT = f"import gc; gc.disable(); import os, {AGENT_MODULES}"  # no interpreter teardown
 Change = Callable[[int], tuple[float, Callable[[], object]]]  # round -> (t0, wait for its end)
 
 
@@ -314,7 +319,7 @@ FLOOR_STEPS = (
     ("watchdog", "import watchdog.observers"),
     ("psutil", "import psutil"),
     ("h11", "import h11"),
-    ("the agent (kvdev.guest.__main__)", "import kvdev.guest.__main__"),
+    ("the agent's own modules", f"import {AGENT_MODULES}"),
 )
 FLOOR_PROBE = """
 import sys, time
