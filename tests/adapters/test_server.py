@@ -1,6 +1,7 @@
 """guest.server over real Unix sockets: HTTP, access policy, limits, lifecycle."""
 
-import asyncio
+import concurrent.futures
+import contextlib
 import http.client
 import json
 import logging
@@ -13,15 +14,22 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from kvdev.errors import UsageError
-from kvdev.guest.api.server import Limits, Request, Response, Server
+from kvdev.guest.api.server import Deferred, Limits, Request, Response, Server
 
 NOBODY = 65534
 SHORT = Limits(max_connections=8, request_timeout=1.0, keepalive_timeout=2.0)
+
+
+def resolve(future):
+    """What a loop does: answer unless the asker left (the server cancelled the future)."""
+    if future.set_running_or_notify_cancel():
+        future.set_result(None)
 
 
 class App:
@@ -30,30 +38,37 @@ class App:
     def __init__(self):
         self.entered = threading.Event()
         self.cancelled = threading.Event()
-        self._release: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: concurrent.futures.Future | None = None
 
     def release(self):
-        assert self._loop is not None
-        assert self._release is not None
-        self._loop.call_soon_threadsafe(self._release.set)
+        assert self._waiting is not None
+        resolve(self._waiting)
 
-    async def __call__(self, request: Request) -> Response:
-        if request.path == "/boom":
-            raise RuntimeError("handler bug")
-        if request.path == "/slow":
-            await asyncio.sleep(0.2)
-        if request.path == "/wait":  # a long poll
-            self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
-            self.entered.set()
-            try:
-                await self._release.wait()
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
+    def echo(self, request: Request) -> Response:
         body = {"method": request.method, "path": request.path, "query": request.query}
         body |= {"uid": request.peer.uid, "body": request.body.decode()}
         return Response(200, body, (("X-Test", "yes"),))
+
+    def __call__(self, request: Request) -> Response | Deferred:
+        if request.path == "/boom":
+            raise RuntimeError("handler bug")
+        if request.path == "/slow":  # answered 0.2 s later, from another thread
+            later: concurrent.futures.Future = concurrent.futures.Future()
+            threading.Timer(0.2, resolve, (later,)).start()
+            return Deferred(later, lambda _f: self.echo(request), 30.0, lambda: self.echo(request))
+        if request.path == "/wait":  # a long poll
+            self._waiting = waiting = concurrent.futures.Future()
+            waiting.add_done_callback(lambda f: f.cancelled() and self.cancelled.set())
+            self.entered.set()
+            return Deferred(
+                waiting, lambda _f: self.echo(request), 60.0, lambda: self.echo(request)
+            )
+        if request.path == "/big":  # more than a socket buffer holds
+            return Response(200, {"data": "x" * (4 << 20)})
+        if request.path == "/late":  # nobody answers: its timeout does
+            never: concurrent.futures.Future = concurrent.futures.Future()
+            return Deferred(never, lambda _f: self.echo(request), 0.3, lambda: Response(504, {}))
+        return self.echo(request)
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -453,3 +468,204 @@ def test_a_supplementary_group_is_known_without_proc(serve, monkeypatch):
         shutil.rmtree(directory)
     (got_get, _), (got_post, _) = json.loads(out)
     assert (got_get, got_post) == (200, 403)
+
+
+HOLDER = """
+import json, socket, sys
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    held.append(s)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b"GET /x HTTP/1.1\\r\\nHost: k\\r\\nConnection: close\\r\\n\\r\\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+print(json.dumps({"status": int(data.split()[1]), "retry": b"retry-after: 1" in data.lower()}))
+sys.stdout.flush()
+sys.stdin.read()  # hold them until the test is done
+"""
+
+
+def test_one_uid_holds_at_most_its_share_and_neither_another_uid_nor_root_is_locked_out(serve):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
+    limits = Limits(max_connections=16, root_reserve=4, per_uid=5, request_timeout=30.0)
+    holder = None
+    try:
+        directory.chmod(0o755)
+        server = serve(directory / "agent.sock", limits=limits, group="nogroup", mode=0o666)
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
+        holder = subprocess.Popen(
+            [*as_nobody, "-c", HOLDER, server.address, "5"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None
+        # nobody holds its 5: its sixth is refused, busy, with Retry-After
+        assert json.loads(holder.stdout.readline()) == {"status": 503, "retry": True}
+        other = ["setpriv", "--reuid=65533", "--regid=nogroup", "--clear-groups", python]
+        answer = json.loads(run(*other, "-c", HOLDER, server.address, "0"))
+        assert answer["status"] == 200  # another uid still gets in (then its script returns)
+        assert call(server.address)[0] == 200  # and root
+    finally:
+        if holder is not None:
+            holder.communicate("", timeout=10)
+        shutil.rmtree(directory)
+
+
+def test_other_uids_leave_root_its_reserve(serve):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
+    limits = Limits(max_connections=8, root_reserve=2, per_uid=100, request_timeout=30.0)
+    holder = None
+    try:
+        directory.chmod(0o755)
+        server = serve(directory / "agent.sock", limits=limits, group="nogroup", mode=0o666)
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
+        holder = subprocess.Popen(
+            [*as_nobody, "-c", HOLDER, server.address, "6"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None
+        assert json.loads(holder.stdout.readline())["status"] == 503  # 8 - 2 for root: full
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as held:
+            held.connect(server.address)  # root takes one reserved slot
+            assert call(server.address)[0] == 200  # and the other, for this request
+    finally:
+        if holder is not None:
+            holder.communicate("", timeout=10)
+        shutil.rmtree(directory)
+
+
+BOUND = """
+import json, resource, sys
+from kvdev.guest.api.httpconn import FD_RESERVE, Limits, connection_bound
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+bound = connection_bound(Limits(max_connections=int(sys.argv[3])))
+print(json.dumps([bound, resource.getrlimit(resource.RLIMIT_NOFILE)[0], FD_RESERVE]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "wanted", "bound", "soft_after"),
+    [
+        (200, 200, 4096, 200 - 64, 200),  # cannot raise: what the fd limit leaves
+        (200, 1000, 4096, 1000 - 64, 1000),  # raised as far as the hard limit allows
+        (200, 10000, 300, 300, 364),  # raised just enough
+        (10000, 10000, 300, 300, 10000),  # never lowered
+    ],
+)
+def test_the_connection_bound_follows_the_open_file_limit(soft, hard, wanted, bound, soft_after):
+    out = run(sys.executable, "-c", BOUND, str(soft), str(hard), str(wanted))
+    assert json.loads(out) == [bound, soft_after, 64]
+
+
+def test_many_idle_connections_are_held_and_all_answered(serve):
+    server = serve(limits=Limits(max_connections=300, request_timeout=30.0))
+    idle = []
+    try:
+        for _ in range(250):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(server.address)
+            idle.append(s)
+        assert raw(server.address, CLOSE)[0] == 200  # the 251st is served at once
+        for s in idle:  # and each idle one, when it asks
+            s.sendall(CLOSE)
+        statuses = set()
+        for s in idle:
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            statuses.add(int(data.split()[1]))
+        assert statuses == {200}
+    finally:
+        for s in idle:
+            s.close()
+
+
+def read_answers(sock, count):
+    """``count`` answers from a keep-alive connection: their statuses and X-Test paths."""
+    buf, out = b"", []
+    while len(out) < count:
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {len(out)} answers"
+            buf += chunk
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head, re.IGNORECASE).group(1))
+        while len(buf) < length:
+            buf += sock.recv(65536)
+        body, buf = buf[:length], buf[length:]
+        out.append((int(head.split()[1]), json.loads(body)["path"]))
+    return out
+
+
+def test_thousands_of_pipelined_requests_in_one_write_are_answered_in_order(serve):
+    server = serve()
+    requests = b"".join(f"GET /p{i} HTTP/1.1\r\nHost: k\r\n\r\n".encode() for i in range(3000))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(server.address)
+        writer = threading.Thread(target=sock.sendall, args=(requests,))
+        writer.start()  # the server answers while we still write: read at the same time
+        answers = read_answers(sock, 3000)
+        writer.join()
+    assert answers == [(200, f"/p{i}") for i in range(3000)]
+    assert raw(server.address, CLOSE)[0] == 200
+
+
+def test_a_deferred_answer_that_never_comes_gets_its_timeout_answer(serve):
+    server = serve()
+    started = time.monotonic()
+    assert (
+        raw(server.address, b"GET /late HTTP/1.1\r\nHost: k\r\nConnection: close\r\n\r\n")[0] == 504
+    )
+    assert time.monotonic() - started >= 0.25  # its own timeout (0.3 s), not at once
+
+
+def test_a_client_that_does_not_read_its_answer_is_cut_and_others_are_served(serve):
+    server = serve()  # request_timeout = 1.0: the whole answer must be taken within it
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(server.address)
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: k\r\n\r\n")
+        time.sleep(0.2)
+        assert call(server.address)[0] == 200  # while the big answer waits for its reader
+        time.sleep(1.5)
+        sock.settimeout(5)
+        got = 0
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                got += len(chunk)
+    assert 0 < got < 4 << 20  # what fitted in the buffers, then the server closed it
+    print(f"a reader that stalled got {got} bytes of {4 << 20}")
+
+
+def test_an_idle_connection_costs_a_few_kb(serve):
+    server = serve(limits=Limits(max_connections=1000, request_timeout=30.0))
+    assert raw(server.address, CLOSE)[0] == 200  # warm: what every connection shares
+    idle = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(500):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(server.address)
+            idle.append(s)
+        assert raw(server.address, CLOSE)[0] == 200  # accepted after all 500: they are held
+        per = (tracemalloc.get_traced_memory()[0] - before) / 500
+    finally:
+        tracemalloc.stop()
+        for s in idle:
+            s.close()
+    print(f"one idle connection: {per:.0f} bytes of Python objects (both ends)")
+    assert per < 8192

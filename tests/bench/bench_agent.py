@@ -18,6 +18,7 @@ import json
 import os
 import select
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -41,7 +42,12 @@ METADATA = f"resourceclaims/{CLAIM}/{REQUEST}/{DRIVER}-metadata.json"
 CLONE_NEWNET, NETLINK_ROUTE, RTMGRP_IPV4_IFADDR = 0x40000000, 0, 0x10
 RTM_NEWADDR, RTM_DELADDR, IFA_ADDRESS, IFA_LOCAL = 20, 21, 1, 2
 LIBC = ctypes.CDLL(None, use_errno=True)
-IMPORT = "import os, kvdev.guest.__main__"  # the agent's imports; no interpreter teardown
+AGENT_MODULES = (  # what kvdev-agent's main imports (the collector off, as it does)
+    "kvdev.guest.__main__, kvdev.guest.loop, kvdev.guest.adapters.files, "
+    "kvdev.guest.adapters.udev, kvdev.guest.adapters.netlink, kvdev.guest.api.routes, "
+    "kvdev.guest.api.server"
+)
+IMPORT = f"import gc; gc.disable(); import os, {AGENT_MODULES}"  # no interpreter teardown
 Change = Callable[[int], tuple[float, Callable[[], object]]]  # round -> (t0, wait for its end)
 
 
@@ -235,6 +241,45 @@ def bench_rewrite(count: int, work: Path) -> dict[str, Any]:
     return out
 
 
+def bench_netlink_floor(count: int) -> dict[str, Any]:
+    """The agent's 16 address requests in-process, against pyroute2 building them alone.
+
+    ``iproute``: 16 ``IPRoute.addr`` calls, each waiting for its ack (what ``Netlink.apply``
+    does); ``build``: the same 16 messages compiled by pyroute2's ``IPBatch``, nothing sent: what
+    any use of pyroute2 for these requests costs, batched or not.
+    """
+    from pyroute2 import IPBatch  # noqa: PLC0415 - only this measurement needs it
+
+    from kvdev.guest.adapters.netlink import Netlink  # noqa: PLC0415
+
+    with namespace() as ns, Netlink(netns=ns) as net:
+        state = net.read_state()
+        index = {link.ifname: link.ifindex for link in state.links}
+        ipr, batch = net._rtnl, IPBatch()
+        for i, address in enumerate(addrs(0)):
+            ipr.link("set", index=index[f"b{i}"], state="up")
+            ip, length = address.split("/")
+            ipr.addr("add", index=index[f"b{i}"], address=ip, prefixlen=int(length))
+
+        def requests(target: Any, k: int) -> None:
+            for i, (old, new) in enumerate(zip(addrs(k - 1), addrs(k), strict=True)):
+                for command, address in (("del", old), ("add", new)):
+                    ip, length = address.split("/")
+                    target.addr(command, index=index[f"b{i}"], address=ip, prefixlen=int(length))
+
+        sent, built = [], []
+        for k in range(1, count + 1):
+            t0 = time.perf_counter()
+            requests(ipr, k)
+            t1 = time.perf_counter()
+            requests(batch, k)
+            batch.reset()
+            sent.append(t1 - t0)
+            built.append(time.perf_counter() - t1)
+        batch.close()
+        return {"iproute": stats(sent), "build": stats(built)}
+
+
 def spawn_times(cmd: list[str], count: int) -> dict[str, float]:
     times = []
     for _ in range(count):
@@ -260,6 +305,74 @@ def bench_start(count: int, work: Path) -> dict[str, Any]:
             "netns_exec_python_pass": spawn_times(["ip", "netns", "exec", ns, *py, "pass"], count),
             "import_agent": spawn_times([*py, f"{IMPORT}; os._exit(0)"], count),
         }
+
+
+# What the agent imports, in the order it needs them: each step adds its modules to the last.
+FLOOR_STEPS = (
+    ("interpreter", "pass"),
+    ("stdlib the agent uses", "import argparse, json, logging, dataclasses, pathlib, selectors"),
+    ("asyncio (loads ssl)", "import asyncio"),
+    ("pyroute2 (0.9: its __init__)", "import pyroute2"),
+    ("pydantic", "import pydantic"),
+    ("kvdev.schema models", "import kvdev.schema.documents, kvdev.schema.configdrive"),
+    ("pyudev", "import pyudev"),
+    ("watchdog", "import watchdog.observers"),
+    ("psutil", "import psutil"),
+    ("h11", "import h11"),
+    ("the agent's own modules", f"import {AGENT_MODULES}"),
+)
+FLOOR_PROBE = """
+import sys, time
+t0 = time.perf_counter()
+exec({code!r})
+took = time.perf_counter() - t0
+fields = {{}}
+for line in open("/proc/self/smaps_rollup"):
+    name, _, value = line.partition(":")
+    if value.strip().endswith("kB"):
+        fields[name] = int(value.split()[0])
+uss = fields["Private_Clean"] + fields["Private_Dirty"]
+print(fields["Rss"], uss, fields["Anonymous"], len(sys.modules), took)
+"""
+
+
+def floor_probe(code: str, repeat: int = 5) -> dict[str, float]:
+    """RSS, USS, anonymous memory (MB), modules and import time (ms, the median of ``repeat``
+    fresh interpreters; bytecode cached) of an interpreter that ran ``code``."""
+    outs = [run(sys.executable, "-c", FLOOR_PROBE.format(code=code)).split() for _ in range(repeat)]
+    rss, uss, anon, modules = map(int, outs[-1][:4])
+    took = statistics.median(float(o[4]) for o in outs) * 1000
+    out = {"rss_mb": rss / 1024, "uss_mb": uss / 1024, "anon_mb": anon / 1024}
+    return out | {"modules": modules, "import_ms": took}
+
+
+def bench_floors() -> dict[str, Any]:
+    """Each dependency's memory floor: alone (over a bare interpreter) and in the agent's order."""
+    bare = floor_probe("pass")
+    out: dict[str, Any] = {"alone": {}, "cumulative": {}}
+    code = ""
+    for label, step in FLOOR_STEPS:
+        code += step + "\n"
+        out["alone"][label] = floor_probe(step)
+        out["cumulative"][label] = floor_probe(code)
+    out["bare"] = bare
+    return out
+
+
+def floors_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    rows, last = [], None
+    bare = f["bare"]
+    for label, cum in f["cumulative"].items():
+        alone = f["alone"][label]
+        add = cum["rss_mb"] - (last["rss_mb"] if last else 0.0)
+        alone_add = alone["rss_mb"] - bare["rss_mb"]
+        ms = cum["import_ms"] - (last["import_ms"] if last else 0.0)
+        mem = f"RSS {cum['rss_mb']:5.1f} MB (+{add:4.1f}; alone +{alone_add:4.1f}), "
+        mem += f"USS {cum['uss_mb']:5.1f}, {cum['modules']} modules, "
+        mem += f"import {cum['import_ms']:5.1f} ms (+{ms:5.1f}; alone {alone['import_ms']:5.1f})"
+        rows.append((f"  floor: + {label}", mem))
+        last = cum
+    return rows
 
 
 def switches(pid: int) -> dict[int, int]:
@@ -306,6 +419,8 @@ def table(r: dict[str, Any]) -> str:
     ratio = f"{a['p50'] / b['p50']:.1f}x | {a['p99'] / b['p99']:.1f}x"
     rows += [
         ("ratio agent/ip_batch p50 | p99", ratio),
+        ("  in-process: 16 IPRoute.addr calls", fmt(r["netlink"]["iproute"])),
+        ("  in-process: pyroute2 builds the 16 (IPBatch)", fmt(r["netlink"]["build"])),
         ("rounds leaving an old address", stale),
         ("start -> READY=1, unconfigured links", f"{st['ready_unconfigured_ms']:.1f} ms"),
         ("start -> READY=1, configured links", fmt(st["ready_configured"])),
@@ -313,6 +428,7 @@ def table(r: dict[str, Any]) -> str:
         ("floor: ip netns exec .. python -c pass", fmt(st["netns_exec_python_pass"])),
         ("floor: python -c 'import agent; _exit'", fmt(st["import_agent"])),
         ("RSS (USS) after 5 s idle", f"{idle['rss_mb']:.1f} MB ({idle['uss_mb']:.1f} MB)"),
+        *floors_rows(r["floors"]),
         (f"idle wake-ups in {idle['window_s']:.0f} s, all threads", str(idle["wakeups"])),
         ("idle wake-ups per thread (tid: n)", str(idle["wakeups_per_thread"])),
         ("idle wake-ups, psutil (main thread)", str(idle["wakeups_main_thread_psutil"])),
@@ -343,11 +459,14 @@ def main() -> int:
         results: dict[str, Any] = {"source": str(Path(source.strip()).parents[2])}
         print(f"rewrite latency: {args.rounds} rounds x 3 methods ...", flush=True)
         results["rewrite"] = bench_rewrite(args.rounds, work)
+        results["netlink"] = bench_netlink_floor(args.rounds)
         print(f"start-up: {args.starts} starts ...", flush=True)
         results["start"] = bench_start(args.starts, work)
         window = 10.0 if args.quick else 60.0
         print(f"RSS and idle wake-ups: {window:.0f} s window ...", flush=True)
         results["idle"] = bench_idle(window, work)
+        print("memory floors: one interpreter per dependency ...", flush=True)
+        results["floors"] = bench_floors()
         results["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(table(results))
     if args.json:

@@ -50,7 +50,7 @@ def test_an_ask_whose_client_hung_up_is_dropped_and_the_loop_goes_on(loop, kind)
     the_loop, kernel = loop
     outcome = the_loop._pass(None)
     gone, waiting = ask(kind), ask(kind)
-    assert gone.answer.cancel()  # what asyncio.wrap_future does when the client hangs up
+    assert gone.answer.cancel()  # what the server does when the client hangs up
     the_loop.asks = [gone, waiting]
     reads = kernel.reads
     the_loop._answer(outcome)  # raised InvalidStateError before the fix

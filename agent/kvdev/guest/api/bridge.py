@@ -1,15 +1,15 @@
 """The hand-over between the reconcile loop (main thread) and the local API (server thread).
 
 The loop ``publish``es each new status; the API reads the latest ``Snapshot`` and the recent
-``Event``s without locks held for long, and long-polls for new events. The API ``ask``s the
-loop to do what only the loop may do (a full reconcile, a dry-run plan: pyroute2 handles are
-bound to the loop's thread); the loop sees a readable ``fileno()``, ``drain()``s the requests
-and answers each through its future. Nothing here blocks the loop.
+``Event``s without locks held for long, and long-polls for new events (``wait_events``: a
+future the next event resolves). The API ``ask``s the loop to do what only the loop may do (a
+full reconcile, a dry-run plan: pyroute2 handles are bound to the loop's thread); the loop sees
+a readable ``fileno()``, ``drain()``s the requests and answers each through its future. Nothing
+here blocks either side: the API's server never waits on a future, it is called back.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import os
@@ -66,7 +66,7 @@ class Bridge:
         self._snapshot: Snapshot | None = None
         self._events: deque[Event] = deque(maxlen=EVENTS_KEPT)
         self._seq = 0
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._waiters: list[concurrent.futures.Future[None]] = []
         self._asks: queue.SimpleQueue[Ask] = queue.SimpleQueue()
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -101,8 +101,9 @@ class Bridge:
                 (self._waiters, []) if found else (self._waiters, self._waiters)
             )
         if found:
-            for loop, event in waiters:
-                loop.call_soon_threadsafe(event.set)
+            for waiter in waiters:
+                if waiter.set_running_or_notify_cancel():  # False: its client left
+                    waiter.set_result(None)
 
     def fileno(self) -> int:
         """Readable when the API has asked for something."""
@@ -144,24 +145,23 @@ class Bridge:
         with self._lock:
             return [e for e in self._events if e.seq > seq], self._seq
 
-    async def wait_events(self, seq: int, wait_seconds: float) -> tuple[list[Event], int]:
-        """Like ``events_since``, waiting up to ``wait_seconds`` for at least one event."""
-        event = asyncio.Event()
-        with self._lock:
-            waiting = self._seq <= seq
-            if waiting:
-                self._waiters.append((asyncio.get_running_loop(), event))
-        if waiting:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), wait_seconds)
-            with self._lock:
-                self._waiters = [w for w in self._waiters if w[1] is not event]
-        return self.events_since(seq)
+    def wait_events(self, seq: int) -> concurrent.futures.Future[None] | None:
+        """None when there are events above ``seq``; else a future the next event resolves.
 
-    async def ask(self, kind: str, wait_seconds: float) -> object:
-        """Have the loop do ``kind``; its answer, or TimeoutError after ``wait_seconds``."""
+        Cancel the future to stop waiting (its client left, or it waited long enough).
+        """
+        with self._lock:
+            if self._seq > seq:
+                return None
+            self._waiters = [w for w in self._waiters if not w.done()]  # the cancelled ones
+            waiter: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._waiters.append(waiter)
+            return waiter
+
+    def ask(self, kind: str) -> concurrent.futures.Future[object]:
+        """Have the loop do ``kind``: a future of its answer (cancel it to withdraw the ask)."""
         answer: concurrent.futures.Future[object] = concurrent.futures.Future()
         self._asks.put(Ask(kind, answer))
         with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake already
             os.write(self._write_fd, b"!")
-        return await asyncio.wait_for(asyncio.wrap_future(answer), wait_seconds)
+        return answer

@@ -1,5 +1,8 @@
 """The agent's local API: HTTP routes over the bridge, in the server's thread.
 
+Reads answer at once from the latest snapshot; a long poll, a plan and a reconcile answer
+``Deferred``: the server is called back when the bridge's future is done (or the wait is up).
+
 Endpoints (JSON, ``apiVersion: kvdev.io/v1alpha1``; keys camelCase; fields may be added, never
 renamed):
 
@@ -25,8 +28,9 @@ snapshot. Access control is the server's (reads: root and the socket's group; th
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final
@@ -35,12 +39,12 @@ from urllib.parse import unquote
 from kvdev import __version__
 from kvdev.guest.adapters import procstats
 from kvdev.guest.api.bridge import Bridge, Event, Snapshot
-from kvdev.guest.api.server import Request, Response, error_response
+from kvdev.guest.api.server import Deferred, Request, Response, error_response
 from kvdev.guest.core.status import DeviceStatus
 from kvdev.guest.views import encode
 
 API_VERSION: Final = encode.STATUS_API_VERSION
-_Route = Callable[[Request, list[str]], Awaitable[Response]]
+_Route = Callable[[Request, list[str]], "Response | Deferred"]
 ASK_TIMEOUT = 30.0  # a plan or a reconcile that takes longer than this is reported as 503
 MAX_WAIT = 60.0
 
@@ -67,6 +71,7 @@ class Api:
         self.bridge = bridge
         self.interface_stats = interface_stats
         self.agent_stats = agent_stats
+        self._encoded: tuple[Snapshot, dict[str, Any]] | None = None  # the latest status, encoded
         self._routes: dict[tuple[str, ...], tuple[str, _Route]] = {
             ("healthz",): ("GET", self._health),
             ("v1", "status"): ("GET", self._status),
@@ -77,7 +82,7 @@ class Api:
             ("v1", "events"): ("GET", self._events),
         }
 
-    async def handle(self, request: Request) -> Response:
+    def handle(self, request: Request) -> Response | Deferred:
         """Answer one request."""
         parts = [unquote(p) for p in request.path.split("/") if p]
         key = tuple(parts)
@@ -90,7 +95,7 @@ class Api:
         if request.method not in allowed:
             response = error(405, f"{request.path} takes {method}")
             return Response(response.status, response.body, (("Allow", method),))
-        return await func(request, parts)
+        return func(request, parts)
 
     # ------------------------------------------------------------------ reads
 
@@ -100,17 +105,19 @@ class Api:
             return error(503, "the agent has not finished its first pass yet")
         return snap
 
-    async def _health(self, _request: Request, _parts: list[str]) -> Response:
+    def _health(self, _request: Request, _parts: list[str]) -> Response:
         snap = self.bridge.snapshot()
         if snap is None:
             return Response(503, {"ok": False, "ready": False})
         return Response(200, {"ok": True, "ready": True, "converged": snap.status.converged})
 
-    async def _status(self, _request: Request, _parts: list[str]) -> Response:
+    def _status(self, _request: Request, _parts: list[str]) -> Response:
         snap = self._snapshot()
         if isinstance(snap, Response):
             return snap
-        body = encode.status_json(snap.status)
+        if self._encoded is None or self._encoded[0] is not snap:  # once per published status
+            self._encoded = (snap, encode.status_json(snap.status))
+        body = dict(self._encoded[1])  # a shallow copy: only top-level keys are set below
         body.update(
             {
                 "ready": True,
@@ -129,7 +136,7 @@ class Api:
             body["interfaceStats"] = stats[name]
         return body
 
-    async def _devices(self, _request: Request, _parts: list[str]) -> Response:
+    def _devices(self, _request: Request, _parts: list[str]) -> Response:
         snap = self._snapshot()
         if isinstance(snap, Response):
             return snap
@@ -137,7 +144,7 @@ class Api:
         items = [self._device_body(d, stats) for d in snap.status.devices]
         return Response(200, {"apiVersion": API_VERSION, "kind": "DeviceList", "items": items})
 
-    async def _device(self, request: Request, parts: list[str]) -> Response:
+    def _device(self, request: Request, parts: list[str]) -> Response:
         snap = self._snapshot()
         if isinstance(snap, Response):
             return snap
@@ -158,16 +165,21 @@ class Api:
             return error(409, f"{len(found)} devices match ({refs}); add ?driver= or ?pool=")
         return Response(200, self._device_body(found[0], self.interface_stats()))
 
-    async def _events(self, request: Request, _parts: list[str]) -> Response:
+    def _events(self, request: Request, _parts: list[str]) -> Response | Deferred:
         try:
             since = int(request.query.get("since", "0"))
             wait = min(float(request.query.get("wait", "0")), MAX_WAIT)
         except ValueError:
             return error(400, "since must be an integer and wait a number of seconds")
-        if wait > 0:
-            items, last = await self.bridge.wait_events(since, wait)
-        else:
-            items, last = self.bridge.events_since(since)
+        waiter = self.bridge.wait_events(since) if wait > 0 else None
+        if waiter is None:
+            return self._event_list(since)
+        return Deferred(
+            waiter, lambda _done: self._event_list(since), wait, lambda: self._event_list(since)
+        )
+
+    def _event_list(self, since: int) -> Response:
+        items, last = self.bridge.events_since(since)
         return Response(
             200,
             {
@@ -181,30 +193,38 @@ class Api:
 
     # ------------------------------------------------------------------ asks
 
-    async def _plan(self, _request: Request, _parts: list[str]) -> Response:
-        return await self._ask("plan")
+    def _plan(self, _request: Request, _parts: list[str]) -> Deferred:
+        return self._ask("plan", lambda answer: answer)
 
-    async def _reconcile(self, request: Request, parts: list[str]) -> Response:
+    def _reconcile(self, request: Request, parts: list[str]) -> Deferred:
         """A full pass; answered with the same body as ``GET /v1/status`` after it."""
-        asked = await self._ask("reconcile")
-        if asked.status != HTTPStatus.OK or not isinstance(asked.body, dict):
-            return asked
-        status = await self._status(request, parts)
-        if isinstance(status.body, dict):
-            status.body["tookSeconds"] = asked.body["tookSeconds"]
-        return status
 
-    async def _ask(self, kind: str) -> Response:
+        def after(asked: Response) -> Response:
+            if asked.status != HTTPStatus.OK or not isinstance(asked.body, dict):
+                return asked
+            status = self._status(request, parts)
+            if isinstance(status.body, dict):
+                status.body["tookSeconds"] = asked.body["tookSeconds"]
+            return status
+
+        return self._ask("reconcile", after)
+
+    def _ask(self, kind: str, then: Callable[[Response], Response]) -> Deferred:
         started = time.monotonic()
-        try:
-            answer = await self.bridge.ask(kind, ASK_TIMEOUT)
-        except TimeoutError:
+
+        def finish(done: concurrent.futures.Future[object]) -> Response:
+            try:
+                answer = done.result()
+            except Exception as e:  # noqa: BLE001 - reported to the caller, who asked for it
+                return error(500, f"{kind} failed: {e}")
+            body = dict(answer) if isinstance(answer, dict) else {"result": answer}
+            body["tookSeconds"] = round(time.monotonic() - started, 3)
+            return then(Response(200, body))
+
+        def late() -> Response:
             return error(503, f"the agent did not answer within {ASK_TIMEOUT:.0f} s")
-        except Exception as e:  # noqa: BLE001 - reported to the caller, who asked for it
-            return error(500, f"{kind} failed: {e}")
-        body = dict(answer) if isinstance(answer, dict) else {"result": answer}
-        body["tookSeconds"] = round(time.monotonic() - started, 3)
-        return Response(200, body)
+
+        return Deferred(self.bridge.ask(kind), finish, ASK_TIMEOUT, late)
 
 
 def _event_json(e: Event) -> dict[str, Any]:

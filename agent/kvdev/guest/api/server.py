@@ -1,17 +1,18 @@
 """The agent's API socket: binds it (or adopts a socket-activated one) and serves it.
 
 It owns the listening socket (parent directory, stale-file check, mode, group, removal on
-stop) and the daemon thread that runs the asyncio loop, because the agent's main thread runs
-a selectors loop. Connections, limits and the access policy are ``httpconn``'s; this module
-re-exports the values a handler needs, so callers import only ``kvdev.guest.api.server``.
+stop) and the daemon thread that runs ``httpconn.Connections.poll`` (one epoll loop: no
+asyncio), so that the API answers while the agent's main thread runs a pass. Connections,
+limits and the access policy are ``httpconn``'s; this module re-exports the values a handler
+needs, so callers import only ``kvdev.guest.api.server``.
 
-It must not know what it serves: routes and payloads belong to the handler, an async callable
-from ``Request`` to ``Response``. Of kvdev it imports only ``errors`` and ``httpconn``.
+It must not know what it serves: routes and payloads belong to the handler, a callable from
+``Request`` to ``Response`` (or a ``Deferred`` one). Of kvdev it imports only ``errors`` and
+``httpconn``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import grp
@@ -27,6 +28,7 @@ from kvdev.errors import UsageError
 from kvdev.guest.api.httpconn import (
     API_VERSION,
     Connections,
+    Deferred,
     Handler,
     Limits,
     Peer,
@@ -37,6 +39,7 @@ from kvdev.guest.api.httpconn import (
 
 __all__ = [
     "API_VERSION",
+    "Deferred",
     "Handler",
     "Limits",
     "Peer",
@@ -156,24 +159,28 @@ class Server:
             return None
 
     def _run(self, ready: threading.Event) -> None:
+        assert self._listener is not None
         try:
-            asyncio.run(self._main(ready))
+            service = Connections(self._handler, self._limits, self._group_gid, self._listener)
+        except Exception:
+            logger.exception("the API server on %s failed", self.address)
+            ready.set()
+            return
+        stopping = threading.Event()
+
+        def wake() -> None:
+            stopping.set()
+            service.wake()
+
+        self._wake = wake
+        ready.set()
+        try:
+            while not stopping.is_set():
+                service.poll(None)
         except Exception:
             logger.exception("the API server on %s failed", self.address)
         finally:
-            ready.set()
-
-    async def _main(self, ready: threading.Event) -> None:
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.Event()
-        assert self._listener is not None
-        self._listener.setblocking(False)  # noqa: FBT003 - stdlib signature
-        service = Connections(self._handler, self._limits, self._group_gid)
-        accepting = loop.create_task(service.accept(self._listener))
-        self._wake = lambda: loop.call_soon_threadsafe(stopping.set)
-        ready.set()
-        await stopping.wait()
-        await service.close(accepting)
+            service.close()
 
 
 def _remove_stale(path: Path) -> None:

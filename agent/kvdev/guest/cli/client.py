@@ -6,8 +6,10 @@ can fail into an ``AgentError`` whose text is the one line ``kvdev`` prints: no 
 (``NotRunningError``), a socket nobody listens on, no answer in time or a broken answer
 (``UnreachableError``), permission denied (``AccessDeniedError``), the agent busy
 (``AgentBusyError``, HTTP 503) or the agent's own JSON error (``ApiError``, with its HTTP
-status). Each is also a ``PermanentError`` or a ``RetryableError`` (``kvdev.errors``). It
-knows nothing of what the endpoints mean; the CLI does.
+status). A 503 that says ``Retry-After`` (the agent's connections are all taken, or this
+user's share of them) is asked again, with a growing pause, until the call's timeout. Each is
+also a ``PermanentError`` or a ``RetryableError`` (``kvdev.errors``). It knows nothing of what
+the endpoints mean; the CLI does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ HOST: Final = "kvdev"
 DEFAULT_GROUP: Final = "kvdev"
 MAX_BODY: Final = 64 * 1024 * 1024  # an answer larger than this is not the agent's
 BACKLOG_RETRY: Final = 0.02  # seconds between connects while the agent's backlog is full
+BUSY_RETRY: Final = (0.02, 0.5)  # first and longest pause before asking again after a busy 503
 
 
 class AgentError(KvdevError):
@@ -144,16 +147,35 @@ class Client:
         *,
         timeout: float | None = None,
     ) -> Answer:
-        """One request; any HTTP status is returned, only transport failures raise."""
+        """One request; any HTTP status is returned, only transport failures raise.
+
+        A busy 503 (one with ``Retry-After``) is asked again until ``timeout`` has passed;
+        then the last 503 is returned.
+        """
         wait = self.timeout if timeout is None else timeout
         target = path + ("?" + urlencode(query) if query else "")
+        deadline = time.monotonic() + wait
+        pause = BUSY_RETRY[0]
+        while True:
+            answer, busy = self._once(method, target, wait)
+            left = deadline - time.monotonic()
+            if not busy or left <= pause:
+                return answer
+            time.sleep(pause)
+            pause = min(pause * 2, BUSY_RETRY[1])
+            wait = deadline - time.monotonic()
+
+    def _once(self, method: str, target: str, wait: float) -> tuple[Answer, bool]:
+        """One attempt: the answer, and whether it was a 503 asking to be retried."""
         conn = UnixHTTPConnection(self.socket_path, wait)
         try:
             conn.connect()
         except OSError as e:
             raise self._connect_error(e, wait) from e
         try:
-            conn.request(method, target, headers={"Accept": "application/json"})
+            # refused (503) and closed before we wrote: the answer may still be there
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                conn.request(method, target, headers={"Accept": "application/json"})
             response = conn.getresponse()
             data = response.read(MAX_BODY + 1)
         except TimeoutError as e:
@@ -163,7 +185,8 @@ class Client:
             raise UnreachableError(message) from e
         finally:
             conn.close()
-        return Answer(response.status, self._decode(data))
+        busy = response.status == 503 and response.getheader("Retry-After") is not None
+        return Answer(response.status, self._decode(data)), busy
 
     def get(
         self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None
