@@ -83,6 +83,17 @@ class LiveAgent:
     def fds(self):
         return self.process.num_fds()
 
+    def settled_fds(self, reads=3, pause=0.3):
+        """The agent's open fds once ``reads`` reads in a row agree (a connection the API is
+        still closing, or a watch being re-armed, is not counted as the baseline)."""
+        seen = [self.fds()]
+        for _ in range(50):
+            time.sleep(pause)
+            seen.append(self.fds())
+            if len(set(seen[-reads:])) == 1 and len(seen) >= reads:
+                return seen[-1]
+        return min(seen)
+
     def get(self, path, timeout=5.0):
         return request(self.sock, "GET", path, timeout=timeout)
 

@@ -95,7 +95,7 @@ def test_every_endpoint_survives_every_way_a_client_can_leave(live_agent, long_r
     links_before = snapshot(agent.ns)
     for _ in range(3):
         assert agent.get("/v1/status")[0] == 200
-    row.fds_before, rss_before = agent.fds(), agent.rss()
+    row.fds_before, rss_before = agent.settled_fds(), agent.rss()
     rounds = 10 if long_run else 1
     burst = 200 if long_run else 50
     probe = Probe(agent)
@@ -131,7 +131,7 @@ def test_every_endpoint_survives_every_way_a_client_can_leave(live_agent, long_r
     # (That no other uid can lock root out is api-abuse's.)
     assert set(probe.answers) <= {200, 503}, probe.answers
     assert 200 in probe.answers
-    assert eventually(lambda: agent.fds() == row.fds_before, timeout=20), (
+    assert eventually(lambda: agent.fds() <= row.fds_before, timeout=20), (
         agent.fds(),
         row.fds_before,
     )

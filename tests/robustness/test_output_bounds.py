@@ -81,7 +81,7 @@ def test_duplicate_macs_cost_linear_output_and_memory_that_returns(live_agent, l
     agent = live_agent
     row = report("output-bounds (long)" if long_run else "output-bounds")
     links_before = snapshot(agent.ns)
-    row.fds_before, rss_before = agent.fds(), agent.rss()
+    row.fds_before, rss_before = agent.settled_fds(), agent.rss()
     small, large = (1000, 2000) if long_run else (300, 600)
     size_small, saved_small, rss_small = measure(agent, small)
     size_large, saved_large, rss_large = measure(agent, large)
@@ -98,7 +98,7 @@ def test_duplicate_macs_cost_linear_output_and_memory_that_returns(live_agent, l
     row.crashes = 0 if agent.alive() else 1
     assert agent.alive()
     assert "Traceback" not in agent.log()
-    assert eventually(lambda: agent.fds() == row.fds_before, timeout=15)
+    assert eventually(lambda: agent.fds() <= row.fds_before, timeout=15)
     row.fds_after = agent.fds()
     unintended = snapshot(agent.ns) != links_before  # vf-1 was Ambiguous: left as it was
     row.unintended = int(unintended)

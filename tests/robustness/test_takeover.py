@@ -125,7 +125,7 @@ def test_hostile_metadata_never_takes_the_guests_network(live_agent, report):
     row = report("metadata-takeover")
     primary(agent.ns)
     assert eventually(lambda: "uplink" in agent.get("/v1/status")[1]["unmanaged"])
-    row.fds_before = agent.fds()
+    row.fds_before = agent.settled_fds()
     links, routes = snapshot(agent.ns)
     row.inputs = hostile(agent.tree)
 

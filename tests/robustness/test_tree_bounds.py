@@ -128,7 +128,7 @@ def special_files(tree):
 def test_serving_survives_deep_wide_and_special_trees(junk_agent, long_run, report):
     agent, tree = junk_agent, junk_agent.tree
     row = report("tree-bounds (long)" if long_run else "tree-bounds")
-    row.fds_before = agent.fds()
+    row.fds_before = agent.settled_fds()
     links_before = snapshot(agent.ns)
     # 1. deep at start: read all the same; deeper than any file it reads: a warning; polled
     assert {(t, s) for t, s, _ in conditions(agent)} == {
@@ -175,7 +175,7 @@ def finish(agent, row, links_before):
     row.crashes = 0 if agent.alive() else 1
     assert agent.alive(), agent.log()[-3000:]
     assert "Traceback" not in agent.log(), agent.log()[-3000:]
-    assert eventually(lambda: agent.fds() == row.fds_before, timeout=20), agent.fds()
+    assert eventually(lambda: agent.fds() <= row.fds_before, timeout=20), agent.fds()
     row.fds_after = agent.fds()
     row.max_rss_mb = round(agent.rss() / 2**20, 1)
     # the route via 10.1.0.1 went with 10.1.0.5 for a moment (the kernel's doing): settled now
