@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kvdev.errors import PermanentError, RetryableError
+from kvdev.host import kubeclient
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.render import MANAGED_BY, MANAGER
 from kvdev.host.k8s.kubevirt import GROUP, PLURAL
@@ -82,24 +83,8 @@ class KubeApi:
             PermanentError: no configuration can be loaded.
         """
         from kubernetes import client  # noqa: PLC0415 - the host extra, needed only live
-        from kubernetes import config as kube_config  # noqa: PLC0415
 
-        config: Any = kube_config
-        configuration = client.Configuration()
-        try:
-            if kubeconfig is not None:
-                config.load_kube_config(
-                    config_file=str(kubeconfig), client_configuration=configuration
-                )
-            else:
-                try:
-                    config.load_incluster_config(client_configuration=configuration)
-                except config.ConfigException:
-                    config.load_kube_config(client_configuration=configuration)
-        except (config.ConfigException, OSError, ValueError) as e:
-            where = kubeconfig or "in-cluster config or the default kubeconfig"
-            raise PermanentError(f"{where}: cannot configure the Kubernetes client: {e}") from e
-        return cls(client.ApiClient(configuration))
+        return cls(client.ApiClient(kubeclient.configuration(kubeconfig)))
 
     # ------------------------------------------------------------------ the APIs
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from kvdev.errors import PermanentError, Problem, RetryableError, SchemaError
+from kvdev.host import kubeclient
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.k8s.resource import API_VERSION
 from kvdev.host.plugin.claimsource import ClaimNotFoundError, Fetched
@@ -141,25 +142,8 @@ class KubeClaimSource:
 
     def _build(self) -> Any:  # noqa: ANN401 - see _resource_api
         from kubernetes import client  # noqa: PLC0415 - needs the host extra only here
-        from kubernetes import config as kube_config  # noqa: PLC0415
 
-        config: Any = kube_config  # its loaders are untyped
-
-        configuration = client.Configuration()
-        try:
-            if self.kubeconfig is not None:
-                config.load_kube_config(
-                    config_file=str(self.kubeconfig), client_configuration=configuration
-                )
-            else:
-                try:
-                    config.load_incluster_config(client_configuration=configuration)
-                except config.ConfigException:
-                    config.load_kube_config(client_configuration=configuration)
-        except (config.ConfigException, OSError, ValueError) as e:
-            where = self.kubeconfig or "in-cluster config or the default kubeconfig"
-            raise PermanentError(f"{where}: cannot configure the Kubernetes client: {e}") from e
-        return client.ResourceV1Api(client.ApiClient(configuration))
+        return client.ResourceV1Api(client.ApiClient(kubeclient.configuration(self.kubeconfig)))
 
 
 def _validate(model: type[_M], kind: str, raw: dict[str, Any], source: str) -> _M:
