@@ -230,6 +230,12 @@ class Reconciler:
     def _journal_retryable(self) -> bool:
         return self._journal_error is None or self._journal_error.retryable
 
+    def _not_saved(self, what: str, error: KvdevError) -> None:
+        """Keep ``error`` as why ``what`` is not saved (a StateNotSaved condition), warning once."""
+        if self._unsaved.get(what) != str(error):
+            log.warning("%s", error)
+        self._unsaved[what] = str(error)
+
     def _keep_journal(self, journal: dict[int, str]) -> bool:
         """Make ``journal`` the rename journal, on disk too when it changed; False if not saved."""
         if journal == self._journal and "journal" not in self._unsaved:
@@ -242,9 +248,7 @@ class Reconciler:
             path = self.config.state_dir / rename_journal.JOURNAL_FILE
             error = os_error(e, f"{what} the rename journal", path)
             self._journal_error = error
-            if self._unsaved.get("journal") != str(error):
-                log.warning("%s", error)
-            self._unsaved["journal"] = str(error)
+            self._not_saved("journal", error)
             return False
         self._unsaved.pop("journal", None)
         return True
@@ -269,9 +273,7 @@ class Reconciler:
         except OSError as e:
             path = self.config.state_dir / address_journal.JOURNAL_FILE
             error = os_error(e, "save the address journal", path)
-            if self._unsaved.get("addresses") != str(error):
-                log.warning("%s", error)
-            self._unsaved["addresses"] = str(error)
+            self._not_saved("addresses", error)
             return
         self._unsaved.pop("addresses", None)
         self._added_saved = dict(journal)
@@ -286,9 +288,7 @@ class Reconciler:
             added, removed = marks.sync(path, wanted)
         except OSError as e:
             error = os_error(e, "keep the link marks in", path)
-            if self._unsaved.get("marks") != str(error):
-                log.warning("%s", error)
-            self._unsaved["marks"] = str(error)
+            self._not_saved("marks", error)
             return
         self._unsaved.pop("marks", None)
         self._marked = wanted
@@ -350,9 +350,7 @@ class Reconciler:
             write_atomic(path, text.encode(), mode=0o644)
         except OSError as e:
             error = os_error(e, "save the status in", path)
-            if self._unsaved.get("status") != str(error):
-                log.warning("%s", error)
-            self._unsaved["status"] = str(error)
+            self._not_saved("status", error)
             return
         self._unsaved.pop("status", None)
         self._saved = text
