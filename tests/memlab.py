@@ -40,10 +40,11 @@ def example_kernel(
     routes: tuple[Route, ...] = (),
     ifa_proto: bool = True,
     leave_out: frozenset[int] = frozenset(),
+    up: bool = False,
 ) -> MemoryNetlink:
     """The example's NICs (``eth1``..``eth3``, but those in ``leave_out``) and ``extra``."""
     links = tuple(
-        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth", max_mtu=65535)
+        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth", max_mtu=65535, up=up)
         for i, mac in MACS.items()
         if i not in leave_out
     )

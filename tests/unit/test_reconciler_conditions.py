@@ -11,45 +11,23 @@ import errno
 import json
 import logging
 import shutil
-from pathlib import Path
 
 import pytest
 
 from kvdev.errors import Severity
 from kvdev.guest import reconciler as reconciler_module
 from kvdev.guest.adapters import rename_journal, walk
-from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.api.bridge import Bridge
 from kvdev.guest.core import steps as s
-from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.core.status import changes
 from kvdev.guest.reconciler import STATUS_FILE, Reconciler, converge
 from kvdev.guest.views import encode, tables
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
-MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
-
-
-def example_kernel():
-    links = tuple(Link(i, f"eth{i}", mac, kind="veth", max_mtu=65535) for i, mac in MACS.items())
-    return MemoryNetlink(NetState(links))
+from memlab import example_config, example_kernel
 
 
 @pytest.fixture
 def cfg(tmp_path):
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    shutil.rmtree(tree / "resourceclaims/vm1-devices/gpu")  # no PCI device here to bind it
-    drive = tmp_path / "meta_data.json"
-    shutil.copy(EXAMPLES / "config-drive/openstack/latest/meta_data.json", drive)
-    return AgentConfig(
-        metadata_root=tree,
-        config_drive=drive,
-        state_dir=tmp_path / "state",
-        link_dir=tmp_path / "network",
-        match_kinds=("veth",),
-    )
+    return example_config(tmp_path, gpu=False)
 
 
 def test_a_tree_cut_short_is_a_condition_until_it_fits_again(cfg):

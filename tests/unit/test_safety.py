@@ -14,46 +14,27 @@ primary NIC, the device) only: every other device is configured.
 
 import ipaddress
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
-from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core import steps as s
-from kvdev.guest.core.observed import KVDEV_PROTO, Address, Link, NetState, Route
+from kvdev.guest.core.observed import KVDEV_PROTO, Address, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.guest.views import encode, tables
+from memlab import example_config, example_kernel
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
-MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
 DHCP, STATIC = 16, 4
 VF1 = "vm1-devices/nic-1/sriov.example.com/node-a/vf-1"
 VF2 = "vm1-devices/nic-2/sriov.example.com/node-a/vf-2"
 
 
 def kernel_with(*, addresses=(), routes=(), extra_links=(), up=False):
-    links = tuple(
-        Link(i, f"eth{i}", mac, kind="veth", max_mtu=65535, up=up) for i, mac in MACS.items()
-    )
-    return MemoryNetlink(NetState((*links, *extra_links), tuple(addresses), tuple(routes)))
+    return example_kernel(*extra_links, addresses=tuple(addresses), routes=tuple(routes), up=up)
 
 
 @pytest.fixture
 def cfg(tmp_path):
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    shutil.rmtree(tree / "resourceclaims/vm1-devices/gpu")  # no PCI device here to bind it
-    drive = tmp_path / "meta_data.json"
-    shutil.copy(EXAMPLES / "config-drive/openstack/latest/meta_data.json", drive)
-    return AgentConfig(
-        metadata_root=tree,
-        config_drive=drive,
-        state_dir=tmp_path / "state",
-        link_dir=tmp_path / "network",
-        match_kinds=("veth",),
-    )
+    return example_config(tmp_path, gpu=False)
 
 
 def hint_network(cfg, device, **network):
