@@ -120,7 +120,12 @@ def agent_args(tree, work, *extra, sock=None):
 
 def stream_objects(path):
     """The JSON objects of a metadata stream file, however laid out (ours are indented)."""
-    decoder, text, pos, out = json.JSONDecoder(), path.read_text(), 0, []
+    return json_objects(path.read_bytes())
+
+
+def json_objects(data):
+    """The JSON objects of a stream's bytes, one per line or indented."""
+    decoder, text, pos, out = json.JSONDecoder(), data.decode(), 0, []
     while (start := text.find("{", pos)) != -1:
         value, pos = decoder.raw_decode(text, start)
         out.append(value)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentlab import stream_objects
 from kubeletlab import publish
 from kvdev.guest.cli import main as cli
 
@@ -15,15 +16,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging" / "examples"
 TREE = EXAMPLES / "dra-device-attributes"
 NICS = "resourceclaims/vm1-devices/nic-2/sriov.example.com-metadata.json"  # vf-2
-
-
-def stream_objects(path):
-    """The objects of a stream file, however laid out (the bundled files are indented)."""
-    decoder, text, pos, out = json.JSONDecoder(), path.read_text(), 0, []
-    while (start := text.find("{", pos)) != -1:
-        value, pos = decoder.raw_decode(text, start)
-        out.append(value)
-    return out
 
 
 KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")

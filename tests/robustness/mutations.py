@@ -17,6 +17,8 @@ import hypothesis.strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 import test_stream_properties as props
 
+from agentlab import json_objects
+
 NICS = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"
 HINTS = "kvdev/guest-hints.json"
 TEMPLATE = "resourceclaimtemplates/fast-nic/nic/dra.net-metadata.json"
@@ -65,15 +67,6 @@ def _stream(docs):
     return "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in docs).encode()
 
 
-def _objects(data):
-    """The objects of a stream, however laid out (the metadata files are indented)."""
-    decoder, text, pos, out = json.JSONDecoder(), data.decode(), 0, []
-    while (start := text.find("{", pos)) != -1:
-        value, pos = decoder.raw_decode(text, start)
-        out.append(value)
-    return out
-
-
 def strategy(good):
     """Inputs over the good contents ``good`` (target -> bytes)."""
     existing = st.sampled_from(EXISTING)
@@ -84,7 +77,7 @@ def strategy(good):
         return Input("truncated", target, good[target][: draw(st.integers(0, len(good[target])))])
 
     def _docs(target):
-        return _objects(good[target])
+        return json_objects(good[target])
 
     @st.composite
     def wrong_type(draw):

@@ -15,6 +15,7 @@ from builders import (
     with_device,
 )
 
+from agentlab import json_objects
 from kvdev.errors import SchemaError, Severity
 from kvdev.schema import (
     DEVICE_METADATA,
@@ -35,15 +36,6 @@ def read(data, kind=DEVICE_METADATA):
 def upstream_invalid(got):
     """(path, message) of each warning that says a conforming writer would not write this."""
     return [(w.path, w.message) for w in got.warnings if w.upstream_invalid]
-
-
-def decode_objects(data):
-    """The JSON objects of a stream, however they are laid out (one per line or indented)."""
-    decoder, text, pos, out = json.JSONDecoder(), data.decode(), 0, []
-    while (start := text.find("{", pos)) != -1:
-        value, pos = decoder.raw_decode(text, start)
-        out.append(value)
-    return out
 
 
 def one_problem(data, kind=DEVICE_METADATA):
@@ -493,7 +485,7 @@ def test_bad_attribute_name_is_reported_on_the_key():
 def test_encode_writes_one_indented_object_per_version_newest_first():
     doc = read(stream(metadata_doc(2))).document
     data = encode_stream(doc, DEVICE_METADATA)
-    objects = decode_objects(data)
+    objects = json_objects(data)
     assert [o["apiVersion"] for o in objects] == [V1BETA1, V1ALPHA1]
     assert data.count(b"\n}\n") == 2  # each object ends with a newline
     assert data.startswith(b'{\n  "kind": "DeviceMetadata",\n  "apiVersion": "')
@@ -507,7 +499,7 @@ def test_encode_writes_one_indented_object_per_version_newest_first():
 def test_encode_versions_restricts_and_orders(versions, written):
     doc = read(stream(metadata_doc())).document
     out = encode_stream(doc, DEVICE_METADATA, versions=versions)
-    assert [o["apiVersion"] for o in decode_objects(out)] == written
+    assert [o["apiVersion"] for o in json_objects(out)] == written
 
 
 def test_encode_refuses_unknown_versions():
