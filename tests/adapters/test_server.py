@@ -489,62 +489,55 @@ sys.stdin.read()  # hold them until the test is done
 """
 
 
-def test_one_uid_holds_at_most_its_share_and_neither_another_uid_nor_root_is_locked_out(serve):
+AS = ["setpriv", "--regid=nogroup", "--clear-groups"]
+
+
+@contextlib.contextmanager
+def held_by_nobody(serve, limits, count):
+    """A server anyone may connect to, and user nobody holding ``count`` connections to it
+    (and one more, whose answer is the holder's first line of output)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv")
-    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
     directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
-    limits = Limits(max_connections=16, root_reserve=4, per_uid=5, request_timeout=30.0)
     holder = None
     try:
         directory.chmod(0o755)
         server = serve(directory / "agent.sock", limits=limits, group="nogroup", mode=0o666)
-        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
         holder = subprocess.Popen(
-            [*as_nobody, "-c", HOLDER, server.address, "5"],
+            [*AS, "--reuid=nobody", PYTHON, "-c", HOLDER, server.address, str(count)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         assert holder.stdout is not None
+        yield server, json.loads(holder.stdout.readline())
+    finally:
+        if holder is not None:
+            holder.communicate("", timeout=10)
+        shutil.rmtree(directory)
+
+
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+
+
+def test_one_uid_holds_at_most_its_share_and_neither_another_uid_nor_root_is_locked_out(serve):
+    limits = Limits(max_connections=16, root_reserve=4, per_uid=5, request_timeout=30.0)
+    with held_by_nobody(serve, limits, 5) as (server, sixth):
         # nobody holds its 5: its sixth is refused, busy, with Retry-After
-        assert json.loads(holder.stdout.readline()) == {"status": 503, "retry": True}
-        other = ["setpriv", "--reuid=65533", "--regid=nogroup", "--clear-groups", python]
+        assert sixth == {"status": 503, "retry": True}
+        other = [*AS, "--reuid=65533", PYTHON]
         answer = json.loads(run(*other, "-c", HOLDER, server.address, "0"))
         assert answer["status"] == 200  # another uid still gets in (then its script returns)
         assert call(server.address)[0] == 200  # and root
-    finally:
-        if holder is not None:
-            holder.communicate("", timeout=10)
-        shutil.rmtree(directory)
 
 
 def test_other_uids_leave_root_its_reserve(serve):
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv")
-    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    directory = Path(tempfile.mkdtemp(prefix="kvdev-server-"))
     limits = Limits(max_connections=8, root_reserve=2, per_uid=100, request_timeout=30.0)
-    holder = None
-    try:
-        directory.chmod(0o755)
-        server = serve(directory / "agent.sock", limits=limits, group="nogroup", mode=0o666)
-        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
-        holder = subprocess.Popen(
-            [*as_nobody, "-c", HOLDER, server.address, "6"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert holder.stdout is not None
-        assert json.loads(holder.stdout.readline())["status"] == 503  # 8 - 2 for root: full
+    with held_by_nobody(serve, limits, 6) as (server, seventh):
+        assert seventh["status"] == 503  # 8 - 2 for root: full
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as held:
             held.connect(server.address)  # root takes one reserved slot
             assert call(server.address)[0] == 200  # and the other, for this request
-    finally:
-        if holder is not None:
-            holder.communicate("", timeout=10)
-        shutil.rmtree(directory)
 
 
 BOUND = """
