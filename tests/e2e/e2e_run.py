@@ -8,9 +8,15 @@ journal and power off; ``summarize`` prints the timings, and on failure the gues
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +160,42 @@ def status_lines(snap: dict[str, Any]) -> list[str]:
     )
     lines.append(f"metadata root in the guest: {snap.get('metadataRoot')}")
     return lines
+
+
+def artifacts_dir(suffix: str = "") -> Path:
+    """A new ``<KVDEV_E2E_ARTIFACTS or build/e2e>/<UTC time><suffix>`` for one boot's files."""
+    root = Path(os.environ.get("KVDEV_E2E_ARTIFACTS", e2e_host.REPO / "build" / "e2e"))
+    where = root / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{suffix}"
+    where.mkdir(parents=True)
+    return where
+
+
+def make_share(artifacts: Path) -> Path:
+    """The boot's 9p share: guest/ (with guest_check.py), ctl/ (the host's), out/ (the guest's)."""
+    share = artifacts / "share"
+    for sub in ("guest", "ctl", "out"):
+        (share / sub).mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "guest" / "guest_check.py", share / "guest")
+    return share
+
+
+@contextlib.contextmanager
+def scratch_disk() -> Iterator[Path]:
+    """Where one boot's root disk goes (under /var/tmp, removed afterwards)."""
+    scratch = Path(tempfile.mkdtemp(prefix="kvdev-e2e-", dir="/var/tmp"))
+    try:
+        yield scratch / "root.img"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(r: Run, t0: float, out: list[str], rows: Sequence[tuple[str, str]]) -> Iterator[Run]:
+    """``r`` while its tests run; then its shutdown, its times and the summary."""
+    try:
+        yield r
+    finally:
+        shutdown(r)
+        r.times["vm"] = time.monotonic() - r.vm.started
+        r.times["total"] = time.monotonic() - t0
+        summarize(r, out, rows)

@@ -20,12 +20,8 @@ and ``ip -j``); the host drives the phases through the 9p share and asserts the 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +29,7 @@ import e2e_host
 import pytest
 from e2e_nics import BOOT_NICS, CLAIM, NIC_HOT, NIC_MAC, NIC_PCI, NIC_SPARE, REQUEST, device, link
 from e2e_qemu import Guest, Vm
-from e2e_run import Run, shutdown, summarize
+from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
 pytestmark = pytest.mark.e2e
 
@@ -65,13 +61,8 @@ UNMANAGED = {
 def run(e2e_summary) -> Iterator[Run]:
     """Build/reuse the image, make the disk with the .deb, publish the bundle, boot the guest."""
     t0 = time.monotonic()
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    artifacts = Path(os.environ.get("KVDEV_E2E_ARTIFACTS", e2e_host.REPO / "build" / "e2e"))
-    artifacts = artifacts / stamp
-    share = artifacts / "share"
-    for sub in ("guest", "ctl", "out"):
-        (share / sub).mkdir(parents=True)
-    shutil.copy(Path(__file__).parent / "guest" / "guest_check.py", share / "guest")
+    artifacts = artifacts_dir()
+    share = make_share(artifacts)
     e2e_summary.append(f"artifacts: {artifacts}")
 
     base = e2e_host.base_image()
@@ -83,10 +74,8 @@ def run(e2e_summary) -> Iterator[Run]:
     host = e2e_host.HostSide(artifacts, share / "bundle")
     host.prepare("plan.yaml")
 
-    scratch = Path(tempfile.mkdtemp(prefix="kvdev-e2e-", dir="/var/tmp"))
-    try:
+    with scratch_disk() as disk:
         t = time.monotonic()
-        disk = scratch / "root.img"
         installed = e2e_host.run_disk(base, deb, disk, e2e_host.GUEST_SHARE / "bundle" / "current")
         times["disk"] = time.monotonic() - t
         e2e_summary.append(f"package: {deb.name} installed in the guest as '{installed}'")
@@ -101,15 +90,8 @@ def run(e2e_summary) -> Iterator[Run]:
         vm = Vm(guest)
         e2e_summary.append(f"accelerator: {vm.accel}")
         r = Run(vm, share, artifacts, host, e2e_host.package_name(deb), times)
-        try:
+        with running(r, t0, e2e_summary, ROWS):
             yield r
-        finally:
-            shutdown(r)
-            times["vm"] = time.monotonic() - vm.started
-            times["total"] = time.monotonic() - t0
-            summarize(r, e2e_summary, ROWS)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _first_object(path: Path) -> dict[str, Any]:

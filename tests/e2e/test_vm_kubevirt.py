@@ -21,19 +21,15 @@ default root, and the agent runs with no metadata setting at all.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import e2e_host
 import pytest
 from e2e_qemu import VIRTIOFS_TAG, Guest, Nic, Vm
-from e2e_run import Run, shutdown, summarize
+from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
 pytestmark = pytest.mark.e2e
 
@@ -111,10 +107,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def artifacts(e2e_summary) -> Path:
     """This boot's artifacts: the 9p share, the ConfigMap volume, logs, timings."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    where = Path(os.environ.get("KVDEV_E2E_ARTIFACTS", e2e_host.REPO / "build" / "e2e"))
-    where = where / f"{stamp}-kubevirt"
-    where.mkdir(parents=True)
+    where = artifacts_dir("-kubevirt")
     e2e_summary.append(f"artifacts (KubeVirt path): {where}")
     return where
 
@@ -131,18 +124,13 @@ def cluster(artifacts) -> Cluster:
 def run(e2e_summary, artifacts, cluster) -> Iterator[Run]:
     """Make the disk, boot with the ConfigMap volume shared over virtiofs."""
     t0 = time.monotonic()
-    share = artifacts / "share"
-    for sub in ("guest", "ctl", "out"):
-        (share / sub).mkdir(parents=True)
-    shutil.copy(Path(__file__).parent / "guest" / "guest_check.py", share / "guest")
+    share = make_share(artifacts)
 
     base = e2e_host.base_image()
     times = {"image": base.seconds}
     deb = e2e_host.find_deb()
-    scratch = Path(tempfile.mkdtemp(prefix="kvdev-e2e-", dir="/var/tmp"))
-    try:
+    with scratch_disk() as disk:
         t = time.monotonic()
-        disk = scratch / "root.img"
         e2e_host.run_disk(base, deb, disk, None)
         times["disk"] = time.monotonic() - t
         guest = Guest(
@@ -156,15 +144,8 @@ def run(e2e_summary, artifacts, cluster) -> Iterator[Run]:
         )
         vm = Vm(guest)
         r = Run(vm, share, artifacts, None, e2e_host.package_name(deb), times)
-        try:
+        with running(r, t0, e2e_summary, ROWS):
             yield r
-        finally:
-            shutdown(r)
-            times["vm"] = time.monotonic() - vm.started
-            times["total"] = time.monotonic() - t0
-            summarize(r, e2e_summary, ROWS)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _first_object(text: str) -> dict[str, Any]:

@@ -22,14 +22,9 @@ Last, the MAC comes back: kvdev takes ens17 back from the running manager, which
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import e2e_host
@@ -37,7 +32,7 @@ import pytest
 from e2e_host import Secret, Symlink
 from e2e_nics import BOOT_NICS, CLAIM, NIC_HOT, NIC_MAC, NIC_PCI, NIC_SPARE, device, link
 from e2e_qemu import Guest, Nic, Vm
-from e2e_run import Run, shutdown, summarize
+from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
 pytestmark = pytest.mark.e2e
 
@@ -194,29 +189,22 @@ def boot(request, e2e_summary) -> Iterator[Boot]:
     """Make the disk with the .deb and the neighbour's files, publish the bundle, boot."""
     neighbour: Neighbour = request.param
     t0 = time.monotonic()
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    artifacts = Path(os.environ.get("KVDEV_E2E_ARTIFACTS", e2e_host.REPO / "build" / "e2e"))
-    artifacts = artifacts / f"{stamp}-{neighbour.name}"
-    share = artifacts / "share"
-    for sub in ("guest", "ctl", "out"):
-        (share / sub).mkdir(parents=True)
-    shutil.copy(Path(__file__).parent / "guest" / "guest_check.py", share / "guest")
+    artifacts = artifacts_dir(f"-{neighbour.name}")
+    share = make_share(artifacts)
     e2e_summary.append(f"--- beside {neighbour.name}: artifacts {artifacts}")
     base = e2e_host.base_image()
     deb = e2e_host.find_deb()
     host = e2e_host.HostSide(artifacts, share / "bundle")
     host.prepare("plan-neighbours.yaml")
-    scratch = Path(tempfile.mkdtemp(prefix="kvdev-e2e-", dir="/var/tmp"))
-    try:
-        drive = None
-        if neighbour.config_drive:
-            drive = artifacts / "config-drive"
-            latest = drive / "openstack" / "latest"
-            latest.mkdir(parents=True)
-            (latest / "meta_data.json").write_text(meta_data())
-            (latest / "network_data.json").write_text(network_data())
+    drive = None
+    if neighbour.config_drive:
+        drive = artifacts / "config-drive"
+        latest = drive / "openstack" / "latest"
+        latest.mkdir(parents=True)
+        (latest / "meta_data.json").write_text(meta_data())
+        (latest / "network_data.json").write_text(network_data())
+    with scratch_disk() as disk:
         t = time.monotonic()
-        disk = scratch / "root.img"
         installed = e2e_host.run_disk(
             base, deb, disk, e2e_host.GUEST_SHARE / "bundle" / "current", neighbour.files
         )
@@ -233,15 +221,8 @@ def boot(request, e2e_summary) -> Iterator[Boot]:
         vm = Vm(guest)
         r = Run(vm, share, artifacts, host, e2e_host.package_name(deb), times)
         e2e_summary.append(f"package {installed}, accelerator {vm.accel}")
-        try:
+        with running(r, t0, e2e_summary, ROWS):
             yield Boot(r, neighbour)
-        finally:
-            shutdown(r)
-            times["vm"] = time.monotonic() - vm.started
-            times["total"] = time.monotonic() - t0
-            summarize(r, e2e_summary, ROWS)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def configured(nic: Nic, interface: str) -> dict[str, Any]:
