@@ -25,7 +25,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 	@:
 else
 
-.PHONY: help demo example test quick check lint typecheck imports unit bench bench-api bench-schedule clean proto
+.PHONY: help demo example test quick check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ bench-api: $(STAMP)  ## (root) GET /v1/status latency and req/s vs two floors; B
 
 bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on/off; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_schedule.py $(BENCH_ARGS)
+
+upstream:  ## upstream's own Go code (v1.37.2) as judges: build/upstream/bin, cached by go.sum + sources
+	tests/upstream/build.sh
 
 proto: $(STAMP)  ## regenerate the committed gRPC stubs of agent/kvdev/host/proto/*.proto
 	$(BIN)/python -m kvdev.host.proto
