@@ -59,7 +59,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+unit: $(STAMP) upstream
 	$(BIN)/pytest
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick

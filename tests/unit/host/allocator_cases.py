@@ -43,6 +43,26 @@ DERIVED = [
     f'device.driver == "{GPU}" ? "g" : "n"',
     f'device.attributes["{GPU}"].mem / 8',  # fails where mem is missing
 ]
+NODE_SELECTORS: list[list[dict[str, Any]]] = [  # every operator, fields, several terms
+    [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}],
+    [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["z2"]}]}],
+    [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}],
+    [{"matchExpressions": [{"key": "gone", "operator": "DoesNotExist"}]}],
+    [{"matchExpressions": [{"key": "slots", "operator": "Gt", "values": ["3"]}]}],
+    [{"matchExpressions": [{"key": "slots", "operator": "Lt", "values": ["3"]}]}],
+    [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}],
+    [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]}],
+    [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]},
+    ],
+    [
+        {
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}],
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}],
+        }
+    ],
+]
 CLASSES = {
     "gpu": [f'device.driver == "{GPU}"'],
     "nic": [f'device.driver == "{NIC}"'],
@@ -110,13 +130,7 @@ def _pool(rng: random.Random, index: int) -> list[dict[str, Any]]:
     where: dict[str, Any] = {
         "node": {"nodeName": "node-a"},
         "other-node": {"nodeName": "node-b"},
-        "selector": {
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}
-                ]
-            }
-        },
+        "selector": {"nodeSelector": {"nodeSelectorTerms": rng.choice(NODE_SELECTORS)}},
         "all": {"allNodes": True},
         "perdevice": {"perDeviceNodeSelection": True},
     }[kind]
@@ -228,6 +242,29 @@ def _claim(rng: random.Random, index: int, features: dict[str, bool]) -> dict[st
     }
 
 
+def _taint_rule(
+    rng: random.Random, index: int, devices: list[tuple[str, str, str]]
+) -> dict[str, Any]:
+    """A DeviceTaintRule selecting by driver, pool, device, all of them, or nothing at all."""
+    driver, pool, device = rng.choice(devices) if devices else (GPU, "none", "none")
+    selector: dict[str, Any] | None = rng.choice(
+        [{"driver": driver}, {"pool": pool}, {"device": device}, {}, None]
+        + [{"driver": driver, "pool": pool, "device": device}] * 3
+    )
+    effect = rng.choice(["NoSchedule", "NoExecute", "None"])
+    spec: dict[str, Any] = {
+        "taint": {"key": "example.com/maint", "value": rng.choice(["planned", "x"]), "effect": effect}
+    }
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"rule-{index}"},
+        "spec": spec,
+    }
+
+
 def case(seed: int) -> dict[str, Any]:
     """One random case (module docstring), in the fixture format without ``expect``."""
     rng = random.Random(seed)  # noqa: S311 - reproducible test data
@@ -249,9 +286,11 @@ def case(seed: int) -> dict[str, Any]:
         for name, exprs in CLASSES.items()
     ]
     classes[0]["spec"]["config"] = [{"opaque": {"driver": GPU, "parameters": {"class": "gpu"}}}]
+    rules = [_taint_rule(rng, i, devices) for i in range(rng.choice([0, 0, 0, 1, 2]))]
     return {
+        "taintRules": rules,
         "features": features,
-        "node": {"name": "node-a", "labels": {"zone": "z1"}},
+        "node": {"name": "node-a", "labels": {"zone": "z1", "slots": "4"}},
         "deviceClasses": classes,
         "resourceSlices": slices,
         "allocatedDevices": [{"driver": a, "pool": b, "device": c} for a, b, c in held[:1]],
@@ -261,3 +300,39 @@ def case(seed: int) -> dict[str, Any]:
         ],
         "claims": [_claim(rng, i, features) for i in range(rng.randint(1, 3))],
     }
+
+
+def documents(case):
+    """The case as objects for ``kvdev-host allocate`` (input state as claims in use)."""
+    held = [
+        {"request": "held", "driver": d["driver"], "pool": d["pool"], "device": d["device"]}
+        for d in case.get("allocatedDevices") or []
+    ]
+    for i, d in enumerate(case.get("allocatedCapacity") or []):
+        result = {"request": "held", "driver": d["driver"], "pool": d["pool"]}
+        result |= {"device": d["device"], "shareID": f"00000000-0000-4000-8000-{i:012d}"}
+        if d.get("consumedCapacity"):
+            result["consumedCapacity"] = {k: str(v) for k, v in d["consumedCapacity"].items()}
+        held.append(result)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case["node"]["name"]}}
+    if case["node"].get("labels"):
+        node["metadata"]["labels"] = case["node"]["labels"]
+    in_use = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"in-use-{n}", "namespace": "default"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": held[start : start + 32]}}},
+        }
+        for n, start in enumerate(range(0, len(held), 32))
+    ]
+    rules = case.get("taintRules") or []
+    return [
+        node,
+        *case["deviceClasses"],
+        *case["resourceSlices"],
+        *rules,
+        *in_use,
+        *case["claims"],
+    ]

@@ -27,6 +27,8 @@ from kvdev.host.allocation.allocator import (
 )
 from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice
 
+from allocator_cases import documents
+
 HERE = Path(__file__).resolve().parent
 UPSTREAM = HERE.parents[1] / "data" / "allocator-upstream"
 FILES = sorted(UPSTREAM.glob("*.yaml"))
@@ -101,34 +103,6 @@ def _printed(outcome):
         return 1, {"reason": "unschedulable"}
     assert isinstance(outcome, Failed)
     return 2, {"reason": outcome.keyword, "message": outcome.message}
-
-
-def documents(case):
-    """The case as objects for ``kvdev-host allocate`` (input state as claims in use)."""
-    held = [
-        {"request": "held", "driver": d["driver"], "pool": d["pool"], "device": d["device"]}
-        for d in case.get("allocatedDevices") or []
-    ]
-    for i, d in enumerate(case.get("allocatedCapacity") or []):
-        result = {"request": "held", "driver": d["driver"], "pool": d["pool"]}
-        result |= {"device": d["device"], "shareID": f"00000000-0000-4000-8000-{i:012d}"}
-        if d.get("consumedCapacity"):
-            result["consumedCapacity"] = {k: str(v) for k, v in d["consumedCapacity"].items()}
-        held.append(result)
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case["node"]["name"]}}
-    if case["node"].get("labels"):
-        node["metadata"]["labels"] = case["node"]["labels"]
-    in_use = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": f"in-use-{n}", "namespace": "default"},
-            "spec": {},
-            "status": {"allocation": {"devices": {"results": held[start : start + 32]}}},
-        }
-        for n, start in enumerate(range(0, len(held), 32))
-    ]
-    return [node, *case["deviceClasses"], *case["resourceSlices"], *in_use, *case["claims"]]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// gates maps kvdev-host's gate names to the switch they turn in upstream's Features (the
+// scheduler's own mapping: DRADeviceBindingConditions stands for the pair it needs).
+var gates = map[string]func(*structured.Features, bool){
+	"DRAAdminAccess":               func(f *structured.Features, v bool) { f.AdminAccess = v },
+	"DRAConsumableCapacity":        func(f *structured.Features, v bool) { f.ConsumableCapacity = v },
+	"DRADerivedAttributes":         func(f *structured.Features, v bool) { f.DerivedAttributes = v },
+	"DRADeviceBindingConditions":   func(f *structured.Features, v bool) { f.DeviceBindingAndStatus = v },
+	"DRADeviceCompatibilityGroups": func(f *structured.Features, v bool) { f.CompatibilityGroups = v },
+	"DRADeviceTaints":              func(f *structured.Features, v bool) { f.DeviceTaints = v },
+	"DRAExtendedResource":          func(*structured.Features, bool) {},
+	"DRAFractionalCapacityRange":   func(f *structured.Features, v bool) { f.FractionalCapacityRange = v },
+	"DRAListTypeAttributes":        func(f *structured.Features, v bool) { f.ListTypeAttributes = v },
+	"DRAOptionalNodeOperations":    func(f *structured.Features, v bool) { f.OptionalNodeOperations = v },
+	"DRAPartitionableDevices":      func(f *structured.Features, v bool) { f.PartitionableDevices = v },
+	"DRAPrioritizedList":           func(f *structured.Features, v bool) { f.PrioritizedList = v },
+}
+
+func parseGates(text string) (structured.Features, bool, error) {
+	var features structured.Features
+	for _, set := range gates {
+		set(&features, true)
+	}
+	extended := true
+	for _, item := range strings.Split(text, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(item, "=")
+		value = strings.ToLower(strings.TrimSpace(value))
+		if !ok || (value != "true" && value != "false") {
+			return features, extended, fmt.Errorf("--feature-gates: %q is not GATE=true or GATE=false", item)
+		}
+		set, known := gates[strings.TrimSpace(name)]
+		if !known {
+			names := make([]string, 0, len(gates))
+			for g := range gates {
+				names = append(names, g)
+			}
+			sort.Strings(names)
+			return features, extended, fmt.Errorf("--feature-gates: unknown allocator feature %s (known: %s)", name, strings.Join(names, ", "))
+		}
+		set(&features, value == "true")
+		if strings.TrimSpace(name) == "DRAExtendedResource" {
+			extended = value == "true"
+		}
+	}
+	return features, extended, nil
+}
+
+type classLister map[string]*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l))
+	for _, c := range l {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l[name]; ok {
+		return c, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
+// input is the documents sorted for the allocator.
+type input struct {
+	classes classLister
+	slices  []*resourceapi.ResourceSlice
+	rules   []*resourceapi.DeviceTaintRule
+	inUse   []*resourceapi.ResourceClaim
+	pending []*resourceapi.ResourceClaim
+	nodes   []*v1.Node
+	pods    []*v1.Pod
+}
+
+func sortDocuments(docs []document, stderr io.Writer) input {
+	in := input{classes: classLister{}}
+	for _, d := range docs {
+		switch obj := d.obj.(type) {
+		case *resourceapi.DeviceClass:
+			in.classes[obj.Name] = obj
+		case *resourceapi.ResourceSlice:
+			in.slices = append(in.slices, obj)
+		case *resourceapi.DeviceTaintRule:
+			in.rules = append(in.rules, obj)
+		case *resourceapi.ResourceClaim:
+			if obj.Status.Allocation != nil {
+				in.inUse = append(in.inUse, obj)
+			} else {
+				in.pending = append(in.pending, obj)
+			}
+		case *v1.Node:
+			in.nodes = append(in.nodes, obj)
+		case *v1.Pod:
+			in.pods = append(in.pods, obj)
+		default:
+			fmt.Fprintf(stderr, "allocate: warning: %s: %s skipped (not an object the allocator reads)\n", d.source, d.kind)
+		}
+	}
+	return in
+}
+
+func pickNode(name string, nodes []*v1.Node) (*v1.Node, error) {
+	if len(nodes) == 0 {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, nil
+	}
+	known := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+		known = append(known, n.Name)
+	}
+	sort.Strings(known)
+	return nil, fmt.Errorf("--node %s: no Node object of that name among the input (have %s)", name, strings.Join(known, ", "))
+}
+
+// patchedSlices adds the DeviceTaintRules' taints with upstream's ResourceSlice tracker, fed
+// by informers over a fake clientset, keeping the input's slice order.
+func patchedSlices(slices []*resourceapi.ResourceSlice, rules []*resourceapi.DeviceTaintRule, consumable bool) ([]*resourceapi.ResourceSlice, error) {
+	if len(rules) == 0 {
+		return slices, nil
+	}
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, s := range slices {
+		s := s.DeepCopy()
+		if s.Name == "" {
+			s.Name = fmt.Sprintf("unnamed-slice-%d", i)
+		}
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("ResourceSlice %s: %w", s.Name, err)
+		}
+	}
+	for i, r := range rules {
+		r := r.DeepCopy()
+		if r.Name == "" {
+			r.Name = fmt.Sprintf("unnamed-rule-%d", i)
+		}
+		if _, err := client.ResourceV1().DeviceTaintRules().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("DeviceTaintRule %s: %w", r.Name, err)
+		}
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	t, err := tracker.StartTracker(ctx, tracker.Options{
+		EnableDeviceTaintRules:   true,
+		EnableConsumableCapacity: consumable,
+		SliceInformer:            factory.Resource().V1().ResourceSlices(),
+		TaintInformer:            factory.Resource().V1().DeviceTaintRules(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer t.Stop()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), t.HasSynced) {
+		return nil, errors.New("ResourceSlice tracker did not sync")
+	}
+	patched, err := t.ListPatchedResourceSlices()
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]*resourceapi.ResourceSlice, len(patched))
+	for _, s := range patched {
+		byName[s.Name] = s
+	}
+	out := make([]*resourceapi.ResourceSlice, len(slices))
+	for i, s := range slices {
+		out[i] = s
+		name := s.Name
+		if name == "" {
+			name = fmt.Sprintf("unnamed-slice-%d", i)
+		}
+		if p, ok := byName[name]; ok {
+			p = p.DeepCopy()
+			p.Name = s.Name
+			out[i] = p
+		}
+	}
+	return out, nil
+}
+
+// allocatedState is what the claims in use hold, gathered as the scheduler's DRA manager does
+// (admin access holds nothing; with consumable capacity off a shared result is dedicated).
+func allocatedState(claims []*resourceapi.ResourceClaim, consumable bool) structured.AllocatedState {
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, claim := range claims {
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if ptr.Deref(r.AdminAccess, false) {
+				continue
+			}
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if consumable && r.ShareID != nil {
+				state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+				if r.ConsumedCapacity != nil {
+					state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+				}
+				continue
+			}
+			state.AllocatedDevices.Insert(id)
+		}
+	}
+	return state
+}
+
+// keywords turns upstream's error text into kvdev-host's reason keywords (the fixture README's
+// table); the first fragment found wins.
+var keywords = []struct{ fragment, keyword string }{
+	{"could not retrieve device class", "class-not-found"},
+	{"missing device class name", "missing-class-name"},
+	{"actual cost limit exceeded", "cel-cost-limit"},
+	{"CEL compile error", "cel-compile-error"},
+	{"compile derived attribute", "cel-compile-error"},
+	{"CEL runtime error", "cel-runtime-error"},
+	{"evaluate derived attribute", "cel-runtime-error"},
+	{"exceeds the claim limit", "too-many-devices"},
+	{"is too large", "too-many-devices"},
+	{"invalid resource pools were encountered", "invalid-pool"},
+	{"is currently being updated", "pool-incomplete"},
+	{"is currently invalid", "pool-invalid"},
+	{"because a claim constraint would not be satisfied", "constraint-unsatisfiable"},
+	{"empty constraint", "unknown-constraint"},
+	{"CEL expression empty", "unknown-selector"},
+	{"unsupported count mode", "unsupported-allocation-mode"},
+	{"the feature is disabled", "feature-disabled"},
+	{"feature is disabled", "feature-disabled"},
+}
+
+func keyword(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "filter-timeout"
+	}
+	text := err.Error()
+	for _, k := range keywords {
+		if strings.Contains(text, k.fragment) {
+			return k.keyword
+		}
+	}
+	return "allocator-error"
+}
+
+func allocateDocuments(docs []document, o options, stdout, stderr io.Writer) int {
+	timeout, err := parseTimeout(o.filterTimeout)
+	if err != nil {
+		return fail("usage", err.Error(), o.output, stdout, stderr, exitInvalid)
+	}
+	features, extended, err := parseGates(o.featureGates)
+	if err != nil {
+		return fail("usage", err.Error(), o.output, stdout, stderr, exitInvalid)
+	}
+	in := sortDocuments(docs, stderr)
+	node, err := pickNode(o.node, in.nodes)
+	if err != nil {
+		return fail("usage", err.Error(), o.output, stdout, stderr, exitInvalid)
+	}
+	if extended && len(in.pods) > 0 {
+		return fail("oracle-unsupported", "Pods given: the oracle does not make the scheduler's extended-resource claims (run with DRAExtendedResource=false to ignore them)", o.output, stdout, stderr, exitInvalid)
+	}
+	seen := map[string]bool{}
+	var dups []string
+	for _, c := range in.pending {
+		if seen[c.Name] {
+			dups = append(dups, c.Name)
+		}
+		seen[c.Name] = true
+	}
+	if len(dups) > 0 {
+		return fail("usage", fmt.Sprintf("claims to allocate must have distinct names: %s appear more than once", strings.Join(dups, ", ")), o.output, stdout, stderr, exitInvalid)
+	}
+	if len(in.pending) == 0 {
+		fmt.Fprintln(stderr, "allocate: no claim without status.allocation: nothing to do")
+		return printClaims(nil, o.output, stdout)
+	}
+	slices := in.slices
+	if features.DeviceTaints {
+		if slices, err = patchedSlices(in.slices, in.rules, features.ConsumableCapacity); err != nil {
+			return fail("allocator-error", err.Error(), o.output, stdout, stderr, exitInvalid)
+		}
+	}
+	ctx, cancel := withTimeout(timeout)
+	defer cancel()
+	celCache := cel.NewCache(10, cel.Features{
+		EnableConsumableCapacity: features.ConsumableCapacity,
+		EnableListTypeAttributes: features.ListTypeAttributes,
+	})
+	allocator, err := structured.NewAllocator(ctx, features, allocatedState(in.inUse, features.ConsumableCapacity), in.classes, slices, celCache)
+	if err != nil {
+		return fail(keyword(err), err.Error(), o.output, stdout, stderr, exitInvalid)
+	}
+	results, err := allocator.Allocate(ctx, node, in.pending)
+	if err != nil {
+		return fail(keyword(err), err.Error(), o.output, stdout, stderr, exitInvalid)
+	}
+	if results == nil {
+		return fail("unschedulable", fmt.Sprintf("claims do not fit on node %s", o.node), o.output, stdout, stderr, exitUnschedulable)
+	}
+	out := make([]*resourceapi.ResourceClaim, len(in.pending))
+	for i, c := range in.pending {
+		c = c.DeepCopy()
+		c.Status.Allocation = &results[i]
+		out[i] = c
+	}
+	return printClaims(out, o.output, stdout)
+}
+
+// list is the -o json shape of kvdev-host allocate: a v1 List of the allocated claims.
+type list struct {
+	APIVersion string                       `json:"apiVersion"`
+	Kind       string                       `json:"kind"`
+	Metadata   struct{}                     `json:"metadata"`
+	Items      []*resourceapi.ResourceClaim `json:"items"`
+}
+
+func printClaims(claims []*resourceapi.ResourceClaim, output string, stdout io.Writer) int {
+	if output == "json" {
+		if claims == nil {
+			claims = []*resourceapi.ResourceClaim{}
+		}
+		data, err := json.MarshalIndent(list{APIVersion: "v1", Kind: "List", Items: claims}, "", "  ")
+		if err != nil {
+			return exitInvalid
+		}
+		fmt.Fprintf(stdout, "%s\n", data)
+		return exitOK
+	}
+	for i, c := range claims {
+		data, err := yaml.Marshal(c)
+		if err != nil {
+			return exitInvalid
+		}
+		if i > 0 {
+			fmt.Fprint(stdout, "---\n")
+		}
+		fmt.Fprintf(stdout, "%s", data)
+	}
+	return exitOK
+}

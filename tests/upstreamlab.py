@@ -1,0 +1,42 @@
+"""Upstream's own Go code as the tests' judge: the binaries ``tests/upstream/build.sh`` builds.
+
+``upstream_bin(name)`` runs build.sh (cached by go.mod, go.sum and sources) once per test
+session under a file lock, so parallel sessions and helpers do not build twice at once, and
+returns ``build/upstream/bin/<name>``. Go missing or a failed build fails the test with the
+build's own output: nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "tests" / "upstream" / "build.sh"
+BIN = ROOT / "build" / "upstream" / "bin"
+
+
+@functools.cache
+def _built() -> Path:
+    if shutil.which("go") is None:
+        pytest.fail("the upstream oracles need Go (1.26) on PATH: tests/upstream/build.sh")
+    BIN.mkdir(parents=True, exist_ok=True)
+    with (BIN.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run([str(BUILD)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"tests/upstream/build.sh failed:\n{done.stdout}{done.stderr}")
+    return BIN
+
+
+def upstream_bin(name: str) -> Path:
+    """``build/upstream/bin/<name>``, built first if go.mod, go.sum or a source changed."""
+    path = _built() / name
+    if not path.is_file():
+        pytest.fail(f"tests/upstream/build.sh built no {name} in {path.parent}")
+    return path
