@@ -43,7 +43,7 @@ DERIVED = [
     f'device.driver == "{GPU}" ? "g" : "n"',
     f'device.attributes["{GPU}"].mem / 8',  # fails where mem is missing
 ]
-NODE_SELECTORS: list[list[dict[str, Any]]] = [  # every operator, fields, several terms
+NODE_SELECTORS: list[list[dict[str, Any]]] = [  # every operator and fields; one term (API)
     [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}],
     [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["z2"]}]}],
     [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}],
@@ -52,10 +52,6 @@ NODE_SELECTORS: list[list[dict[str, Any]]] = [  # every operator, fields, severa
     [{"matchExpressions": [{"key": "slots", "operator": "Lt", "values": ["3"]}]}],
     [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}],
     [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]}],
-    [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]},
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]},
-    ],
     [
         {
             "matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}],

@@ -14,11 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -144,71 +140,31 @@ func pickNode(name string, nodes []*v1.Node) (*v1.Node, error) {
 	return nil, fmt.Errorf("--node %s: no Node object of that name among the input (have %s)", name, strings.Join(known, ", "))
 }
 
-// patchedSlices adds the DeviceTaintRules' taints with upstream's ResourceSlice tracker, fed
-// by informers over a fake clientset, keeping the input's slice order.
-func patchedSlices(slices []*resourceapi.ResourceSlice, rules []*resourceapi.DeviceTaintRule, consumable bool) ([]*resourceapi.ResourceSlice, error) {
-	if len(rules) == 0 {
-		return slices, nil
-	}
-	client := fake.NewClientset()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for i, s := range slices {
-		s := s.DeepCopy()
-		if s.Name == "" {
-			s.Name = fmt.Sprintf("unnamed-slice-%d", i)
-		}
-		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("ResourceSlice %s: %w", s.Name, err)
-		}
-	}
-	for i, r := range rules {
-		r := r.DeepCopy()
-		if r.Name == "" {
-			r.Name = fmt.Sprintf("unnamed-rule-%d", i)
-		}
-		if _, err := client.ResourceV1().DeviceTaintRules().Create(ctx, r, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("DeviceTaintRule %s: %w", r.Name, err)
-		}
-	}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	t, err := tracker.StartTracker(ctx, tracker.Options{
-		EnableDeviceTaintRules:   true,
-		EnableConsumableCapacity: consumable,
-		SliceInformer:            factory.Resource().V1().ResourceSlices(),
-		TaintInformer:            factory.Resource().V1().DeviceTaintRules(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer t.Stop()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), t.HasSynced) {
-		return nil, errors.New("ResourceSlice tracker did not sync")
-	}
-	patched, err := t.ListPatchedResourceSlices()
-	if err != nil {
-		return nil, err
-	}
-	byName := make(map[string]*resourceapi.ResourceSlice, len(patched))
-	for _, s := range patched {
-		byName[s.Name] = s
-	}
+// patchedSlices adds each DeviceTaintRule's taint to the devices it selects, by the rule of
+// upstream's ResourceSlice tracker (resourceslice/tracker applyPatches: no selector selects
+// nothing; driver, pool and device narrow it). The tracker itself needs informers; driven by a
+// fake clientset here it never reported synced, so its rule is restated (facts, not code).
+func patchedSlices(slices []*resourceapi.ResourceSlice, rules []*resourceapi.DeviceTaintRule) []*resourceapi.ResourceSlice {
 	out := make([]*resourceapi.ResourceSlice, len(slices))
-	for i, s := range slices {
-		out[i] = s
-		name := s.Name
-		if name == "" {
-			name = fmt.Sprintf("unnamed-slice-%d", i)
-		}
-		if p, ok := byName[name]; ok {
-			p = p.DeepCopy()
-			p.Name = s.Name
-			out[i] = p
+	for i, slice := range slices {
+		out[i] = slice
+		for _, rule := range rules {
+			sel := rule.Spec.DeviceSelector
+			if sel == nil || (sel.Driver != nil && *sel.Driver != slice.Spec.Driver) || (sel.Pool != nil && *sel.Pool != slice.Spec.Pool.Name) {
+				continue
+			}
+			for d := range slice.Spec.Devices {
+				if sel.Device != nil && *sel.Device != slice.Spec.Devices[d].Name {
+					continue
+				}
+				if out[i] == slice {
+					out[i] = slice.DeepCopy()
+				}
+				out[i].Spec.Devices[d].Taints = append(out[i].Spec.Devices[d].Taints, rule.Spec.Taint)
+			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // allocatedState is what the claims in use hold, gathered as the scheduler's DRA manager does
@@ -308,9 +264,7 @@ func allocateDocuments(docs []document, o options, stdout, stderr io.Writer) int
 	}
 	slices := in.slices
 	if features.DeviceTaints {
-		if slices, err = patchedSlices(in.slices, in.rules, features.ConsumableCapacity); err != nil {
-			return fail("allocator-error", err.Error(), o.output, stdout, stderr, exitInvalid)
-		}
+		slices = patchedSlices(in.slices, in.rules)
 	}
 	ctx, cancel := withTimeout(timeout)
 	defer cancel()
