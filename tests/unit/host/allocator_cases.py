@@ -249,7 +249,11 @@ def _taint_rule(
     )
     effect = rng.choice(["NoSchedule", "NoExecute", "None"])
     spec: dict[str, Any] = {
-        "taint": {"key": "example.com/maint", "value": rng.choice(["planned", "x"]), "effect": effect}
+        "taint": {
+            "key": "example.com/maint",
+            "value": rng.choice(["planned", "x"]),
+            "effect": effect,
+        }
     }
     if selector is not None:
         spec["deviceSelector"] = selector

@@ -23,15 +23,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from allocator_cases import case, documents
+
 from kvdev.host.commands.allocate import run_allocate
 from upstreamlab import upstream_bin
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "data"
 FIXTURES = sorted(
-    p for d in ("allocator", "allocator-extra", "allocator-upstream") for p in (DATA / d).glob("*.yaml")
+    p
+    for d in ("allocator", "allocator-extra", "allocator-upstream")
+    for p in (DATA / d).glob("*.yaml")
 )
 # Differences the oracle found on its first run, not settled yet (kvdev to be fixed): strict xfail.
 UNSETTLED = {
@@ -80,7 +82,9 @@ def _gates(c):
 def oracle(cases):
     """The oracle's (exit, parsed stdout) for each case, from one ``--batch`` process."""
     stream = "".join(
-        json.dumps({"node": c["node"]["name"], "featureGates": _gates(c), "documents": documents(c)})
+        json.dumps(
+            {"node": c["node"]["name"], "featureGates": _gates(c), "documents": documents(c)}
+        )
         + "\n"
         for c in cases
     )
@@ -178,7 +182,9 @@ def test_fixture_as_upstream_allocates(path, fixture_verdicts, tmp_path):
     assert problem is None, problem
 
 
-@pytest.mark.xfail(reason="first-run differences (filter-timeout, binding order, CEL errors) unsettled")
+@pytest.mark.xfail(
+    reason="first-run differences (filter-timeout, binding order, CEL errors) unsettled"
+)
 def test_random_cases_as_upstream_allocates(tmp_path, capsys):
     seed = int(os.environ.get("SEED") or secrets.randbits(31))
     with capsys.disabled():
@@ -204,6 +210,8 @@ def test_the_oracle_speaks_kvdevs_command_line(tmp_path):
     printed = json.loads(done.stdout)
     assert printed["kind"] == "List"
     assert printed["items"][0]["status"]["allocation"]["devices"]["results"]
-    bad = subprocess.run([*args, "--feature-gates", "NoSuchGate=true"], capture_output=True, text=True, check=False)
+    bad = subprocess.run(
+        [*args, "--feature-gates", "NoSuchGate=true"], capture_output=True, text=True, check=False
+    )
     assert bad.returncode == 2
     assert json.loads(bad.stdout)["reason"] == "usage"

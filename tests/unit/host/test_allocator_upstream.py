@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from allocator_cases import documents
 
 from kvdev.host import cli
 from kvdev.host.allocation.allocator import (
@@ -26,8 +27,6 @@ from kvdev.host.allocation.allocator import (
     allocate,
 )
 from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice
-
-from allocator_cases import documents
 
 HERE = Path(__file__).resolve().parent
 UPSTREAM = HERE.parents[1] / "data" / "allocator-upstream"
