@@ -150,10 +150,12 @@ def differences(mine, theirs):  # noqa: PLR0911 - one return per kind of differe
         if fixtures._selector(got[name].get("nodeSelector")) != fixtures._selector(
             alloc.get("nodeSelector")
         ):
-            return f"claim {name}: node selector {got[name].get('nodeSelector')}, upstream {alloc.get('nodeSelector')}"
+            sel = got[name].get("nodeSelector")
+            return f"claim {name}: node selector {sel}, upstream {alloc.get('nodeSelector')}"
         groups = got[name].get("compatibilityGroups")
         if groups != alloc.get("compatibilityGroups"):
-            return f"claim {name}: compatibilityGroups {groups}, upstream {alloc.get('compatibilityGroups')}"
+            theirs_groups = alloc.get("compatibilityGroups")
+            return f"claim {name}: compatibilityGroups {groups}, upstream {theirs_groups}"
     return None
 
 
