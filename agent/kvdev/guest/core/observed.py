@@ -156,13 +156,15 @@ class NetState:
     addresses: tuple[Address, ...] = ()
     routes: tuple[Route, ...] = ()
     _by_index: dict[int, Link] | None = field(default=None, init=False, compare=False, repr=False)
-    _uppers: dict[int, tuple[int, ...]] | None = field(default=None, init=False, compare=False, repr=False)
+    _uppers: dict[int, tuple[int, ...]] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
 
     def link(self, ifindex: int) -> Link | None:
         """The link with this index, if any."""
         if self._by_index is None:
             object.__setattr__(self, "_by_index", {lk.ifindex: lk for lk in self.links})
-        assert self._by_index is not None  # noqa: S101 - set just above
+        assert self._by_index is not None
         return self._by_index.get(ifindex)
 
     def uppers(self, ifindex: int) -> tuple[int, ...]:
@@ -176,8 +178,6 @@ class NetState:
             for lk in self.links:
                 if lk.master is not None:
                     ports.setdefault(lk.master, []).append(lk.ifindex)
-            object.__setattr__(
-                self, "_uppers", {k: tuple(sorted(v)) for k, v in ports.items()}
-            )
-        assert self._uppers is not None  # noqa: S101 - set just above
+            object.__setattr__(self, "_uppers", {k: tuple(sorted(v)) for k, v in ports.items()})
+        assert self._uppers is not None
         return self._uppers.get(ifindex, ())

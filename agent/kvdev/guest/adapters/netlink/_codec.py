@@ -127,7 +127,12 @@ def ack_error(payload: memoryview) -> tuple[int, str]:
 
 
 def link_request(
-    seq: int, ifindex: int, *, up: bool | None = None, name: str | None = None, mtu: int | None = None
+    seq: int,
+    ifindex: int,
+    *,
+    up: bool | None = None,
+    name: str | None = None,
+    mtu: int | None = None,
 ) -> bytes:
     """RTM_NEWLINK on an existing link: set it up or down, rename it, or set its MTU."""
     flags = IFF_UP if up else 0
@@ -181,9 +186,7 @@ def route_request(  # noqa: PLR0913 - the fields of a route
 ) -> bytes:
     """RTM_NEWROUTE or RTM_DELROUTE of a unicast main-table route through ``oif``."""
     family = socket.AF_INET if network.version == 4 else socket.AF_INET6
-    body = RTMSG.pack(
-        family, network.prefixlen, 0, 0, MAIN_TABLE, protocol, scope, RTN_UNICAST, 0
-    )
+    body = RTMSG.pack(family, network.prefixlen, 0, 0, MAIN_TABLE, protocol, scope, RTN_UNICAST, 0)
     body += attr(RTA_TABLE, _U32.pack(MAIN_TABLE))
     body += attr(RTA_DST, network.network_address.packed)
     body += attr(RTA_OIF, _U32.pack(oif))

@@ -49,8 +49,8 @@ from kvdev.guest.core.observed import Address, Link, Route
 _U32 = struct.Struct("=I")
 AddressKey = tuple[int, str]  # ifindex, address/prefix
 RouteKey = tuple[int, str, int | None, int, str | None]  # family, dst, metric, oif, gateway
-_WIDTH = {socket.AF_INET: 4, socket.AF_INET6: 16}
-_UNSPECIFIED = {
+_WIDTH: dict[int, int] = {socket.AF_INET: 4, socket.AF_INET6: 16}
+_UNSPECIFIED: dict[int, ipaddress.IPv4Address | ipaddress.IPv6Address] = {
     socket.AF_INET: ipaddress.IPv4Address(0),
     socket.AF_INET6: ipaddress.IPv6Address(0),
 }

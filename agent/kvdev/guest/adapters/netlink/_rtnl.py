@@ -238,7 +238,9 @@ class Socket:
         return self._seq
 
     def exchange(
-        self, requests: list[tuple[int, bytes]], on_reply: Callable[[int, int, int, memoryview], bool]
+        self,
+        requests: list[tuple[int, bytes]],
+        on_reply: Callable[[int, int, int, memoryview], bool],
     ) -> None:
         """Send ``(seq, message)`` requests in batches and feed every reply to ``on_reply``.
 
@@ -253,7 +255,9 @@ class Socket:
         start = 0
         while start < len(requests):
             end, size = start, 0
-            while end < len(requests) and (end == start or size + len(requests[end][1]) <= _SNDBUF_SHARE):
+            while end < len(requests) and (
+                end == start or size + len(requests[end][1]) <= _SNDBUF_SHARE
+            ):
                 size += len(requests[end][1])
                 end += 1
             pending = {seq for seq, _ in requests[start:end]}
