@@ -6,7 +6,7 @@ them. Nothing here does I/O or holds a live handle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvdev.errors import Problem
 from kvdev.schema.tree import Role
@@ -98,6 +98,8 @@ class Link:
         oper_state: IFLA_OPERSTATE as lower-case text (``up``, ``down``, ``unknown`` ...).
         altnames: alternative names.
         kind: IFLA_INFO_KIND (``veth``, ``bridge`` ...); None for physical devices.
+        master: IFLA_MASTER, the ifindex of the bridge, bond or VRF this link is a port of;
+            None when it has none. ``NetState.uppers`` gives the other direction.
     """
 
     ifindex: int
@@ -111,6 +113,7 @@ class Link:
     oper_state: str = "unknown"
     altnames: tuple[str, ...] = ()
     kind: str | None = None
+    master: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +146,38 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class NetState:
-    """Everything rtnetlink told us in one observation."""
+    """Everything rtnetlink told us in one observation.
+
+    ``link`` and ``uppers`` answer from an index built once per state (on first use), so a
+    pass that asks about its few described links costs nothing per link of the guest.
+    """
 
     links: tuple[Link, ...] = ()
     addresses: tuple[Address, ...] = ()
     routes: tuple[Route, ...] = ()
+    _by_index: dict[int, Link] | None = field(default=None, init=False, compare=False, repr=False)
+    _uppers: dict[int, tuple[int, ...]] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
 
     def link(self, ifindex: int) -> Link | None:
         """The link with this index, if any."""
-        return next((lk for lk in self.links if lk.ifindex == ifindex), None)
+        if self._by_index is None:
+            object.__setattr__(self, "_by_index", {lk.ifindex: lk for lk in self.links})
+        assert self._by_index is not None
+        return self._by_index.get(ifindex)
+
+    def uppers(self, ifindex: int) -> tuple[int, ...]:
+        """The ifindexes of the links whose master is ``ifindex`` (its ports), in index order.
+
+        A link with uppers is a bridge, bond or VRF holding ports; a link with a ``master`` is
+        itself a port. (VLANs and macvlans on a link name it by IFLA_LINK, not reported.)
+        """
+        if self._uppers is None:
+            ports: dict[int, list[int]] = {}
+            for lk in self.links:
+                if lk.master is not None:
+                    ports.setdefault(lk.master, []).append(lk.ifindex)
+            object.__setattr__(self, "_uppers", {k: tuple(sorted(v)) for k, v in ports.items()})
+        assert self._uppers is not None
+        return self._uppers.get(ifindex, ())

@@ -1,22 +1,23 @@
-"""rtnetlink: read links, addresses and routes, apply typed steps, and watch for changes.
+"""rtnetlink, our own codec: read links, addresses and routes, apply typed steps, watch changes.
 
-The only package that imports pyroute2. ``Netlink`` turns kernel dumps into the frozen values of
-``observed`` (reporting everything it sees: the planner decides what matters) and applies the
-``steps`` it is given, exactly and in order, one ``StepResult`` each. It makes no decisions and
-never raises for a kernel error while applying: each error becomes a readable, classified
-result (retryable or permanent). ``LinkEvents`` only says *that* something changed; callers
-re-observe.
-
-pyroute2's synchronous ``IPRoute`` runs a private asyncio loop: use these classes from the
-thread that created them, and never from inside a running event loop.
+A small struct-based codec for exactly what the agent does (no third-party library): it
+decodes only the attributes the agent reads and skips the rest by length. ``Netlink`` answers
+``read_state`` from an event-fed cache (one full dump at the first read and after an overflow,
+then the events) as the frozen values of ``observed`` (reporting everything it sees: the
+planner decides what matters), and applies the ``steps`` it is given in order, all of one call
+in one send, one ``StepResult`` each. It makes no decisions and never raises for a kernel error
+while applying: each error becomes a readable, classified result (retryable or permanent) with
+the kernel's extended-ack message. ``LinkEvents`` only says *that* something changed.
 
 Modules, lowest first (each imports only those above it):
 
-* ``rtnl``     the socket and protocol plumbing: kernel constants, what pyroute2 is asked for,
-  opening and closing a socket
-* ``reading``  kernel dumps parsed into ``observed`` values; interrupted dumps detected
-* ``applying`` ``Netlink``: reads the state, turns steps into requests and applies them
-* ``events``   ``LinkEvents``: the change-notification socket
+* ``rtnl``     kernel constants, the socket (in a network namespace when asked), one batch of
+  requests sent and their replies read
+* ``codec``    attributes by type, the requests as bytes, acknowledgements read
+* ``reading``  messages decoded into ``observed`` values (and their cache keys)
+* ``cache``    the event-fed cache of links, addresses and routes
+* ``applying`` ``Netlink``: the state from the cache; steps turned into one batch of requests
+* ``events``   ``LinkEvents``: the change-notification socket that wakes the loop
 """
 
 from kvdev.guest.adapters.netlink._applying import Netlink

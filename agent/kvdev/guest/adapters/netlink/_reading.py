@@ -1,135 +1,167 @@
-"""Kernel dumps parsed into ``observed`` values, and interrupted dumps detected.
+"""Kernel messages decoded into ``observed`` values: only the attributes the agent reads.
 
-``parse_link``, ``parse_address`` and ``parse_route`` each turn one message into a value (or None
-for what is not represented); ``collect`` runs one over a dump and raises ``DumpInterruptedError``
-when the kernel flags the dump as inconsistent. ``parse_int`` and ``_str`` read loosely typed
-fields.
+``decode_link``, ``decode_address`` and ``decode_route`` each turn one message body into a
+value, or None for what the agent does not represent (another family, another table, a
+multipath route, a malformed message). Each also gives the key its cache files the value
+under, so that the matching delete event removes it. Attributes are found by type and
+skipped by length (``_codec.attrs``); nothing else of the message is parsed.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+import struct
 
+from kvdev.guest.adapters.netlink._codec import all_attrs, attrs
 from kvdev.guest.adapters.netlink._rtnl import (
     FAMILIES,
+    IFA_ADDRESS,
+    IFA_LOCAL,
+    IFA_PROTO,
+    IFADDRMSG,
     IFF_UP,
+    IFINFOMSG,
+    IFLA_ADDRESS,
+    IFLA_ALT_IFNAME,
+    IFLA_IFNAME,
+    IFLA_INFO_KIND,
+    IFLA_LINKINFO,
+    IFLA_MASTER,
+    IFLA_MAX_MTU,
+    IFLA_MIN_MTU,
+    IFLA_MTU,
+    IFLA_OPERSTATE,
+    IFLA_PERM_ADDRESS,
+    IFLA_PROP_LIST,
     MAIN_TABLE,
-    NLM_F_DUMP_INTR_FLAG,
+    OPERSTATES,
+    RTA_DST,
+    RTA_GATEWAY,
+    RTA_OIF,
+    RTA_PRIORITY,
+    RTA_TABLE,
+    RTMSG,
     RTN_UNICAST,
-    Msg,
 )
 from kvdev.guest.core.observed import Address, Link, Route
 
-_T = TypeVar("_T")
+_U32 = struct.Struct("=I")
+AddressKey = tuple[int, str]  # ifindex, address/prefix
+RouteKey = tuple[int, str, int | None, int, str | None]  # family, dst, metric, oif, gateway
+_WIDTH: dict[int, int] = {socket.AF_INET: 4, socket.AF_INET6: 16}
+_UNSPECIFIED: dict[int, ipaddress.IPv4Address | ipaddress.IPv6Address] = {
+    socket.AF_INET: ipaddress.IPv4Address(0),
+    socket.AF_INET6: ipaddress.IPv6Address(0),
+}
 
 
-def parse_int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _u32(value: memoryview | None) -> int | None:
+    return _U32.unpack_from(value)[0] if value is not None and len(value) >= 4 else None
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _mac(value: object) -> str | None:
-    """``02:00:5E:0:0:1`` -> ``02:00:5e:00:00:01``; None when absent or not hex octets."""
-    if not isinstance(value, str) or not value:
+def _text(value: memoryview | None) -> str | None:
+    if value is None:
         return None
-    try:
-        return ":".join(f"{int(part, 16):02x}" for part in value.split(":"))
-    except ValueError:
+    text = bytes(value).split(b"\0", 1)[0].decode("utf-8", "replace")
+    return text or None
+
+
+def _mac(value: memoryview | None) -> str | None:
+    """A link-layer address as lower-case colon-separated hex; None when absent or empty."""
+    if value is None or not len(value):
         return None
+    return bytes(value).hex(":")
 
 
-def _interrupted(msg: Msg) -> bool:
-    header = msg["header"]
-    flags = parse_int(header.get("flags")) if isinstance(header, dict) else None
-    return bool((flags or 0) & NLM_F_DUMP_INTR_FLAG)
-
-
-def parse_link(msg: Msg) -> Link | None:
-    ifindex, ifname = parse_int(msg["index"]), _str(msg.get_attr("IFLA_IFNAME"))
-    if ifindex is None or ifname is None:
+def _ip(family: int, value: memoryview | None) -> str | None:
+    if value is None or len(value) != _WIDTH[family]:
         return None
-    info = msg.get_attr("IFLA_LINKINFO")
-    props = msg.get_attr("IFLA_PROP_LIST")
-    altnames = props.get_attrs("IFLA_ALT_IFNAME") if isinstance(props, Msg) else []
-    max_mtu = parse_int(msg.get_attr("IFLA_MAX_MTU"))
-    oper = msg.get_attr("IFLA_OPERSTATE")
+    return str(ipaddress.ip_address(bytes(value)))
+
+
+def link_index(body: memoryview) -> tuple[int, int] | None:
+    """(family, ifindex) of an ifinfomsg; None when the body is too short."""
+    if len(body) < IFINFOMSG.size:
+        return None
+    family, _type, ifindex, _flags, _change = IFINFOMSG.unpack_from(body)
+    return family, ifindex
+
+
+def decode_link(body: memoryview) -> Link | None:
+    """An RTM_NEWLINK body (family AF_UNSPEC) as a ``Link``; None when malformed."""
+    if len(body) < IFINFOMSG.size:
+        return None
+    family, _type, ifindex, flags, _change = IFINFOMSG.unpack_from(body)
+    found = attrs(body[IFINFOMSG.size :])
+    ifname = _text(found.get(IFLA_IFNAME))
+    if family != socket.AF_UNSPEC or ifname is None:
+        return None
+    kind = None
+    if (info := found.get(IFLA_LINKINFO)) is not None:
+        kind = _text(attrs(info).get(IFLA_INFO_KIND))
+    altnames: tuple[str, ...] = ()
+    if (props := found.get(IFLA_PROP_LIST)) is not None:
+        altnames = tuple(
+            name for raw in all_attrs(props, IFLA_ALT_IFNAME) if (name := _text(raw)) is not None
+        )
+    oper = found.get(IFLA_OPERSTATE)
+    state = oper[0] if oper is not None and len(oper) else 0
+    master = _u32(found.get(IFLA_MASTER))
     return Link(
         ifindex=ifindex,
         ifname=ifname,
-        mac=_mac(msg.get_attr("IFLA_ADDRESS")),
-        permanent_mac=_mac(msg.get_attr("IFLA_PERM_ADDRESS")),
-        mtu=parse_int(msg.get_attr("IFLA_MTU")) or 0,
-        min_mtu=parse_int(msg.get_attr("IFLA_MIN_MTU")),
-        max_mtu=max_mtu or None,  # 0 means the driver sets no upper bound
-        up=bool((parse_int(msg["flags"]) or 0) & IFF_UP),
-        oper_state=str(oper).lower() if oper is not None else "unknown",
-        altnames=tuple(name for name in altnames if isinstance(name, str)),
-        kind=_str(info.get_attr("IFLA_INFO_KIND")) if isinstance(info, Msg) else None,
+        mac=_mac(found.get(IFLA_ADDRESS)),
+        permanent_mac=_mac(found.get(IFLA_PERM_ADDRESS)),
+        mtu=_u32(found.get(IFLA_MTU)) or 0,
+        min_mtu=_u32(found.get(IFLA_MIN_MTU)),
+        max_mtu=_u32(found.get(IFLA_MAX_MTU)) or None,  # 0: the driver sets no upper bound
+        up=bool(flags & IFF_UP),
+        oper_state=OPERSTATES[state] if state < len(OPERSTATES) else "unknown",
+        altnames=altnames,
+        kind=kind,
+        master=master or None,
     )
 
 
-def parse_address(msg: Msg) -> Address | None:
-    if msg["family"] not in FAMILIES:
+def decode_address(body: memoryview) -> tuple[AddressKey, Address] | None:
+    """An RTM_NEWADDR/RTM_DELADDR body (IPv4, IPv6) as its key and ``Address``."""
+    if len(body) < IFADDRMSG.size:
         return None
-    ifindex, prefixlen = parse_int(msg["index"]), parse_int(msg["prefixlen"])
+    family, prefixlen, _flags, _scope, ifindex = IFADDRMSG.unpack_from(body)
+    if family not in FAMILIES:
+        return None
+    found = attrs(body[IFADDRMSG.size :])
     # IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer on point-to-point links.
-    ip = _str(msg.get_attr("IFA_LOCAL")) or _str(msg.get_attr("IFA_ADDRESS"))
-    if ifindex is None or prefixlen is None or ip is None:
+    ip = _ip(family, found.get(IFA_LOCAL)) or _ip(family, found.get(IFA_ADDRESS))
+    if ip is None or prefixlen > _WIDTH[family] * 8:
         return None
-    try:
-        interface = ipaddress.ip_interface(f"{ip}/{prefixlen}")
-    except ValueError:
-        return None
-    proto = parse_int(msg.get_attr("IFA_PROTO"))
-    return Address(ifindex=ifindex, address=str(interface), proto=proto)
+    proto = found.get(IFA_PROTO)
+    address = f"{ip}/{prefixlen}"
+    value = Address(ifindex=ifindex, address=address, proto=proto[0] if proto else None)
+    return (ifindex, address), value
 
 
-def parse_route(msg: Msg) -> Route | None:
-    """A unicast main-table route through one link; None for everything else.
+def decode_route(body: memoryview) -> tuple[RouteKey, Route] | None:
+    """A unicast main-table route through one link, with its key; None for everything else.
 
     Multipath routes (no single output link) and source-specific routes are not represented.
     """
-    family = msg["family"]
-    table = parse_int(msg.get_attr("RTA_TABLE"))
-    table = table if table is not None else parse_int(msg["table"])
-    oif = parse_int(msg.get_attr("RTA_OIF"))
-    if family not in FAMILIES or table != MAIN_TABLE or msg["type"] != RTN_UNICAST:
+    if len(body) < RTMSG.size:
         return None
-    if oif is None or msg["src_len"]:
+    family, dst_len, src_len, _tos, table, protocol, _scope, kind, _flags = RTMSG.unpack_from(body)
+    if family not in FAMILIES or kind != RTN_UNICAST or src_len:
         return None
-    unspecified = ipaddress.IPv4Address(0) if family == socket.AF_INET else ipaddress.IPv6Address(0)
-    dst = _str(msg.get_attr("RTA_DST")) or str(unspecified)  # no RTA_DST: a default route
-    gateway = _str(msg.get_attr("RTA_GATEWAY"))
-    try:
-        network = ipaddress.ip_network(f"{dst}/{parse_int(msg['dst_len']) or 0}", strict=False)
-        gateway = str(ipaddress.ip_address(gateway)) if gateway else None
-    except ValueError:
+    found = attrs(body[RTMSG.size :])
+    table = _u32(found.get(RTA_TABLE)) or table
+    oif = _u32(found.get(RTA_OIF))
+    if table != MAIN_TABLE or oif is None or dst_len > _WIDTH[family] * 8:
         return None
-    return Route(
-        ifindex=oif,
-        destination=str(network),
-        gateway=gateway,
-        metric=parse_int(msg.get_attr("RTA_PRIORITY")),
-        protocol=parse_int(msg["proto"]) or 0,
+    dst = _ip(family, found.get(RTA_DST)) or str(_UNSPECIFIED[family])  # none: a default route
+    destination = str(ipaddress.ip_network(f"{dst}/{dst_len}", strict=False))
+    gateway = _ip(family, found.get(RTA_GATEWAY))
+    metric = _u32(found.get(RTA_PRIORITY))
+    route = Route(
+        ifindex=oif, destination=destination, gateway=gateway, metric=metric, protocol=protocol
     )
-
-
-def collect(parse: Callable[[Msg], _T | None], messages: Iterable[Msg]) -> tuple[_T, ...]:
-    values = []
-    for msg in messages:
-        if _interrupted(msg):
-            raise DumpInterruptedError
-        value = parse(msg)
-        if value is not None:
-            values.append(value)
-    return tuple(values)
-
-
-class DumpInterruptedError(Exception):
-    """The kernel flagged a dump as inconsistent (NLM_F_DUMP_INTR): something changed."""
+    return (family, destination, metric, oif, gateway), route
