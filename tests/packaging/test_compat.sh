@@ -28,7 +28,6 @@ tests=(
     tests/unit/test_schema_regressions.py
     tests/unit/test_fields.py
     tests/unit/test_config.py
-    tests/packaging/test_pyroute2_compat.py
 )
 
 floor_pins() {  # every "name>=X" of [project].dependencies as "name==X"

@@ -6,9 +6,9 @@ Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < flags), the ada
 0 converged (or stopped cleanly), 1 ``--once`` left devices not configured, 2 usage or
 configuration error.
 
-Start-up: ``main`` turns the cyclic garbage collector off before it imports the agent (pyroute2,
-pydantic and the schema models: ~500 modules whose objects are never garbage, and the
-collector's passes over them cost ~20% of the import time, measured in tests/bench); the loop
+Start-up: ``main`` turns the cyclic garbage collector off before it imports the agent
+(pydantic and the schema models: ~500 modules whose objects are never garbage, and the collector's
+passes over them cost ~20% of the import time, measured in tests/bench); the loop
 collects once, freezes what start-up made and turns it back on when it first has nothing to do
 after READY=1 (``--once``: when ``main`` returns).
 """
