@@ -4,8 +4,9 @@ The loop ``publish``es each new status; the API reads the latest ``Snapshot`` an
 ``Event``s without locks held for long, and long-polls for new events (``wait_events``: a
 future the next event resolves). The API ``ask``s the loop to do what only the loop may do (a
 full reconcile, a dry-run plan: the netlink sockets and their cache belong to the loop's
-thread); the loop sees a readable ``fileno()``, ``drain()``s the requests and answers each through its future. Nothing
-here blocks either side: the API's server never waits on a future, it is called back.
+thread); the loop sees a readable ``fileno()``, ``drain()``s the requests and answers each
+through its future. Nothing here blocks either side: the API's server never waits on a future,
+it is called back.
 """
 
 from __future__ import annotations
