@@ -184,9 +184,14 @@ def test_fixture_as_upstream_allocates(path, fixture_verdicts, tmp_path):
     assert problem is None, problem
 
 
-@pytest.mark.xfail(
-    reason="first-run differences (filter-timeout, binding order, CEL errors) unsettled"
-)
+# The first run (SEED=1, 300 cases) found 5 differences, not settled yet: a filter-timeout kvdev
+# reports as invalid-pool, two cases kvdev finds unschedulable where upstream allocates, a
+# binding-conditions device order and a CEL runtime error upstream treats as no match. Until they
+# are, the batch fails when more than this share of cases differ (or on any oracle or kvdev
+# crash), and prints every difference it found; settling them brings this to zero.
+UNSETTLED_SHARE = 0.05
+
+
 def test_random_cases_as_upstream_allocates(tmp_path, capsys):
     seed = int(os.environ.get("SEED") or secrets.randbits(31))
     with capsys.disabled():
@@ -197,8 +202,11 @@ def test_random_cases_as_upstream_allocates(tmp_path, capsys):
     for i, (c, theirs) in enumerate(zip(cases, verdicts, strict=True)):
         problem = differences(kvdev(c, tmp_path), theirs)
         if problem is not None:
-            found.append(f"case seed {seed + i}: {problem}")
-    assert not found, f"SEED={seed}: {len(found)} difference(s):\n" + "\n".join(found[:20])
+            found.append(f"case seed {seed + i}: {problem[:400]}")
+    report = f"SEED={seed}: {len(found)} of {len(cases)} differ:\n" + "\n".join(found[:20])
+    with capsys.disabled():
+        print(report if found else f"SEED={seed}: no difference")
+    assert len(found) <= UNSETTLED_SHARE * len(cases), report
 
 
 def test_the_oracle_speaks_kvdevs_command_line(tmp_path):
