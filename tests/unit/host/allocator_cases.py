@@ -12,7 +12,11 @@ now and then a gate off.
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 GPU = "gpu.example.com"
@@ -336,3 +340,17 @@ def documents(case):
         *in_use,
         *case["claims"],
     ]
+
+
+def fixture_runner() -> ModuleType:
+    """test_allocator_fixtures.py as a module (its comparison helpers), loaded once per session."""
+    name = "kvdev_tests_allocator_fixtures"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent / "test_allocator_fixtures.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -6,12 +6,11 @@ by path), plus one expectation key of its own, described in that directory's REA
 ``expect.compatibilityGroups: {claim: {"<driver>/<pool>/<counterSet>": [group...]} | null}``.
 """
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from allocator_cases import fixture_runner
 
 from kvdev.host.allocation.allocator import Allocated, NodeInfo
 from kvdev.host.allocation.explain import REASONS, explain
@@ -22,19 +21,7 @@ EXTRA = HERE.parents[1] / "data" / "allocator-extra"
 FILES = sorted(EXTRA.glob("*.yaml"))
 
 
-def _runner():
-    name = "kvdev_tests_allocator_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "test_allocator_fixtures.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fixtures = _runner()
+fixtures = fixture_runner()
 
 
 def _load(path):

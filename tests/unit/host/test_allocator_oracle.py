@@ -12,18 +12,16 @@ The random batch takes a new seed every run, CI included (printed; ``SEED=<n>`` 
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from allocator_cases import case, documents
+from allocator_cases import case, documents, fixture_runner
 
 from kvdev.host.commands.allocate import run_allocate
 from upstreamlab import upstream_bin
@@ -60,19 +58,7 @@ UNSETTLED = {
 RANDOM_CASES = int(os.environ.get("ORACLE_CASES", "300"))
 
 
-def _runner():
-    name = "kvdev_tests_allocator_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "test_allocator_fixtures.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fixtures = _runner()
+fixtures = fixture_runner()
 
 
 def _gates(c):

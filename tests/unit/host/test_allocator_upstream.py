@@ -8,14 +8,12 @@ Each case runs twice: through ``allocate()`` as the corpus runner builds it, and
 whose output is compared with upstream's stdout field by field.
 """
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from allocator_cases import documents
+from allocator_cases import documents, fixture_runner
 
 from kvdev.host import cli
 from kvdev.host.allocation.allocator import (
@@ -34,19 +32,7 @@ FILES = sorted(UPSTREAM.glob("*.yaml"))
 CLASSES = "ABCDEFGHIJKLM"
 
 
-def _runner():
-    name = "kvdev_tests_allocator_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "test_allocator_fixtures.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fixtures = _runner()
+fixtures = fixture_runner()
 
 
 def _load(path):
