@@ -366,3 +366,32 @@ def test_inputs_defaults_are_empty():
     result = render(Inputs(vmi=vmi))
     assert result.verb is Verb.CREATE
     assert list(result.data) == [HINTS_KEY]
+
+
+def _impostor(objects, *, namespace, controller):
+    """A pod naming vm1's UID as its owner, mapping the template claim to another claim."""
+    pod = copy.deepcopy(by_kind(objects, "Pod", "virt-launcher-vm1-abcde"))
+    pod["metadata"].update(name="impostor", namespace=namespace, uid="eeeeeeee-0000-4000-8000-1")
+    pod["metadata"]["ownerReferences"][0]["controller"] = controller
+    pod["status"]["resourceClaimStatuses"] = [
+        {"name": "fast-nic", "resourceClaimName": "vm1-devices"}
+    ]
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("namespace", "controller"),
+    [("elsewhere", True), ("vms", False), ("vms", None)],
+    ids=["other-namespace", "not-the-controller", "no-controller-field"],
+)
+def test_only_a_pod_of_the_vmis_namespace_that_it_controls_names_its_claims(namespace, controller):
+    objects = docs()
+    impostor = _impostor(objects, namespace=namespace, controller=controller)
+    if controller is None:
+        del impostor["metadata"]["ownerReferences"][0]["controller"]
+    alone = rendered(objects).body
+    assert rendered([*objects, impostor]).body == alone  # next to the real pod: no say
+    without_pod = [o for o in objects if o["kind"] != "Pod"]
+    assert rendered([*without_pod, impostor]).body == rendered(without_pod).body  # nor alone
+    index = index_of(objects)
+    assert index.upsert(Kind.POD, parse(Kind.POD, impostor)) <= {(namespace, "vm1")} - {KEY}

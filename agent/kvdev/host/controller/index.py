@@ -4,9 +4,10 @@ Owns the five caches (VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, 
 controller's own ConfigMaps), each keyed by ``(namespace, name)`` (slices: ``("", name)``),
 holding the parsed model and the JSON it came from; the parsing of API JSON into kvdev's models
 (``parse``: list items come without apiVersion and kind); and the join: ``affected`` VMIs of a
-change (a VMI itself; a pod's owner VMI; every VMI using a claim, directly or through a pod's
-``status.resourceClaimStatuses``; every VMI with a device in a slice's pool; the VMI a
-ConfigMap's ``kvdev.io/vmi`` label names) and ``inputs`` for ``render``.
+change (a VMI itself; the VMI controlling a pod, in the pod's namespace; every VMI using a
+claim, directly or through a pod's ``status.resourceClaimStatuses``; every VMI with a device in
+a slice's pool; the VMI a ConfigMap's ``kvdev.io/vmi`` label names) and ``inputs`` for
+``render``.
 
 An object that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an
 unchanged cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
@@ -114,7 +115,7 @@ class Index:
 
     def __init__(self) -> None:
         self._objects: dict[Kind, dict[Key, Stored]] = {kind: {} for kind in Kind}
-        self._pods_of: dict[str, set[Key]] = {}  # VMI uid -> its pods' keys
+        self._pods_of: dict[Key, set[Key]] = {}  # (namespace, VMI uid) -> its pods' keys
         self.synced: set[Kind] = set()
 
     # ------------------------------------------------------------------ changes
@@ -173,7 +174,7 @@ class Index:
             return None
         vmi: VirtualMachineInstance = found.model
         namespace = key[0]
-        pods = self._pods(vmi)
+        pods = self._pods(key, vmi)
         claims: dict[str, ResourceClaim] = {}
         for name in self._claim_names(vmi, pods):
             claim = self._objects[Kind.CLAIM].get((namespace, name))
@@ -208,13 +209,13 @@ class Index:
             return {
                 k
                 for k, s in self._objects[Kind.VMI].items()
-                if k[0] == namespace and name in self._claim_names(s.model, self._pods(s.model))
+                if k[0] == namespace and name in self._claim_names(s.model, self._pods(k, s.model))
             }
         spec = stored.model.spec
         pool = (spec.driver, spec.pool.name)
         out: set[Key] = set()
         for k, s in self._objects[Kind.VMI].items():
-            for claim_name in self._claim_names(s.model, self._pods(s.model)):
+            for claim_name in self._claim_names(s.model, self._pods(k, s.model)):
                 claim = self._objects[Kind.CLAIM].get((k[0], claim_name))
                 if claim is not None and any(
                     (r.driver, r.pool) == pool for r in _results(claim.model)
@@ -222,8 +223,9 @@ class Index:
                     out.add(k)
         return out
 
-    def _pods(self, vmi: VirtualMachineInstance) -> list[Pod]:
-        keys = sorted(self._pods_of.get(vmi.metadata.uid or "", ()))
+    def _pods(self, key: Key, vmi: VirtualMachineInstance) -> list[Pod]:
+        """The pods of ``key``'s namespace that ``vmi`` controls."""
+        keys = sorted(self._pods_of.get((key[0], vmi.metadata.uid or ""), ()))
         return [self._objects[Kind.POD][k].model for k in keys if k in self._objects[Kind.POD]]
 
     @staticmethod
@@ -237,25 +239,33 @@ class Index:
 
     def _link_pod(self, stored: Stored) -> None:
         for owner in _vmi_owners(stored.model):
-            self._pods_of.setdefault(owner.uid, set()).add(stored.key)
+            self._pods_of.setdefault((stored.key[0], owner.uid), set()).add(stored.key)
 
     def _unlink_pod(self, stored: Stored | None) -> None:
         if stored is None:
             return
         for owner in _vmi_owners(stored.model):
-            keys = self._pods_of.get(owner.uid)
+            link = (stored.key[0], owner.uid)
+            keys = self._pods_of.get(link)
             if keys is not None:
                 keys.discard(stored.key)
                 if not keys:
-                    del self._pods_of[owner.uid]
+                    del self._pods_of[link]
 
 
 def _vmi_owners(pod: Pod) -> list[Any]:
+    """The VMI that controls ``pod`` (its ``controller: true`` owner reference), if any.
+
+    As KubeVirt and Kubernetes read ownership (``metav1.GetControllerOf``): only the controller
+    reference counts, and owner references never cross namespaces, so the pod is joined only to
+    a VMI of its own namespace (``_link_pod`` keys by the pod's namespace and the owner's uid).
+    A pod elsewhere naming a VMI's uid, or a non-controller reference, concerns no VMI.
+    """
     return [
         o
         for o in pod.metadata.owner_references or []
-        if o.kind == VMI_KIND and o.api_version == VMI_API_VERSION
-    ]
+        if o.kind == VMI_KIND and o.api_version == VMI_API_VERSION and o.controller is True
+    ][:1]
 
 
 def _results(claim: ResourceClaim) -> list[Any]:
