@@ -228,3 +228,26 @@ def test_a_rename_on_real_links_puts_back_the_routes_and_addresses_the_link_had(
     assert addresses(ns, "data0") == ["10.1.0.200/24", "10.1.0.5/24", "2001:db8:77::5/64"]
     again = run_once(ns, tree, work, "--dry-run", "--json")
     assert not [d for d in json.loads(again.stdout)["devices"] if d.get("pendingSteps")]
+
+
+def test_an_mtu_below_the_ipv6_minimum_with_ipv6_addresses_is_refused_before_any_step(guest):
+    """Hints mtu 1000 + an IPv6 address in networkData.ips: nothing half-applied (issue 23 §5)."""
+    ns, tree, work = guest
+    path = tree / NICS
+    docs = stream_objects(path)
+    for doc in docs:
+        doc["requests"][0]["devices"][0]["networkData"]["ips"].append("2001:db8:1::5/64")
+    write_atomically(path, "".join(json.dumps(d) + "\n" for d in docs))
+    hints = tree / "kvdev/guest-hints.json"
+    doc = json.loads(hints.read_text().splitlines()[0])
+    doc["devices"][0]["network"]["mtu"] = 1000
+    write_atomically(hints, json.dumps(doc) + "\n")
+    done = run_once(ns, tree, work, "--json")
+    status = json.loads(done.stdout)
+    assert "Errno 22" not in done.stdout + done.stderr
+    assert link(ns, "data0")["mtu"] == 1500  # the refused MTU was not set
+    assert addresses(ns, "data0") == ["10.1.0.5/24", "2001:db8:1::5/64"]  # all the rest is
+    vf1 = next(d for d in status["devices"] if d["device"] == "vf-1")
+    said = " ".join([vf1["reason"], *vf1["warnings"]])
+    assert "network.mtu 1000" in said, vf1
+    assert "1280" in said, vf1

@@ -228,3 +228,25 @@ def test_altnames_from_names_upstream_accepts_are_always_valid_for_the_kernel(na
     assert len(altname.encode()) <= 127
     other = altname_for(Binding(described(name=name + "x"), MatchState.BOUND))
     assert altname != other  # a hash of the original keeps two names apart
+
+
+def test_ipv6_below_the_ipv6_minimum_mtu_is_refused_not_half_applied():
+    alt = ("vm1-devices.nics.vf-1",)
+    state = NetState((link(3, "eth1", up=True, altnames=alt),))
+    ips = ("10.1.0.5/24", "2001:db8:1::5/64")
+    p = plan(Matching((bound(described(ips=ips), 3, "eth1", hint(mtu=1000)),), ()), state)
+    assert not any(isinstance(x, s.SetMtu) for x in p.steps)  # the hinted MTU is refused
+    assert [x.address for x in p.steps if isinstance(x, s.AddAddress)] == list(ips)
+    assert "network.mtu 1000 is below 1280" in p.blocked[0].reason
+    assert "2001:db8:1::5/64 (networkData.ips" in p.blocked[0].reason
+    # a link already below 1280 with no MTU hint: its IPv6 address and route are refused
+    small = NetState((link(3, "eth1", up=True, altnames=alt, mtu=1000),))
+    route = {"destination": "2001:db8:9::/48"}
+    p = plan(Matching((bound(described(ips=ips), 3, "eth1", hint(routes=[route])),), ()), small)
+    assert [x.address for x in p.steps if isinstance(x, s.AddAddress)] == ["10.1.0.5/24"]
+    assert not any(isinstance(x, s.AddRoute) for x in p.steps)
+    assert "the link's MTU 1000 is below 1280" in p.blocked[0].reason
+    # at 1280 everything goes in
+    p = plan(Matching((bound(described(ips=ips), 3, "eth1", hint(mtu=1280)),), ()), state)
+    assert not p.blocked
+    assert any(isinstance(x, s.SetMtu) for x in p.steps)

@@ -7,7 +7,9 @@ For every described device bound to a guest NIC, the desired state is:
 * a **name**, only when a hint asks for one. A name held by a link that is not itself being
   renamed away blocks the rename (reported, never forced); renames that trade names go
   through temporary names. A ``.link`` file keeps the name across reboots and re-plugs;
-* an **MTU**, when a hint sets one and the driver's bounds allow it;
+* an **MTU**, when a hint sets one and the driver's bounds allow it (and, with IPv6
+  addresses or routes, when it is at least 1280: the kernel refuses IPv6 below that, so the
+  combination is refused before any step rather than half-applied);
 * **addresses**: ``networkData.ips`` plus the hint's; **routes**: the hint's;
 * the link **up**.
 
@@ -55,6 +57,7 @@ from kvdev.guest.core.steps import (
     WriteLinkFile,
 )
 from kvdev.schema.fields import base_request
+from kvdev.schema.hints import IPV6_MIN_MTU
 
 ALTNAME_MAX_BYTES = 127  # ALTIFNAMSIZ (128) minus the NUL
 TEMP_PREFIX = "kvtmp"
@@ -200,6 +203,7 @@ def _desire(
         DesiredRoute(r.destination, r.gateway, r.metric)
         for r in ((net.routes or []) if net else [])
     )
+    mtu, addresses, routes = _ipv6_minimum(ref, link, mtu, addresses, routes, blocked)
     name = net.interface_name if net is not None and net.interface_name else link.ifname
     name = restore.get(link.ifindex, name) if name == temp_name(link.ifindex) else name
     return Desired(
@@ -216,6 +220,52 @@ def _desire(
             else None
         ),
     )
+
+
+def _ipv6_minimum(
+    ref: str,
+    link: Link,
+    mtu: int | None,
+    addresses: tuple[str, ...],
+    routes: tuple[DesiredRoute, ...],
+    blocked: list[Blocked],
+) -> tuple[int | None, tuple[str, ...], tuple[DesiredRoute, ...]]:
+    """Refuse what the kernel would half-apply: IPv6 on a link whose MTU is below 1280.
+
+    The kernel turns IPv6 off on a link below ``IPV6_MIN_MTU`` (RFC 8200) and then refuses its
+    IPv6 addresses and routes (EINVAL), after the MTU and the IPv4 addresses went in. So the
+    combination is refused here, before any step: a hinted MTU below the minimum is left out
+    when the device has IPv6 addresses or routes (they go in at the link's own MTU); when the
+    link's own MTU is below it and no hint changes that, the IPv6 addresses and routes are.
+    """
+    six = [a for a in addresses if _family(a) == 6]
+    six_routes = [r.destination for r in routes if _family(r.destination) == 6]
+    if not six and not six_routes:
+        return mtu, addresses, routes
+    what = ", ".join(
+        part
+        for part in (
+            f"IPv6 addresses {', '.join(six)} (networkData.ips, network.addresses)" if six else "",
+            f"IPv6 routes to {', '.join(six_routes)} (network.routes)" if six_routes else "",
+        )
+        if part
+    )
+    if mtu is not None and mtu < IPV6_MIN_MTU:
+        reason = (
+            f"network.mtu {mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum, and the device has "
+            f"{what}: the MTU is not set"
+        )
+        blocked.append(Blocked(ref, link.ifname, reason))
+        mtu = None
+    if mtu is None and link.mtu < IPV6_MIN_MTU:
+        reason = (
+            f"the link's MTU {link.mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum: {what} "
+            "not configured"
+        )
+        blocked.append(Blocked(ref, link.ifname, reason))
+        addresses = tuple(a for a in addresses if _family(a) == 4)
+        routes = tuple(r for r in routes if _family(r.destination) == 4)
+    return mtu, addresses, routes
 
 
 def _renames(
