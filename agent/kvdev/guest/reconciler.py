@@ -117,6 +117,7 @@ class Reconciler:
     _saved: str = ""
     _journal: dict[int, str] | None = None  # the rename journal; None until first read
     _limits: tuple[Problem, ...] = ()  # what the last read of the metadata tree left out
+    _unavailable: tuple[str, ...] = ()  # why the last read could not read the metadata at all
     _unsaved: dict[str, str] = field(default_factory=dict)  # what could not be saved, and why
     _journal_error: KvdevError | None = None  # the last failure to save the rename journal
     _marked: frozenset[str] | None = None  # the marks on disk after the last sync
@@ -186,14 +187,17 @@ class Reconciler:
         cfg = self.config
         self.before_pass()
         limits: list[Problem] = []
+        unavailable: list[str] = []
         raws, complete = files.read_sources(
             cfg.metadata_root,
             cfg.hints_path,
             cfg.config_drive,
             bounds=self.bounds,
             on_limit=limits.append,
+            root_expected=bool(self.belief.entries),
+            on_unavailable=unavailable.append,
         )
-        self._limits = tuple(limits)
+        self._limits, self._unavailable = tuple(limits), tuple(unavailable)
         self.belief = sources.update(self.belief, raws, listing_complete=complete)
         if self.stale_links:
             self._state = self.net.read_state()
@@ -216,6 +220,7 @@ class Reconciler:
     def _conditions(self) -> list[Condition]:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""
         out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
+        out.extend(Condition("MetadataUnavailable", why) for why in self._unavailable)
         if (why := self.watch_problem()) is not None:
             out.append(Condition("MetadataPolled", why, Severity.WARNING))
         return out

@@ -36,6 +36,7 @@ from typing import Final
 
 from kvdev.errors import Problem, Severity
 from kvdev.guest.adapters import walk
+from kvdev.guest.adapters.resolve import real_path, real_path_or
 from kvdev.guest.adapters.watch import Watcher
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import sniff_role
@@ -271,7 +272,7 @@ def read_tree(
     a listing error (the listing is then incomplete). The bytes read are taken from ``budget``:
     a file past it is a problem on that file (its last good content stays in force).
     """
-    real = real_root if real_root is not None else os.path.realpath(root)
+    real = real_root if real_root is not None else real_path_or(root, str(Path(root).absolute()))
     budget = budget if budget is not None else Budget()
     place = _Place(root, real)
 
@@ -329,13 +330,15 @@ class _Place:
             anchored = _anchored_relpath(Path(source))
             if anchored:
                 role, relpath = role_of(anchored), anchored
-        if (
-            role is not Role.UNRELATED
-            and found.is_symlink
-            and not _inside(os.path.realpath(found.path), self.real)
-        ):
-            problem = Problem("symbolic link points outside the tree; not read", source)
-            return RawFile(source, relpath, role, None, problem)
+        if role is not Role.UNRELATED and found.is_symlink:
+            try:
+                inside = _inside(real_path(found.path), self.real)
+            except OSError:
+                problem = Problem("symbolic link kept changing while read; not read", source)
+                return RawFile(source, relpath, role, None, problem)
+            if not inside:
+                problem = Problem("symbolic link points outside the tree; not read", source)
+                return RawFile(source, relpath, role, None, problem)
         return RawFile(source, relpath, role)
 
 
@@ -346,7 +349,7 @@ def _inside(path: str, directory: str) -> bool:
 SWAP_RETRIES = 5  # reads of a tree whose root link keeps moving before settling for the last
 
 
-def read_sources(
+def read_sources(  # noqa: PLR0913 - keyword-only options past the three paths
     root: Path,
     hints: Path | None = None,
     config_drive: Path | None = None,
@@ -354,6 +357,8 @@ def read_sources(
     settle: Settle = SETTLE,
     bounds: walk.Bounds = walk.Bounds(),  # noqa: B008 - frozen: one shared default is safe
     on_limit: Callable[[Problem], None] | None = None,
+    root_expected: bool = False,
+    on_unavailable: Callable[[str], None] | None = None,
 ) -> tuple[list[RawFile], bool]:
     """Read everything the agent reads: the tree under ``root``, the hints, the config drive.
 
@@ -370,16 +375,30 @@ def read_sources(
     files under it (the hints included) are read through that resolution, and the read is
     redone when the link moved meanwhile: one result never mixes two generations. A root that
     is a ConfigMap volume is read as one (see the module docstring), the same way.
+
+    A root link that vanishes or changes type while it is resolved is resolved again
+    (``resolve.real_path``); one that keeps changing, and a root that is missing when
+    ``root_expected`` (the caller holds content read from it: a link being re-pointed by
+    ``rm; ln -s`` is missing for a moment), is no read at all: an incomplete, empty listing, so
+    the last good content stays in force, and ``on_unavailable`` hears why.
     """
-    if (root / CONFIGMAP_DATA).is_symlink():
-        return _read_configmap_volume(root, hints, config_drive, settle, on_limit)
-    for _ in range(SWAP_RETRIES):
-        target = os.path.realpath(root)
-        limits: list[Problem] = []
-        how = _How(settle, bounds, limits.append)
-        raws, complete = _read_once(root, target, hints, config_drive, how)
-        if os.path.realpath(root) == target:
-            break
+    unavailable = on_unavailable or (lambda _why: None)
+    try:
+        if (root / CONFIGMAP_DATA).is_symlink():
+            return _read_configmap_volume(root, hints, config_drive, settle, on_limit)
+        for _ in range(SWAP_RETRIES):
+            target = real_path(root)
+            if root_expected and not Path(target).is_dir():
+                unavailable(f"metadata root {root} is missing now; the last good state stays")
+                return [], False
+            limits: list[Problem] = []
+            how = _How(settle, bounds, limits.append)
+            raws, complete = _read_once(root, target, hints, config_drive, how)
+            if real_path(root) == target:
+                break
+    except OSError as e:  # the root link keeps changing under us
+        unavailable(f"metadata root {root} cannot be resolved now ({e}); the last good state stays")
+        return [], False
     if on_limit is not None:
         for message in limits:
             on_limit(message)
@@ -397,9 +416,9 @@ def _read_configmap_volume(
     link = root / CONFIGMAP_DATA
     for _ in range(SWAP_RETRIES):
         budget = Budget()
-        version = os.path.realpath(link)
+        version = real_path(link)
         raws, complete = _read_configmap(root, Path(version), settle, budget)
-        if os.path.realpath(link) == version:
+        if real_path(link) == version:
             break
     raws += _optional(hints, Role.GUEST_HINTS, settle, budget)
     raws += _optional(config_drive, Role.CONFIG_DRIVE, settle, budget)
@@ -418,7 +437,7 @@ def _read_configmap(
     root: Path, version: Path, settle: Settle, budget: Budget
 ) -> tuple[list[RawFile], bool]:
     """The keys of one version of a ConfigMap volume; (files, listing complete)."""
-    if version.parent != Path(os.path.realpath(root)):
+    if version.parent != Path(real_path(root)):
         return [], False  # ..data points out of the volume: not kubelet's layout, nothing read
     try:
         names = sorted(e.name for e in os.scandir(version) if not e.name.startswith(".."))
@@ -467,7 +486,7 @@ def _read_once(
         absolute = os.path.normpath(Path(path).absolute())
         if absolute == root_abs or absolute.startswith(root_abs + os.sep):
             absolute = target + absolute[len(root_abs) :]
-        return os.path.realpath(absolute)
+        return real_path_or(absolute, absolute)
 
     raws = list(
         read_tree(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from kvdev.guest.adapters import walk
+from kvdev.guest.adapters.resolve import real_path, real_path_or
 
 log = logging.getLogger("kvdev.agent")
 
@@ -97,7 +98,7 @@ def remote_filesystem(path: Path) -> str | None:
     """The name of the remote file system ``path`` (or its nearest existing ancestor) is on."""
     for candidate in (path, *path.parents):
         if candidate.exists():
-            resolved = os.path.realpath(candidate)
+            resolved = real_path_or(candidate, str(candidate.absolute()))
             try:
                 kind = _mount_type(resolved, MOUNTINFO.read_text())
             except OSError:
@@ -146,8 +147,11 @@ def snapshot(root: Path, files: Sequence[Path] = ()) -> Snapshot:
     The root's target, every entry under it (at most ``MAX_ENTRIES``, ``walk.MAX_DEPTH`` levels
     deep, walked without recursion, the upstream places first), and ``files`` (also when the
     tree was cut short).
+
+    Raises:
+        OSError: the root link keeps changing while it is resolved (``resolve.real_path``).
     """
-    target = Path(os.path.realpath(root))
+    target = Path(real_path(root))
     walker = walk.Walk(str(target), walk.Bounds(entries=MAX_ENTRIES), first=walk.FIRST)
     tree = list(_tree(walker))
     cut = [("truncated",)] if walker.cut is not None else []
@@ -176,7 +180,7 @@ class Poller:
 
     def start(self) -> None:
         """Take the first snapshot now, then poll on a daemon thread."""
-        last = self._take()
+        last = self._taken()
         self._thread = threading.Thread(
             target=self._run, args=(last,), name="kvdev-poll", daemon=True
         )
@@ -184,15 +188,18 @@ class Poller:
 
     def _run(self, last: object) -> None:
         while not self._stop.wait(self._interval):
-            try:
-                now = self._take()
-            except OSError as e:  # the root vanished mid-walk: say "changed"
-                log.debug("poll: %s", e)
-                now = ("error", e.errno)
+            now = self._taken()
             self.polls += 1
             if now != last:
                 last = now
                 self._wake()
+
+    def _taken(self) -> object:
+        try:
+            return self._take()
+        except OSError as e:  # the root vanished mid-walk, or its link keeps moving: "changed"
+            log.debug("poll: %s", e)
+            return ("error", e.errno)
 
     def stop(self) -> None:
         """Stop polling; stopping twice is harmless."""
