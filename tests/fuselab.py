@@ -68,4 +68,8 @@ def hung_share(host: Path, guest: Path) -> Iterator[Share]:
         if share is not None:
             with contextlib.suppress(ProcessLookupError):
                 share.answer()
-        subprocess.run(["umount", str(guest)], capture_output=True, check=False)
+        if subprocess.run(["umount", str(guest)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(guest)], capture_output=True, check=False)
+        if share is not None:  # a lazily detached mount keeps its daemon: end ours
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(share.pid, signal.SIGTERM)

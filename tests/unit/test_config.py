@@ -9,7 +9,7 @@ from kvdev.guest.adapters.config import AgentConfig, from_toml, merge
 
 KNOWN = (
     "altnames, config-drive, hints, link-dir, log-level, match-kinds, metadata-root, "
-    "poll-interval, socket, state-dir"
+    "poll-interval, read-deadline, socket, state-dir"
 )
 
 POLL = "poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
@@ -227,3 +227,10 @@ def test_poll_interval_flag_refuses_nonsense():
     assert str(e.value) == (
         "--poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
     )
+
+
+@pytest.mark.parametrize("value", [0, -1, "soon", True, 3601])
+def test_a_read_deadline_that_is_no_positive_number_names_the_key(value):
+    with pytest.raises(UsageError, match=r"agent.toml: read-deadline must be a number of seconds"):
+        merge(AgentConfig(), {"read-deadline": value}, source="agent.toml")
+    assert merge(AgentConfig(), {"read-deadline": 2}, source="f").read_deadline == 2.0

@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also poll the metadata files every SECONDS (0: never); default auto: every "
         "2 s on 9p, virtiofs/FUSE, NFS, CIFS ... (inotify misses the host's writes), else never",
     )
+    p.add_argument(
+        "--read-deadline",
+        metavar="SECONDS",
+        help="serving: how long a pass waits for its read of the metadata (a share that stops "
+        "answering: the pass goes on with the last good state, MetadataUnavailable); default 15",
+    )
     p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
     p.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
     p.add_argument("--json", action="store_true", help="with --once: print the status as JSON")
@@ -123,6 +129,10 @@ def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
         flags["poll_interval"] = config_module.parse_poll_interval(
             args.poll_interval, "--poll-interval"
         )
+    if args.read_deadline is not None:
+        flags["read_deadline"] = config_module.parse_read_deadline(
+            args.read_deadline, "--read-deadline"
+        )
     return replace(cfg, **flags, once=args.once, dry_run=args.dry_run)
 
 
@@ -148,6 +158,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
     # Imported here, not above, so that the collector is off while they load (see main).
     from kvdev.guest import loop  # noqa: PLC0415
     from kvdev.guest.adapters import files, systemd, udev  # noqa: PLC0415
+    from kvdev.guest.adapters.deadline import Deadline  # noqa: PLC0415
     from kvdev.guest.adapters.netlink import LinkEvents, Netlink  # noqa: PLC0415
     from kvdev.guest.api.bridge import Bridge  # noqa: PLC0415
     from kvdev.guest.api.routes import Api  # noqa: PLC0415
@@ -169,12 +180,17 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
             return 0 if outcome.status.converged or cfg.dry_run else 1
         watcher = stack.enter_context(
             files.Watcher(
-                cfg.metadata_root, cfg.hints_path, cfg.config_drive, poll=cfg.poll_interval
+                cfg.metadata_root,
+                cfg.hints_path,
+                cfg.config_drive,
+                poll=cfg.poll_interval,
+                deferred=True,  # armed by the read job, where a hung share blocks no one
             )
         )
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
         reconciler.before_pass = watcher.rearm
+        reconciler.reads = Deadline(cfg.read_deadline, wake=watcher.wake)
         reconciler.watch_problem = lambda: watcher.degraded
         bridge = Bridge()
         stack.callback(bridge.close)

@@ -27,11 +27,12 @@ from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev.errors import KvdevError, Problem, RetryableError, Severity, os_error
 from kvdev.guest.adapters import address_journal, files, linkfiles, marks, rename_journal, walk
 from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.adapters.deadline import Deadline, Late
 from kvdev.guest.core import added as kvdev_added
 from kvdev.guest.core import inventory, sources
 from kvdev.guest.core import marks as marking
 from kvdev.guest.core.matching import Matching, match
-from kvdev.guest.core.observed import GuestDevice, NetState
+from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
 from kvdev.guest.core.planning import Plan, Policy, plan
 from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
 from kvdev.guest.core.steps import (
@@ -108,6 +109,7 @@ class Reconciler:
     before_pass: Callable[[], object] = lambda: None  # e.g. re-arm the file watcher
     watch_problem: Callable[[], str | None] = lambda: None  # why the watcher polls, if it must
     bounds: walk.Bounds = field(default_factory=walk.Bounds)  # of each read of the tree
+    reads: Deadline[tuple[list[RawFile], bool]] | None = None  # None: read on this thread
     belief: sources.Sources = field(default_factory=sources.Sources)
     passes: int = 0
     stale_devices: bool = True  # set by udev events: the next pass rescans devices
@@ -185,20 +187,29 @@ class Reconciler:
     def _observe_and_plan(self) -> tuple[Matching, Plan, dict[int, str]]:
         """Read, observe, match and plan; also the rename journal pruned for this state."""
         cfg = self.config
-        self.before_pass()
         limits: list[Problem] = []
         unavailable: list[str] = []
-        raws, complete = files.read_sources(
-            cfg.metadata_root,
-            cfg.hints_path,
-            cfg.config_drive,
-            bounds=self.bounds,
-            on_limit=limits.append,
-            root_expected=bool(self.belief.entries),
-            on_unavailable=unavailable.append,
-        )
-        self._limits, self._unavailable = tuple(limits), tuple(unavailable)
-        self.belief = sources.update(self.belief, raws, listing_complete=complete)
+        expected = bool(self.belief.entries)
+
+        def read() -> tuple[list[RawFile], bool]:  # on the reads' thread when there is one
+            self.before_pass()
+            return files.read_sources(
+                cfg.metadata_root,
+                cfg.hints_path,
+                cfg.config_drive,
+                bounds=self.bounds,
+                on_limit=limits.append,
+                root_expected=expected,
+                on_unavailable=unavailable.append,
+            )
+
+        result = read() if self.reads is None else self.reads.run(read)
+        if isinstance(result, Late):  # a share that stopped answering: keep what we know
+            why = f"{cfg.metadata_root} not read: {result.message}; the last good state stays"
+            self._unavailable = (why,)
+        else:
+            self._limits, self._unavailable = tuple(limits), tuple(unavailable)
+            self.belief = sources.update(self.belief, result[0], listing_complete=result[1])
         if self.stale_links:
             self._state = self.net.read_state()
             self.stale_links = False

@@ -33,6 +33,7 @@ class AgentConfig:
     match_kinds: tuple[str, ...] = ()  # software link kinds (e.g. veth) offered to matching
     log_level: str = "info"
     poll_interval: float | None = None  # seconds between stat polls; None = auto, 0 = off
+    read_deadline: float = 15.0  # seconds a pass waits for its read of the metadata (serving)
     once: bool = False
     dry_run: bool = False
 
@@ -55,6 +56,17 @@ def parse_poll_interval(value: object, where: str) -> float | None:
             value = float(value)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3600:
         msg = f"{where} must be 'auto' or a number of seconds from 0 (off) to 3600"
+        raise UsageError(msg)
+    return float(value)
+
+
+def parse_read_deadline(value: object, where: str) -> float:
+    """A number of seconds above 0, at most 3600 -> float."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
+        msg = f"{where} must be a number of seconds above 0, at most 3600"
         raise UsageError(msg)
     return float(value)
 
@@ -82,6 +94,8 @@ def merge(base: AgentConfig, values: dict[str, Any], *, source: str) -> AgentCon
             raise UsageError(f"{source}: unknown key {key!r} (known: {known})")
         if name == "poll_interval":
             changes[name] = parse_poll_interval(value, f"{source}: {key}")
+        elif name == "read_deadline":
+            changes[name] = parse_read_deadline(value, f"{source}: {key}")
         else:
             changes[name] = _checked(name, key, value, source)
     return replace(base, **changes)

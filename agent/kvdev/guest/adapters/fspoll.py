@@ -170,6 +170,7 @@ class Poller:
         self._wake = wake
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._taking = False  # in a snapshot, which a share that stopped answering blocks
         self.polls = 0
         """How many snapshots were taken (for tests and reports)."""
 
@@ -195,16 +196,23 @@ class Poller:
                 self._wake()
 
     def _taken(self) -> object:
+        self._taking = True
         try:
             return self._take()
         except OSError as e:  # the root vanished mid-walk, or its link keeps moving: "changed"
             log.debug("poll: %s", e)
             return ("error", e.errno)
+        finally:
+            self._taking = False
 
     def stop(self) -> None:
-        """Stop polling; stopping twice is harmless."""
+        """Stop polling; stopping twice is harmless.
+
+        A thread blocked in a snapshot (a hung share) is not waited for: it is a daemon, and
+        it ends when the share answers (it sees the stop then).
+        """
         self._stop.set()
         thread, self._thread = self._thread, None
-        if thread is not None:
+        if thread is not None and not self._taking:
             with contextlib.suppress(RuntimeError):
                 thread.join()

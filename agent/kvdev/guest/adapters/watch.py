@@ -124,14 +124,17 @@ class Watcher:
     Watches ``root`` recursively, its parent, and the directories of ``hints`` and
     ``config_drive`` for files and directories created, modified, closed after writing, moved,
     deleted or changed in their attributes. A target that does not exist yet is watched through
-    its nearest existing ancestor. A ``root`` that is a symbolic link is watched where it points;
-    the rename that swaps it (in the parent) wakes the loop, and the next ``drain()`` re-arms on
-    the new target. ``poll``: seconds between stat polls (0 = never, None = ``auto``: poll every
-    ``fspoll.DEFAULT_INTERVAL`` when a target is on a file system inotify cannot see remote
-    writers on; decided again whenever the watches change). However many events arrive, the
-    pipe behind ``fileno()`` holds at most one byte.
+    its nearest existing ancestor. ``deferred``: only ``rearm`` touches the targets (never
+    ``__enter__`` or ``drain``), so that a caller can run it where a share that stopped
+    answering blocks no one (``deadline.Deadline``). A ``root`` that is a symbolic link is
+    watched where it points; the rename that swaps it (in the parent) wakes the loop, and the
+    next ``drain()`` re-arms on the new target. ``poll``: seconds between stat polls (0 =
+    never, None = ``auto``: poll every ``fspoll.DEFAULT_INTERVAL`` when a target is on a file
+    system inotify cannot see remote writers on; decided again whenever the watches change).
+    However many events arrive, the pipe behind ``fileno()`` holds at most one byte.
 
-    Use it from one thread (the selector loop), as a context manager: register it with a
+    Use it from one thread (the selector loop; deferred, ``rearm`` from one other thread and
+    the rest from the loop's), as a context manager: register it with a
     selector; when readable, ``drain()`` and then ``read_sources`` again. ``drain()`` re-arms
     first (a target that has appeared or was replaced is then watched itself), so a read after
     it misses nothing. inotify says nothing when a watched directory is moved away and drops
@@ -145,8 +148,10 @@ class Watcher:
         config_drive: Path | None = None,
         *,
         poll: float | None = 0.0,
+        deferred: bool = False,
     ) -> None:
         self._root = Path(os.path.normpath(root.absolute()))
+        self._deferred = deferred
         self._poll_setting = poll
         self._poller: fspoll.Poller | None = None
         self._files = [Path(os.path.normpath(p.absolute())) for p in (hints, config_drive) if p]
@@ -170,7 +175,8 @@ class Watcher:
         try:
             self._observer = Observer()
             self._observer.start()
-            self.rearm()  # arming the first watches also starts the poller when one is due
+            if not self._deferred:
+                self.rearm()  # arming the first watches also starts the poller when one is due
         except BaseException:
             self.close()
             raise
@@ -185,8 +191,12 @@ class Watcher:
         return self._pipe[0]
 
     def drain(self) -> int:
-        """Re-arm, empty the pipe, and return how many events arrived since the last drain."""
-        self.rearm()
+        """Re-arm, empty the pipe, and return how many events arrived since the last drain.
+
+        Deferred, it does not re-arm: the caller's next ``rearm`` (before its read) does.
+        """
+        if not self._deferred:
+            self.rearm()
         with self._lock:
             with contextlib.suppress(BlockingIOError):
                 while self._pipe and os.read(self._pipe[0], 64):
@@ -342,6 +352,10 @@ class Watcher:
         paths = [Path(os.fsdecode(p)) for p in (event.src_path, event.dest_path) if p]
         if any(self._matters(p, is_dir=event.is_directory) for p in paths):
             self._poke()
+
+    def wake(self) -> None:
+        """Make ``fileno()`` readable, as an event would (from any thread)."""
+        self._poke()
 
     def _poke(self) -> None:
         """Count a change; wake the loop once until drained (from any thread)."""
