@@ -8,6 +8,7 @@ import json
 import select
 import shutil
 import threading
+import time
 from pathlib import Path
 
 from kubeletlab import publish
@@ -17,7 +18,7 @@ from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.schema import check_file
-from kvdev.schema.tree import Role
+from kvdev.schema.tree import CONFIGMAP_MAX_KEYS, Role
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
 TREE = EXAMPLES / "dra-device-attributes"
@@ -148,3 +149,41 @@ def test_the_agent_configures_the_example_from_a_configmap_volume(tmp_path):
     publish(root, {**example_keys(), "key-0": (json.dumps(hints) + "\n").encode()})
     converge(Reconciler(cfg, kernel, scan_devices=tuple))
     assert kernel.state.link(1).mtu == 4000
+
+
+def test_more_keys_than_the_agent_reads_is_a_cut_said_in_status_and_by_validate(tmp_path):
+    """was: past 256 keys the rest were dropped silently (and known ones taken for removed)."""
+    root = tmp_path / "volume"
+    keys = example_keys()
+    junk = {f"a-{n:03d}": b"{}" for n in range(CONFIGMAP_MAX_KEYS)}  # sorted before key-*
+    publish(root, {**keys, **junk})
+    limits = []
+    raws, complete = files.read_sources(root, on_limit=limits.append)
+    assert not complete  # so no key known before is taken for removed
+    assert len([r for r in raws if Path(r.source).parent == root]) == CONFIGMAP_MAX_KEYS
+    said = (
+        f"ConfigMap volume {root}: {CONFIGMAP_MAX_KEYS + len(keys)} keys, only the first "
+        f"{CONFIGMAP_MAX_KEYS} by name are read; the last good content of the others stays in "
+        "force"
+    )
+    assert [p.message for p in limits] == [said]
+    cfg = AgentConfig(metadata_root=root, state_dir=tmp_path / "state", link_dir=tmp_path / "net")
+    status = Reconciler(cfg, MemoryNetlink(NetState()), scan_devices=tuple).reconcile().status
+    assert [c.type for c in status.conditions] == ["MetadataTruncated"]
+    assert not status.converged
+
+
+def test_keys_that_are_no_json_are_read_once_each_never_paused_for(tmp_path):
+    """was: each non-JSON key was re-read 3 times with a pause: 251 junk keys, 16 s a pass."""
+    root = tmp_path / "volume"
+    junk = {f"junk-{n:03d}": b"not json at all" for n in range(251)}
+    publish(root, {**example_keys(), **junk})
+    pauses = []
+    settle = files.Settle(pause=pauses.append)
+    started = time.monotonic()
+    raws, complete = files.read_sources(root, root / "kvdev/guest-hints.json", settle=settle)
+    took = time.monotonic() - started
+    assert complete
+    assert pauses == []  # a ConfigMap version never changes: nothing to wait for
+    assert len(raws) == len(example_keys()) + len(junk)
+    print(f"a ConfigMap volume of {len(raws)} keys, {len(junk)} of them no JSON: {took:.3f} s")

@@ -169,3 +169,14 @@ def test_a_configmap_volume_is_checked_key_by_key_as_the_agent_reads_it(tmp_path
     assert broken.returncode == 2, broken.stdout
     assert f"{volume}/key-0.json" in broken.stdout
     assert "1 file(s): 0 valid, 1 invalid" in broken.stdout
+
+
+def test_a_configmap_volume_of_more_keys_than_the_agent_reads_is_invalid(tmp_path):
+    from kvdev.schema.tree import CONFIGMAP_MAX_KEYS  # noqa: PLC0415
+
+    root = tmp_path / "volume"
+    keys = {f"a-{n:03d}": b"{}" for n in range(CONFIGMAP_MAX_KEYS + 1)}
+    publish(root, keys)
+    done = run("metadata", "validate", str(root))
+    assert done.returncode == 2, done.stdout
+    assert f"{CONFIGMAP_MAX_KEYS + 1} keys, only the first {CONFIGMAP_MAX_KEYS}" in done.stdout

@@ -27,6 +27,9 @@ RESOURCE_CLAIM_TEMPLATES: Final = "resourceclaimtemplates"
 METADATA_SUFFIX: Final = "-metadata.json"
 HINTS_PATH: Final = "kvdev/guest-hints.json"
 CONFIG_DRIVE_NAME: Final = "meta_data.json"
+# Keys of a ConfigMap volume the agent reads (the first ones by name; a read of more is cut and
+# says so). The controller refuses to render a ConfigMap of more: the agent would not read it.
+CONFIGMAP_MAX_KEYS: Final = 256
 
 
 class Role(enum.Enum):

@@ -395,3 +395,27 @@ def test_only_a_pod_of_the_vmis_namespace_that_it_controls_names_its_claims(name
     assert rendered([*without_pod, impostor]).body == rendered(without_pod).body  # nor alone
     index = index_of(objects)
     assert index.upsert(Kind.POD, parse(Kind.POD, impostor)) <= {(namespace, "vm1")} - {KEY}
+
+
+def test_a_bundle_of_more_keys_than_the_agent_reads_is_refused_and_nothing_written():
+    """was: 289 keys rendered and written; the agent read the first 256 and said nothing."""
+    from kvdev.schema.tree import CONFIGMAP_MAX_KEYS  # noqa: PLC0415
+
+    objects = docs()
+    claim = by_kind(objects, "ResourceClaim", "vm1-devices")
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    copies = []
+    for n in range(CONFIGMAP_MAX_KEYS // 3 + 1):  # 3 keys each (nic-1, nic-2, gpu)
+        c = copy.deepcopy(claim)
+        c["metadata"].update(name=f"vm1-devices-{n}", uid=f"dddddddd-0000-4000-8000-{n:012d}")
+        copies.append(c)
+        vmi["spec"]["resourceClaims"].append(
+            {"name": f"devices-{n}", "resourceClaimName": f"vm1-devices-{n}"}
+        )
+    result = rendered([*objects, *copies])
+    assert len(result.data) > CONFIGMAP_MAX_KEYS
+    assert result.verb is Verb.REFUSE
+    assert result.body is None
+    assert any(
+        f"over the {CONFIGMAP_MAX_KEYS} keys kvdev-agent reads" in p.message for p in result.errors
+    )

@@ -19,7 +19,11 @@ Each key is one stream (KEP-5304 DeviceMetadata, or kvdev GuestHints). The key n
 trusted: a file's role, claim, request and driver come from its content. ``..data`` is resolved
 once per read and every key read from that version (again when it moved meanwhile), so one
 result never mixes two versions; only regular files directly in that version's directory
-count, at most ``CONFIGMAP_MAX_KEYS`` of them, within the same read budget as a tree.
+count, at most ``CONFIGMAP_MAX_KEYS`` of them (the first by name; more is a cut, reported as
+one, and an incomplete listing, so no key known before is taken for removed), within the same
+read budget as a tree. A version's files never change (kubelet writes a new version and swaps
+``..data``), so a key is read once, never again because it looks torn: the volume settles as a
+whole, by reading it again when ``..data`` moved during the read.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from kvdev.guest.core.observed import RawFile
 from kvdev.schema import sniff_role
 from kvdev.schema.stream import MAX_STREAM_BYTES
 from kvdev.schema.tree import (
+    CONFIGMAP_MAX_KEYS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     Role,
@@ -50,7 +55,6 @@ from kvdev.schema.tree import (
 
 _ANCHORS = (RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
 CONFIGMAP_DATA = "..data"  # kubelet's link to the version of a ConfigMap volume in force
-CONFIGMAP_MAX_KEYS = 256  # a ConfigMap of more keys is not kvdev's: the rest are left unread
 __all__ = [
     "SETTLE",
     "Budget",
@@ -417,38 +421,51 @@ def _read_configmap_volume(
     for _ in range(SWAP_RETRIES):
         budget = Budget()
         version = real_path(link)
-        raws, complete = _read_configmap(root, Path(version), settle, budget)
+        raws, complete, keys = _read_configmap(root, Path(version), budget)
         if real_path(link) == version:
             break
     raws += _optional(hints, Role.GUEST_HINTS, settle, budget)
     raws += _optional(config_drive, Role.CONFIG_DRIVE, settle, budget)
-    if budget.refused and on_limit is not None:
-        on_limit(
+    limits = []
+    if keys > CONFIGMAP_MAX_KEYS:
+        limits.append(
+            Problem(
+                f"ConfigMap volume {root}: {keys} keys, only the first {CONFIGMAP_MAX_KEYS} by "
+                f"name are read; the last good content of the others stays in force",
+                str(root),
+            )
+        )
+    if budget.refused:
+        limits.append(
             Problem(
                 f"ConfigMap volume {root}: {budget.refused} file(s) not read: this pass read "
                 f"{budget.limit} bytes already; their last good content stays in force",
                 str(root),
             )
         )
+    if on_limit is not None:
+        for problem in limits:
+            on_limit(problem)
     return raws, complete
 
 
-def _read_configmap(
-    root: Path, version: Path, settle: Settle, budget: Budget
-) -> tuple[list[RawFile], bool]:
-    """The keys of one version of a ConfigMap volume; (files, listing complete)."""
+_ONCE = Settle(rereads=0)  # a ConfigMap version never changes: each key is read once
+
+
+def _read_configmap(root: Path, version: Path, budget: Budget) -> tuple[list[RawFile], bool, int]:
+    """The keys of one version of a ConfigMap volume; (files, listing complete, keys there)."""
     if version.parent != Path(real_path(root)):
-        return [], False  # ..data points out of the volume: not kubelet's layout, nothing read
+        return [], False, 0  # ..data points out of the volume: not kubelet's layout, none read
     try:
         names = sorted(e.name for e in os.scandir(version) if not e.name.startswith(".."))
     except OSError:
-        return [], False
+        return [], False, 0
     raws = []
     for name in names[:CONFIGMAP_MAX_KEYS]:
         path = version / name
         if not path.is_symlink() and path.is_file():  # kubelet writes regular files only
-            raws.append(_load(str(root / name), path, None, None, settle, budget))
-    return raws, True
+            raws.append(_load(str(root / name), path, None, None, _ONCE, budget))
+    return raws, len(names) <= CONFIGMAP_MAX_KEYS, len(names)
 
 
 def _optional(path: Path | None, role: Role, settle: Settle, budget: Budget) -> list[RawFile]:

@@ -16,7 +16,10 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
 
 ``render`` decides, from plain values, what the controller does for one VMI: create, update
 (the stored object with our labels, owner and data), nothing (no write, so no resourceVersion
-churn), or refuse (a ConfigMap of that name that kvdev does not manage, a VMI without a UID).
+churn), or refuse (a ConfigMap of that name that kvdev does not manage, a VMI without a UID, a
+bundle over a ConfigMap's 1 MiB or over the ``CONFIGMAP_MAX_KEYS`` keys the agent reads: a
+bundle the agent would read only in part is never written, rather than split over objects
+the VMI would have to mount one by one).
 A claim that is not there or not allocated yet is waiting (warned, no key); a claim whose
 metadata cannot be built keeps its keys as stored (an error is reported). Pure: no I/O.
 """
@@ -43,6 +46,7 @@ from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.schema.hints import GuestHints
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, decode_stream, encode_stream
+from kvdev.schema.tree import CONFIGMAP_MAX_KEYS
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGER: Final = "kvdev-host-controller"
@@ -412,6 +416,13 @@ def render(inputs: Inputs) -> Rendered:
     if size > CONFIGMAP_BYTES_MAX:
         message = (
             f"{what(vmi)}: the bundle is {size} bytes, over a ConfigMap's {CONFIGMAP_BYTES_MAX}"
+        )
+        return Rendered(**base, verb=Verb.REFUSE, data=data, problems=(*problems, Problem(message)))
+    if len(data) > CONFIGMAP_MAX_KEYS:
+        message = (
+            f"{what(vmi)}: the bundle is {len(data)} keys (one per claim request, and the hints), "
+            f"over the {CONFIGMAP_MAX_KEYS} keys kvdev-agent reads from a ConfigMap volume: not "
+            "written, the stored ConfigMap is left as it is (use fewer requests per VMI)"
         )
         return Rendered(**base, verb=Verb.REFUSE, data=data, problems=(*problems, Problem(message)))
     result = {**base, "data": data, "problems": tuple(problems)}
