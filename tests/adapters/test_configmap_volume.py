@@ -187,3 +187,31 @@ def test_keys_that_are_no_json_are_read_once_each_never_paused_for(tmp_path):
     assert pauses == []  # a ConfigMap version never changes: nothing to wait for
     assert len(raws) == len(example_keys()) + len(junk)
     print(f"a ConfigMap volume of {len(raws)} keys, {len(junk)} of them no JSON: {took:.3f} s")
+
+
+def test_two_hints_keys_that_tie_on_a_device_are_reported_as_one_file_would_be(tmp_path):
+    """was: two GuestHints keys selecting the same device cancelled each other, silently."""
+    root = tmp_path / "volume"
+    keys = example_keys()
+    hints_key = next(k for k, v in keys.items() if b"GuestHints" in v)
+    hints = json.loads(keys[hints_key])
+    other = {**hints, "devices": [{**hints["devices"][0], "network": {"mtu": 4000}}]}
+    publish(root, {**keys, "zz-more-hints": (json.dumps(other) + "\n").encode()})
+    links = tuple(
+        Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth") for i, mac in MACS.items()
+    )
+    cfg = AgentConfig(
+        metadata_root=root,
+        state_dir=tmp_path / "state",
+        link_dir=tmp_path / "network",
+        match_kinds=("veth",),
+    )
+    status = Reconciler(cfg, MemoryNetlink(NetState(links)), scan_devices=tuple).reconcile().status
+    said = [str(p) for p in status.file_errors]
+    assert any(
+        "zz-more-hints" in p
+        and "devices[0] selects the same device(s) as devices[0] of" in p
+        and hints_key in p
+        for p in said
+    ), said
+    assert not status.converged

@@ -178,3 +178,23 @@ def test_sources_is_a_value():
     assert update(Sources(), raws, listing_complete=True) == update(
         Sources(), raws, listing_complete=True
     )
+
+
+def test_hints_of_two_files_that_clash_are_errors_on_the_later_one():
+    a = stream(hints_doc(hint(device="vf-1", network={"interfaceName": "data0"})))
+    b = stream(
+        hints_doc(hint(device="vf-1"), hint(device="vf-2", network={"interfaceName": "data0"}))
+    )
+    both = [raw(HINTS, a, Role.GUEST_HINTS), raw("/etc/hints.json", b, Role.GUEST_HINTS)]
+    sources = run((both, True))
+    first, later = sorted(e.source for e in sources.entries)  # path order: /etc first
+    assert first == "/etc/hints.json"
+    assert [(p.source, p.path, p.message) for p in sources.hint_conflicts()] == [
+        (later, "devices[0]", f"devices[0] selects the same device(s) as devices[0] of {first}"),
+        (
+            later,
+            "devices[0]",
+            f"devices[0] asks for interface name 'data0', as devices[1] of {first}",
+        ),
+    ]
+    assert run(([both[0]], True)).hint_conflicts() == ()

@@ -148,6 +148,7 @@ class Reconciler:
         self.passes += 1
         errors = [p for problems in self.belief.errors().values() for p in problems]
         errors.extend(self.belief.device_rejections())
+        errors.extend(self.belief.hint_conflicts())
         status = summarize(
             matching,
             the_plan,
