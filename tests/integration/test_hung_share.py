@@ -93,3 +93,16 @@ def test_a_share_that_hangs_later_keeps_the_last_good_state_and_passes_go_on(sha
         assert eventually(
             lambda: "MetadataUnavailable" not in conditions(curl(work, "/v1/status")), GUARD
         )
+
+
+def test_the_agent_stops_cleanly_while_the_share_hangs(shared):
+    ns, _, share, work = shared
+    share.hang()
+    with serving(ns, share.guest, work, "--read-deadline", DEADLINE) as (proc, _):
+        assert "MetadataUnavailable" in conditions(curl(work, "/v1/status"))
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=GUARD)
+        finally:
+            share.answer()
+    assert code == 0
