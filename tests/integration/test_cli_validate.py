@@ -180,3 +180,18 @@ def test_a_configmap_volume_of_more_keys_than_the_agent_reads_is_invalid(tmp_pat
     done = run("metadata", "validate", str(root))
     assert done.returncode == 2, done.stdout
     assert f"{CONFIGMAP_MAX_KEYS + 1} keys, only the first {CONFIGMAP_MAX_KEYS}" in done.stdout
+
+
+def test_two_hints_keys_that_clash_are_invalid_like_one_file_with_both(tmp_path):
+    streams = sorted(TREE.rglob("*.json"))
+    keys = {f"key-{i}": p.read_bytes() for i, p in enumerate(streams)}
+    hints = json.loads((TREE / "kvdev/guest-hints.json").read_text())
+    other = {**hints, "devices": [{**hints["devices"][0], "network": {"mtu": 4000}}]}
+    root = tmp_path / "volume"
+    publish(root, {**keys, "zz-hints": (json.dumps(other) + "\n").encode()})
+    done = run("metadata", "validate", str(root))
+    assert done.returncode == 2, done.stdout
+    assert f"INVALID {root / 'zz-hints'}" in done.stdout
+    assert "devices[0] selects the same device(s) as devices[0] of" in done.stdout
+    publish(root, keys)
+    assert run("metadata", "validate", str(root)).returncode != 2

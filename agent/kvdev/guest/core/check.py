@@ -22,6 +22,7 @@ from kvdev.errors import Problem, Severity
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
 from kvdev.schema.described import DescribedDevice
+from kvdev.schema.hints import GuestHints
 from kvdev.schema.reading import DeviceMetadata
 
 REPORT_API_VERSION: Final = "kvdev.io/v1alpha1"
@@ -72,7 +73,11 @@ def check_raw(raw: RawFile) -> FileResult:
 
 
 def build(raws: Iterable[RawFile]) -> Report:
-    """Validate every relevant file; list the unrelated ones as ignored."""
+    """Validate every relevant file; list the unrelated ones as ignored.
+
+    GuestHints files that clash with one another (``hint_clashes``) are invalid, as a clash
+    inside one file makes that file.
+    """
     files: list[FileResult] = []
     ignored: list[str] = []
     for raw in raws:
@@ -82,7 +87,44 @@ def build(raws: Iterable[RawFile]) -> Report:
             files.append(FileResult(raw.source, raw.role, warnings=(raw.problem,)))
         else:
             files.append(check_raw(raw))
+    clashes: dict[str, list[Problem]] = {}
+    hints = [(f.source, f.document) for f in files if isinstance(f.document, GuestHints)]
+    for problem in hint_clashes(hints):
+        clashes.setdefault(problem.source, []).append(problem)
+    files = [
+        FileResult(f.source, f.role, errors=tuple(clashes[f.source])) if f.source in clashes else f
+        for f in files
+    ]
     return Report(tuple(files), tuple(ignored))
+
+
+def hint_clashes(hints: Iterable[tuple[str, GuestHints]]) -> tuple[Problem, ...]:
+    """Hints of different GuestHints files that clash, as they would inside one file.
+
+    Inside one file, two hints selecting the same devices, or asking for the same interface
+    name, make the file invalid (``GuestHints``). Across files (two hints keys of one ConfigMap
+    volume, a tree's hints file and ``--hints``) the same clash is an error on the later file
+    (path order), naming the earlier one; the hints that select the same devices tie, so the
+    agent applies neither (``matching.hint_for``), never silently.
+    """
+    selectors: dict[tuple[object, ...], tuple[str, int]] = {}
+    names: dict[str, tuple[str, int]] = {}
+    out: list[Problem] = []
+    for source, doc in sorted(hints, key=lambda pair: pair[0].split("/")):
+        for i, hint in enumerate(doc.devices):
+            at = f"devices[{i}]"
+            first = selectors.setdefault(hint.selector(), (source, i))
+            if first[0] != source:
+                message = f"{at} selects the same device(s) as devices[{first[1]}] of {first[0]}"
+                out.append(Problem(message, source, path=at))
+            name = hint.network.interface_name if hint.network else None
+            held = names.setdefault(name, (source, i)) if name is not None else (source, i)
+            if held[0] != source:
+                message = (
+                    f"{at} asks for interface name {name!r}, as devices[{held[1]}] of {held[0]}"
+                )
+                out.append(Problem(message, source, path=at))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- text

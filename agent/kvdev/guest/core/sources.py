@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kvdev.errors import Problem
-from kvdev.guest.core.check import check_raw
+from kvdev.guest.core.check import check_raw, hint_clashes
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import ConfigDriveMetadata, FileResult, GuestHints, Role
 from kvdev.schema.configdrive import TaggedDevice
@@ -108,39 +108,14 @@ class Sources:
         return {e.source: e.problems for e in self.entries if e.rejected is not None}
 
     def hint_conflicts(self) -> tuple[Problem, ...]:
-        """Hints of two GuestHints files in force that clash, as they would inside one file.
-
-        Inside one file, two hints selecting the same devices, or asking for the same
-        interface name, make the file invalid (``GuestHints``). Across files (two hints keys
-        of one ConfigMap volume, a tree's hints file and ``--hints``) the same clash is an error
-        on the later file (path order), naming the earlier one; the hints that select the same
-        devices tie, so neither applies (``matching.hint_for``), as before, but never silently.
-        """
-        selectors: dict[tuple[object, ...], tuple[str, int]] = {}
-        names: dict[str, tuple[str, int]] = {}
-        out: list[Problem] = []
-        for e in self.entries:
-            doc = e.used.document if e.role is Role.GUEST_HINTS and e.used is not None else None
-            if not isinstance(doc, GuestHints):
-                continue
-            for i, hint in enumerate(doc.devices):
-                at = f"devices[{i}]"
-                first = selectors.setdefault(hint.selector(), (e.source, i))
-                if first[0] != e.source:
-                    message = (
-                        f"{at} selects the same device(s) as devices[{first[1]}] of {first[0]}"
-                    )
-                    out.append(Problem(message, e.source, path=at))
-                name = hint.network.interface_name if hint.network else None
-                if name is None:
-                    continue
-                held = names.setdefault(name, (e.source, i))
-                if held[0] != e.source:
-                    message = (
-                        f"{at} asks for interface name {name!r}, as devices[{held[1]}] of {held[0]}"
-                    )
-                    out.append(Problem(message, e.source, path=at))
-        return tuple(out)
+        """Hints of two GuestHints files in force that clash (``check.hint_clashes``)."""
+        return hint_clashes(
+            (e.source, e.used.document)
+            for e in self.entries
+            if e.role is Role.GUEST_HINTS
+            and e.used is not None
+            and isinstance(e.used.document, GuestHints)
+        )
 
     def device_rejections(self) -> tuple[Problem, ...]:
         """Why newer descriptions of devices kept at their last good one were not used."""
