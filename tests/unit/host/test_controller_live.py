@@ -429,3 +429,24 @@ def test_an_object_that_does_not_parse_is_skipped_and_the_last_good_one_kept(dou
         double.put(vmi)
         until(lambda: '"tag":"gpu-a"' in configmap(double)["data"]["guest-hints.json"], "fixed")
     assert "VirtualMachineInstance/vms/vm1" in caplog.text
+
+
+def test_a_pod_of_another_namespace_naming_the_vmis_uid_has_no_say(double, api):
+    """was: any pod with vm1's UID among its owners decided which claim fed kvdev-vm1."""
+    pod = copy.deepcopy(double.get("v1", "Pod", "vms", "virt-launcher-vm1-abcde"))
+    pod["metadata"] = {
+        **pod["metadata"],
+        "namespace": "elsewhere",
+        "name": "impostor",
+        "uid": "eeeeeeee-0000-4000-8000-000000000002",
+    }
+    pod["metadata"].pop("resourceVersion", None)
+    pod["status"]["resourceClaimStatuses"] = [
+        {"name": "fast-nic", "resourceClaimName": "vm1-devices"}
+    ]
+    double.put(pod)
+    with Running(api, resync=3600) as controller:
+        until(lambda: configmap(double) is not None and controller.idle.is_set(), "first sync")
+    data = configmap(double)["data"]
+    assert "fast-nic.nic.dra.net-metadata.json" in data  # from the VMI's own launcher pod
+    assert len(data) == 5  # as without the impostor
