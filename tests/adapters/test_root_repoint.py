@@ -95,3 +95,13 @@ def test_a_root_missing_between_rm_and_ln_keeps_the_last_good_state(linked):
     assert after.status.conditions == ()
     assert after.status.converged
     assert r.belief.described() == described
+
+
+def test_a_root_that_never_was_there_is_no_gap_even_with_a_config_drive(tmp_path):
+    cfg = example_config(tmp_path, gpu=False)
+    shutil.rmtree(cfg.metadata_root)  # only the config drive: nothing was ever read from a root
+    r = Reconciler(cfg, example_kernel(), scan_devices=tuple)
+    r.reconcile()
+    assert r.belief.entries  # the config drive
+    again = r.reconcile()
+    assert again.status.conditions == ()

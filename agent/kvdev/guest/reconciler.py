@@ -190,7 +190,8 @@ class Reconciler:
         cfg = self.config
         limits: list[Problem] = []
         unavailable: list[str] = []
-        expected = bool(self.belief.entries)
+        under = str(cfg.metadata_root).rstrip("/") + "/"  # content read from the root: a root
+        expected = any(e.source.startswith(under) for e in self.belief.entries)  # gone is a gap
 
         def read() -> tuple[list[RawFile], bool]:  # on the reads' thread when there is one
             self.before_pass()
