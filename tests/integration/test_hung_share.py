@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from agentlab import NICS, addresses, eventually, link, make_guest, serving
+from agentlab import NICS, addresses, agent_args, eventually, link, make_guest, serving
 from fuselab import hung_share
 
 pytestmark = [
@@ -106,3 +106,26 @@ def test_the_agent_stops_cleanly_while_the_share_hangs(shared):
         finally:
             share.answer()
     assert code == 0
+
+
+def test_once_over_a_hung_share_ends_and_says_why(shared):
+    ns, _, share, work = shared
+    share.hang()
+    try:
+        done = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                *agent_args(share.guest, work, "--once", "--json", "--read-deadline", DEADLINE),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=GUARD,
+            check=False,
+        )
+    finally:
+        share.answer()
+    assert done.returncode == 1, done.stderr
+    assert "MetadataUnavailable" in conditions(json.loads(done.stdout))

@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--read-deadline",
         metavar="SECONDS",
-        help="serving: how long a pass waits for its read of the metadata (a share that stops "
+        help="how long a pass waits for its read of the metadata (a share that stops "
         "answering: the pass goes on with the last good state, MetadataUnavailable); default 15",
     )
     p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
@@ -170,6 +170,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
     with ExitStack() as stack:
         net = stack.enter_context(Netlink())
         reconciler = Reconciler(cfg, net, udev.scan)
+        reconciler.reads = Deadline(cfg.read_deadline)  # a hung share blocks no pass
         if cfg.once:
             outcome = converge(reconciler)
             if args.json:
@@ -190,7 +191,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
         monitor = stack.enter_context(udev.UdevMonitor())
         events = stack.enter_context(LinkEvents())
         reconciler.before_pass = watcher.rearm
-        reconciler.reads = Deadline(cfg.read_deadline, wake=watcher.wake)
+        reconciler.reads = Deadline(cfg.read_deadline, wake=watcher.wake)  # a late read wakes
         reconciler.watch_problem = lambda: watcher.degraded
         bridge = Bridge()
         stack.callback(bridge.close)
