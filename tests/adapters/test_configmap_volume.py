@@ -1,6 +1,7 @@
 """The agent reads a kubelet ConfigMap volume: flat keys, one version at a time, swaps seen.
 
-The volume is laid out and updated by ``kubeletlab.publish``, as kubelet's atomic writer does;
+The volume is laid out and updated by kubelet's own code (``upstreamlab.publish_configmap``:
+the configmap plugin's MakePayload and AtomicWriter, v1.37.2);
 the streams are the bundled example's, under key names that say nothing (content decides).
 """
 
@@ -10,7 +11,6 @@ import shutil
 import threading
 from pathlib import Path
 
-from kubeletlab import publish
 from kvdev.guest.adapters import files
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.memory import MemoryNetlink
@@ -18,6 +18,7 @@ from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.schema import check_file
 from kvdev.schema.tree import Role
+from upstreamlab import publish_configmap as publish
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
 TREE = EXAMPLES / "dra-device-attributes"

@@ -3,7 +3,7 @@
 A second boot of the same guest and package, with nothing of the 9p bundle: the host renders
 the VMI's ConfigMap with ``kvdev-host controller --once`` (tests/e2e/inputs/kubevirt: the VMI,
 its ResourceClaim as it evolves, the driver's ResourceSlice), lays it out as kubelet keeps a
-ConfigMap volume (``..data`` swapped atomically; tests/kubeletlab.py) in a directory that
+ConfigMap volume (``..data`` swapped by kubelet's own AtomicWriter, v1.37.2) in a directory that
 ``virtiofsd`` shares with the guest as KubeVirt does (tag ``kvdev-metadata``, ``cache=auto``).
 In the guest the package's kvdev-metadata-share.service mounts it read-only at the agent's
 default root, and the agent runs with no metadata setting at all.
