@@ -87,7 +87,7 @@ robustness-long: $(STAMP)  ## (root) the same, long: 10,000 fuzz inputs, five AP
 
 .PHONY: vm-image e2e virtiofsd
 
-virtiofsd:  ## the Rust virtiofsd KubeVirt runs, from crates.io into build/virtiofsd (cached by version)
+virtiofsd:  ## the Rust virtiofsd KubeVirt runs, from crates.io (cached by version in /var/cache/kvdev-e2e)
 	tests/e2e/build-virtiofsd.sh
 
 vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached by recipe hash
