@@ -85,7 +85,10 @@ robustness: $(STAMP)  ## (root) abuse + fuzz the running agent (300 inputs); pri
 robustness-long: $(STAMP)  ## (root) the same, long: 10,000 fuzz inputs, five API storms
 	$(BIN)/python tests/robustness/report.py --long
 
-.PHONY: vm-image e2e
+.PHONY: vm-image e2e virtiofsd
+
+virtiofsd:  ## the Rust virtiofsd KubeVirt runs, from crates.io (cached by version in /var/cache/kvdev-e2e)
+	tests/e2e/build-virtiofsd.sh
 
 vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached by recipe hash
 	packaging/vm/build-image.sh
@@ -94,7 +97,7 @@ vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached b
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' agent/kvdev/__init__.py)
 KVDEV_E2E_DEB ?= $(CURDIR)/dist/kvdev_$(VERSION)_all.deb
 
-e2e: $(STAMP) deb vm-image  ## (root) the fresh .deb in a QEMU guest: service, NIC rules, live change, hot-plug
+e2e: $(STAMP) deb vm-image virtiofsd  ## (root) the fresh .deb in a QEMU guest: service, NIC rules, live change, hot-plug
 	KVDEV_E2E_DEB=$(KVDEV_E2E_DEB) KVDEV_E2E=1 $(BIN)/pytest -m e2e tests/e2e
 
 .PHONY: deb deb-chroot deb-host rpm packages check-units test-compat

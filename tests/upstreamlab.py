@@ -4,12 +4,19 @@
 session under a file lock, so parallel sessions and helpers do not build twice at once, and
 returns ``build/upstream/bin/<name>``. Go missing or a failed build fails the test with the
 build's own output: nothing is skipped silently.
+
+``publish_configmap(root, data)`` makes ``data`` the version in force of the ConfigMap volume
+at ``root`` with kubelet's own code (``build/upstream/bin/configmapvolume``: the configmap
+plugin's MakePayload and pkg/volume/util's AtomicWriter at v1.37.2), so a test's volume swaps
+``..data`` exactly as a node does.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import functools
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,3 +47,30 @@ def upstream_bin(name: str) -> Path:
     if not path.is_file():
         pytest.fail(f"tests/upstream/build.sh built no {name} in {path.parent}")
     return path
+
+
+def publish_configmap(root: Path, data: dict[str, bytes]) -> Path:
+    """Make ``data`` (key -> bytes) the ConfigMap volume's content at ``root``; its version dir.
+
+    A value that is UTF-8 goes in the ConfigMap's ``data``, any other in ``binaryData``, as the
+    API server keeps them; kubelet writes both the same way.
+    """
+    text: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    for key, value in data.items():
+        try:
+            text[key] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            binary[key] = base64.b64encode(value).decode("ascii")
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": root.name}}
+    configmap.update({"data": text, "binaryData": binary})
+    done = subprocess.run(
+        [str(upstream_bin("configmapvolume")), "--dir", str(root)],
+        input=json.dumps(configmap),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"kubelet's atomic writer refused the volume {root}: {done.stderr}")
+    return root / json.loads(done.stdout)["version"]

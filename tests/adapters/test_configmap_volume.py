@@ -1,6 +1,7 @@
 """The agent reads a kubelet ConfigMap volume: flat keys, one version at a time, swaps seen.
 
-The volume is laid out and updated by ``kubeletlab.publish``, as kubelet's atomic writer does;
+The volume is laid out and updated by kubelet's own code (``upstreamlab.publish_configmap``:
+the configmap plugin's MakePayload and AtomicWriter, v1.37.2);
 the streams are the bundled example's, under key names that say nothing (content decides).
 """
 
@@ -11,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-from kubeletlab import publish
 from kvdev.guest.adapters import files
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.memory import MemoryNetlink
@@ -19,6 +19,7 @@ from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.schema import check_file
 from kvdev.schema.tree import CONFIGMAP_MAX_KEYS, Role
+from upstreamlab import publish_configmap as publish
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
 TREE = EXAMPLES / "dra-device-attributes"

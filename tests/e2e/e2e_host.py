@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import kubeletlab  # tests/kubeletlab.py: a ConfigMap volume as kubelet's atomic writer keeps it
+from upstreamlab import publish_configmap  # kubelet's own atomic writer (v1.37.2)
 
 REPO = Path(__file__).resolve().parents[2]
 VM = REPO / "packaging" / "vm"
@@ -240,4 +240,4 @@ class ClusterSide:
 
     def publish(self, data: dict[str, str]) -> None:
         """Make ``data`` the ConfigMap volume's content (kubelet's ``..data`` swap)."""
-        kubeletlab.publish(self.volume, {k: v.encode() for k, v in data.items()})
+        publish_configmap(self.volume, {k: v.encode() for k, v in data.items()})

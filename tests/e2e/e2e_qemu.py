@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -25,18 +24,18 @@ from typing import Any
 SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount mounts it
 VIRTIOFS_TAG = "kvdev-metadata"  # the filesystem name a VMI shares kvdev's ConfigMap under
 CONFIG_DRIVE_SLOT = 0x1E  # the config drive's virtio-blk; clear of the NICs' slots (0x10-0x1d)
-VIRTIOFSD = ("/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd", "virtiofsd")
+VIRTIOFSD = Path(__file__).resolve().parents[2] / "build" / "virtiofsd" / "bin" / "virtiofsd"
 
 
 def virtiofsd() -> str:
-    """The virtiofs daemon: QEMU's (Debian 12 ships it in qemu-system-common), or the Rust one."""
-    for candidate in VIRTIOFSD:
-        found = shutil.which(candidate) if "/" not in candidate else candidate
-        if found and os.access(found, os.X_OK):
-            return found
-    raise FileNotFoundError(
-        f"no virtiofsd ({', '.join(VIRTIOFSD)}): apt-get install qemu-system-x86"
-    )
+    """The virtiofs daemon KubeVirt runs: the Rust one, built by ``make virtiofsd``.
+
+    Not QEMU's C daemon (Debian 12's qemu-system-common): it has none of the options KubeVirt
+    passes (``--sandbox=none``, ``--migration-*``).
+    """
+    if os.access(VIRTIOFSD, os.X_OK):
+        return str(VIRTIOFSD)
+    raise FileNotFoundError(f"no {VIRTIOFSD}: run make virtiofsd (tests/e2e/build-virtiofsd.sh)")
 
 
 def accelerator() -> tuple[str, list[str]]:
@@ -213,11 +212,11 @@ class Vm:
         self._qmp: Qmp | None = None
 
     def _start_virtiofsd(self, source: Path) -> list[str]:
-        """Serve ``source`` as KubeVirt serves a ConfigMap volume: cache=auto, sandbox chroot.
+        """Serve ``source`` as KubeVirt serves a ConfigMap volume, with KubeVirt's options.
 
-        KubeVirt's virtiofs container runs ``virtiofsd --cache=auto --sandbox=chroot`` for a
-        config volume (pkg/virt-controller/services, ``generateContainerFromVolume``); QEMU's
-        C virtiofsd spells the same options ``-o cache=auto -o sandbox=chroot``.
+        KubeVirt's virtiofs container for a ConfigMap/Secret volume runs ``virtiofsd
+        --sandbox=none --cache=auto --migration-on-error=guest-error
+        --migration-mode=find-paths`` (pkg/virt-controller/services/virtiofs.go); so does this.
         """
         sock = self.guest.workdir / "virtiofs.sock"
         log = self.guest.workdir / "virtiofsd.log"
@@ -226,12 +225,11 @@ class Vm:
                 [
                     virtiofsd(),
                     f"--socket-path={sock}",
-                    "-o",
-                    f"source={source}",
-                    "-o",
-                    "cache=auto",
-                    "-o",
-                    "sandbox=chroot",
+                    f"--shared-dir={source}",
+                    "--sandbox=none",
+                    "--cache=auto",
+                    "--migration-on-error=guest-error",
+                    "--migration-mode=find-paths",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -3,16 +3,18 @@
 A second boot of the same guest and package, with nothing of the 9p bundle: the host renders
 the VMI's ConfigMap with ``kvdev-host controller --once`` (tests/e2e/inputs/kubevirt: the VMI,
 its ResourceClaim as it evolves, the driver's ResourceSlice), lays it out as kubelet keeps a
-ConfigMap volume (``..data`` swapped atomically; tests/kubeletlab.py) in a directory that
+ConfigMap volume (``..data`` swapped by kubelet's own AtomicWriter, v1.37.2) in a directory that
 ``virtiofsd`` shares with the guest as KubeVirt does (tag ``kvdev-metadata``, ``cache=auto``).
 In the guest the package's kvdev-metadata-share.service mounts it read-only at the agent's
 default root, and the agent runs with no metadata setting at all.
 
-1. At boot the claim is allocated but the driver has reported no network data yet: both NICs
-   are matched from the VMI's spec alone (nic-1 by its pciAddress, nic-2 by its macAddress;
-   the third NIC is described by nothing) and configured without addresses.
+1. At boot the claim is allocated but the driver has reported no network data yet: nic-1 is
+   matched from the VMI's spec alone (its pciAddress) and configured without addresses; nic-2
+   is Missing: its VMI interface names only a macAddress, which KubeVirt does not apply to a
+   DRA SR-IOV VF, so the controller left it out of the hints (the third NIC is described by
+   nothing).
 2. The driver reports the network data; the controller renders generation 2; kubelet swaps
-   the volume; the guest adds the addresses.
+   the volume; the guest matches nic-2 by the driver's hardwareAddress and adds the addresses.
 3. A broken version of the ConfigMap (a metadata key that is not JSON) reaches the guest: the
    agent reports it and keeps every interface as it was.
 4. The driver changes nic-2's addresses; the next good version heals the error and is applied.
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.e2e
 
 VMI_CLAIM = "vm2-nics"
 NIC_1 = Nic("vf-1", 0x10, "52:54:00:e3:00:10")  # the VMI pins it to 0000:00:10.0
-NIC_2 = Nic("vf-2", 0x11, "52:54:00:e3:00:11")  # the VMI gives only its MAC
+NIC_2 = Nic("vf-2", 0x11, "52:54:00:e3:00:11")  # the driver's hardwareAddress; the VMI pins nothing
 NIC_SPARE = Nic("spare", 0x12, "52:54:00:e3:00:12")
 REQUESTS = {NIC_1.id: "nic-1", NIC_2.id: "nic-2"}
 HINTS_KEY = "guest-hints.json"
@@ -167,9 +169,9 @@ def test_0_configmap_tells_the_guest_which_nic_is_which(cluster):
     hints = _first_object(data[HINTS_KEY])
     guest = {h["request"]: h.get("guest", {}) for h in hints["devices"]}
     assert guest == {
-        "nic-1": {"macAddress": NIC_1.mac, "pciAddress": NIC_1.pci_address},
-        "nic-2": {"macAddress": NIC_2.mac},
-    }
+        "nic-1": {"pciAddress": NIC_1.pci_address}
+    }  # nic-2's macAddress: not KubeVirt's
+    assert "02:00:00:3b:02:99" not in json.dumps(hints)
     assert NIC_SPARE.mac not in json.dumps(hints)
 
 
@@ -182,9 +184,8 @@ def test_1_boot_matches_by_the_vmi_spec(run):
             SHARE,
             {"kind": "status", "minGeneration": {VMI_CLAIM: 1}},
             device(NIC_1, "Configured", evidence=["pinned"], guestPciAddress=NIC_1.pci_address),
-            device(NIC_2, "Configured", evidence=["permanent-mac", "mac"], mac=NIC_2.mac),
+            device(NIC_2, "Missing"),
             link(NIC_1, []),
-            link(NIC_2, []),
             UNMANAGED,
         ],
     )
@@ -201,6 +202,7 @@ def test_2_network_data_arrives_while_running(run, cluster):
         "the driver's network data applied",
         [
             {"kind": "status", "minGeneration": {VMI_CLAIM: 2}},
+            device(NIC_2, "Configured", evidence=["permanent-mac", "mac"], mac=NIC_2.mac),
             link(NIC_1, ["192.0.2.21/24"]),
             link(NIC_2, ["198.51.100.21/24"]),
             UNMANAGED,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentlab import stream_objects
-from kubeletlab import publish
 from kvdev.guest.cli import main as cli
+from upstreamlab import publish_configmap as publish
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging" / "examples"

@@ -118,7 +118,6 @@ def test_hints_come_from_the_vmi_spec():
             "guest": {
                 "pciAddress": "0000:07:00.0",
                 "tag": "dra:vm1-devices/nic-1/0",
-                "macAddress": "02:00:00:3b:02:01",
             },
         },
         {
@@ -127,7 +126,6 @@ def test_hints_come_from_the_vmi_spec():
             "guest": {
                 "pciAddress": "0000:08:00.0",
                 "tag": "dra:vm1-devices/nic-2/0",
-                "macAddress": "02:00:00:3b:02:02",
             },
         },
         {
@@ -143,9 +141,40 @@ def test_hints_come_from_the_vmi_spec():
     ]
 
 
-def test_a_value_kvdev_cannot_use_costs_only_itself():
+def _with_binding_plugin(vmi, index, mac):
+    """Interface ``index`` through a network binding plugin, with ``mac`` as its macAddress."""
+    interface = vmi["spec"]["domain"]["devices"]["interfaces"][index]
+    interface.pop("sriov", None)
+    interface["binding"] = {"name": "kvdev-e2e-plugin"}
+    interface["macAddress"] = mac
+    return vmi
+
+
+def test_a_dra_sriov_interfaces_mac_is_not_the_guests_and_stays_out_of_the_hint():
+    """KubeVirt's CreateDRAHostDevices gives a DRA SR-IOV VF no MAC: the driver's is the one."""
     vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
-    vmi["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = "not-a-mac"
+    vmi["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = "52:54:00:00:00:01"
+    hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
+    nic = hints.devices[0].to_json_dict()
+    assert nic["request"] == "nic-1"
+    assert "macAddress" not in nic["guest"]
+    assert [w.path for w in warnings] == ["spec.domain.devices.interfaces[1].macAddress"]
+    assert "DRA SR-IOV interface" in warnings[0].message
+    assert "networkData.hardwareAddress" in warnings[0].message
+
+
+def test_a_binding_plugin_interfaces_mac_is_the_guests():
+    """Through a network binding plugin KubeVirt puts macAddress on the domain's interface."""
+    vmi = _with_binding_plugin(
+        by_kind(docs(), "VirtualMachineInstance", "vm1"), 1, "52:54:00:00:00:01"
+    )
+    hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
+    assert hints.devices[0].to_json_dict()["guest"]["macAddress"] == "52:54:00:00:00:01"
+    assert warnings == ()
+
+
+def test_a_value_kvdev_cannot_use_costs_only_itself():
+    vmi = _with_binding_plugin(by_kind(docs(), "VirtualMachineInstance", "vm1"), 1, "not-a-mac")
     vmi["spec"]["domain"]["devices"]["gpus"][0]["claimName"] = "nope"
     hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
     first = hints.devices[0].to_json_dict()["guest"]

@@ -5,9 +5,10 @@ Keys, strongest first; a device bound by one phase is not a candidate in the lat
 1. **pinned**: a guest hint's ``guest.pciAddress``; or **tag**: a hint's ``guest.tag`` looked
    up in the config drive's ``devices[]`` (which gives the guest PCI address). A pin is
    authoritative: a pinned device that is not there is ``missing``, never matched otherwise.
-2. **mac**: the MAC the guest sees, from a hint's ``guest.macAddress`` (a VMI interface's
-   ``macAddress``, which KubeVirt gives the VF) when set, else ``networkData.hardwareAddress``,
-   against each NIC's permanent MAC, else current MAC.
+2. **mac**: the MAC the guest sees, from a hint's ``guest.macAddress`` (the host side writes
+   one only where KubeVirt itself sets that MAC: a binding plugin's interface, never a DRA
+   SR-IOV host device) when set, else ``networkData.hardwareAddress``, against each NIC's
+   permanent MAC, else current MAC.
 3. **vendor-device**: the PCI vendor:device ID, only when exactly one described device and
    exactly one remaining guest device share it. With several on each side the order of
    host and guest addresses is not trustworthy (VFs are known to be reordered), so that is

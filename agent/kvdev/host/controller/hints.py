@@ -3,9 +3,13 @@
 Owns the mapping from KubeVirt's VMI spec to hints, one per claimed device:
 
 * each ``spec.networks[]`` with ``resourceClaim {claimName, requestName}``: the interface of the
-  same name in ``spec.domain.devices.interfaces[]`` gives ``guest.macAddress`` (its
-  ``macAddress``: the MAC KubeVirt sets on the VF), ``guest.pciAddress`` (its ``pciAddress``)
-  and ``guest.tag`` (its ``tag``);
+  same name in ``spec.domain.devices.interfaces[]`` gives ``guest.pciAddress`` (its
+  ``pciAddress``), ``guest.tag`` (its ``tag``) and, only where KubeVirt itself puts that MAC on
+  the guest's NIC (a network binding plugin's interface), ``guest.macAddress``. A DRA SR-IOV
+  interface (``sriov: {}``) is a plain host device that KubeVirt gives no MAC
+  (``CreateDRAHostDevices``): the guest sees the MAC the driver set, which the metadata's
+  ``networkData.hardwareAddress`` reports, so a ``macAddress`` there is left out with a
+  warning instead of overriding it;
 * each ``gpus[]`` / ``hostDevices[]`` entry with ``claimName`` + ``requestName``: ``guest.tag``
   when it has one;
 * the hint's claim is ``{resourceClaimName: X}`` when the VMI's ``spec.resourceClaims[]`` entry
@@ -47,7 +51,7 @@ def what(vmi: VirtualMachineInstance) -> str:
     return f"VirtualMachineInstance/{vmi.metadata.namespace or '?'}/{vmi.metadata.name}"
 
 
-def _uses(vmi: VirtualMachineInstance) -> Iterator[_Use]:
+def _uses(vmi: VirtualMachineInstance, ignored: list[Problem]) -> Iterator[_Use]:
     devices = vmi.devices
     interfaces = {i.name: (n, i) for n, i in enumerate(devices.interfaces or [])}
     for n, network in enumerate(vmi.spec.networks or []):
@@ -62,6 +66,18 @@ def _uses(vmi: VirtualMachineInstance) -> Iterator[_Use]:
             for field, key in _GUEST_FIELDS.items():
                 guest[key] = getattr(interface, field)
                 origins[key] = f"spec.domain.devices.interfaces[{index}].{key}"
+            if interface.mac_address and not interface.kubevirt_sets_mac:
+                guest.pop("macAddress")
+                ignored.append(
+                    Problem(
+                        f"{what(vmi)}: KubeVirt does not give the guest the macAddress of a DRA "
+                        f"{'SR-IOV ' if interface.sriov is not None else ''}interface (a host "
+                        "device keeps the MAC its driver set, which networkData.hardwareAddress "
+                        "reports); left out of the hint",
+                        path=origins["macAddress"],
+                        severity=Severity.WARNING,
+                    )
+                )
         yield _Use(f"spec.networks[{n}]", ref.claim_name, ref.request_name, guest, origins)
     listed: list[tuple[str, list[ClaimedDevice]]] = [
         ("gpus", devices.gpus or []),
@@ -108,7 +124,7 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
     warnings: list[Problem] = []
     hints: list[DeviceHint] = []
     seen: dict[tuple[object, ...], str] = {}
-    for use in _uses(vmi):
+    for use in _uses(vmi, warnings):
         if not use.claim_name or not use.request_name:
             message = f"{subject}: claimName and requestName must both be set; no hint"
             warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))

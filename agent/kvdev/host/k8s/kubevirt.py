@@ -42,13 +42,32 @@ class Network(Model):
     resource_claim: ClaimRequest | None = None
 
 
+class PluginBinding(Model):
+    """``interfaces[].binding``: a network binding plugin, by name."""
+
+    name: str | None = None
+
+
 class Interface(Model):
-    """``spec.domain.devices.interfaces[]``: named like its network."""
+    """``spec.domain.devices.interfaces[]``: named like its network.
+
+    Of the binding methods, only two meet a DRA network: ``sriov`` (the VF becomes a plain PCI
+    ``<hostdev>``: KubeVirt's ``CreateDRAHostDevices`` gives it the guest PCI address and boot
+    order, never a MAC) and ``binding`` (a network binding plugin: KubeVirt writes the
+    interface's ``macAddress`` into the domain's ``<interface>``).
+    """
 
     name: str
     mac_address: str | None = None
     pci_address: str | None = None
     tag: str | None = None
+    sriov: dict[str, object] | None = None
+    binding: PluginBinding | None = None
+
+    @property
+    def kubevirt_sets_mac(self) -> bool:
+        """Whether KubeVirt gives the guest this interface's ``macAddress``."""
+        return self.sriov is None and self.binding is not None
 
 
 class ClaimedDevice(Model):
