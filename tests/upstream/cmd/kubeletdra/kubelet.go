@@ -145,4 +145,3 @@ func (o *observed) DeRegisterPlugin(ctx context.Context, name, endpoint string) 
 	o.inner.DeRegisterPlugin(ctx, name, endpoint)
 	o.rec.add(event{Kind: "deregister", Driver: name, Endpoint: endpoint})
 }
-
