@@ -125,6 +125,13 @@ def test_invalid_options_exit_2(root):
     assert done.returncode == 2
     assert "not allowed with argument" in done.stderr
 
+    for uid in ("../escape", "", ".."):
+        bad_uid = [*serve_args(root), "--pod-uid", uid]
+        done = subprocess.run(bad_uid, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2
+        assert f"--pod-uid {uid!r}: must be a pod UID" in done.stderr
+        assert not (root / "registry").exists()
+
 
 def test_help_shows_an_example():
     done = subprocess.run(
@@ -137,3 +144,4 @@ def test_help_shows_an_example():
     )
     assert "kvdev-host serve --driver sriov.example.com --kube" in done.stdout
     assert "--claims-dir" in done.stdout
+    assert "<plugin-data-dir>/dra-UID.sock and <registry-dir>/<driver>-UID-reg.sock" in done.stdout

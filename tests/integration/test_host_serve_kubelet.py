@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from hostlab import DRIVER, allocated_claim, start_serve, uid_of, vf_slice
+from kvdev.host.plugin.server import SOCKET_PATH_MAX, Sockets
 from upstreamlab import KubeletDRA
 
 POD_UID = "5d0f3a9e-6b1c-4e2a-9c47-0a1b2c3d4e5f"
@@ -415,3 +416,161 @@ def test_kubelet_gives_each_container_the_metadata_of_its_request_once(node, off
     (shared,) = recorded[SHARED]["DriverState"][DRIVER]["Devices"]
     assert shared.get("ShareID") == share  # v1 carries the share; v1beta1 has no field
     assert plain[0].get("ShareID") is None  # a whole device has no share
+
+
+# ------------------------------------------------------------ errors and several drivers
+
+
+def test_a_claim_serve_cannot_prepare_fails_the_pod_naming_it_and_a_retry_succeeds(node):
+    claims = many(3)
+    stale = json.loads(json.dumps(claims[1]))
+    stale["metadata"]["uid"] = uid_of(99)  # what serve's source still holds: the old claim
+    node.publish([vf_slice(3), claims[0], stale, claims[2]])
+    names = {f"c{i}": c["metadata"]["name"] for i, c in enumerate(claims)}
+    the_pod = pod(names, {"compute": [(n, "nic") for n in names]})
+    with node.kubelet() as kubelet:
+        kubelet.call("claims", objects=claims)
+        proc = node.serve()
+        try:
+            kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
+            failed = kubelet.call("prepare", pod=the_pod, check=False)
+            node.publish([vf_slice(3), *claims])  # the source catches up
+            got = kubelet.call("prepare", pod=the_pod)["containers"]
+            kubelet.call("unprepare", pod=the_pod)
+        finally:
+            stop(proc)
+    assert not failed["ok"]
+    error = failed["error"]
+    assert "NodePrepareResources failed for ResourceClaim claim-1" in error, error
+    assert f"has uid {uid_of(99)}, not the one kubelet asked for" in error, error
+    assert sorted(got["compute"]) == sorted(cdi_id(c["metadata"]["uid"]) for c in claims)
+    assert list((node.root / "cdi").glob("*.json")) == []
+    assert node.checkpoint() == []
+
+
+GPU = "gpu.nvidia.com"
+
+
+def test_a_claim_of_two_drivers_is_prepared_by_both_plugins_and_the_container_gets_both(node):
+    gpus = vf_slice(1)
+    gpus["metadata"]["name"] = "node-a-gpus"
+    gpus["spec"]["driver"] = GPU
+    both = reserved(allocated_claim(0))
+    both["spec"]["devices"]["requests"].append(
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu"}}
+    )
+    both["status"]["allocation"]["devices"]["results"].append(
+        {"request": "gpu", "driver": GPU, "pool": "node-a", "device": "vf-0"}
+    )
+    node.publish([vf_slice(1), gpus, both])
+    uid = both["metadata"]["uid"]
+    the_pod = pod(
+        {"dev": both["metadata"]["name"]}, {"nic": [("dev", "nic")], "all": [("dev", "")]}
+    )
+    gpu_plugin = node.root / "plugin-gpu"
+    with node.kubelet() as kubelet:
+        kubelet.call("claims", objects=[both])
+        procs = [node.serve()]
+        try:
+            procs.append(node.serve("--driver", GPU, "--plugin-data-dir", str(gpu_plugin)))
+            kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
+            kubelet.call("wait", driver=GPU, plugins=[str(gpu_plugin / "dra.sock")])
+            got = kubelet.call("prepare", pod=the_pod)["containers"]
+            kubelet.call("unprepare", pod=the_pod)
+        finally:
+            for proc in procs:
+                stop(proc)
+    assert got["nic"] == [cdi_id(uid)]
+    assert sorted(got["all"]) == sorted([cdi_id(uid), f"{GPU}/metadata={uid}_gpu"])
+    assert list((node.root / "cdi").glob("*.json")) == []
+
+
+# ------------------------------------------------------------ rolling update (--pod-uid)
+
+OLD_POD, NEW_POD = uid_of(1, base=0x01D), uid_of(2, base=0x9E)
+
+
+def test_a_rolling_update_overlaps_two_plugins_and_kubelet_always_has_one(node):
+    first, second = many(3), many(3, pod_uid=uid_of(2, base=0xB0D), first=3)
+    node.publish([vf_slice(6), *first, *second])
+    pod_a = pod({f"c{i}": c["metadata"]["name"] for i, c in enumerate(first)}, {"compute": []})
+    pod_b = pod(
+        {f"c{i}": c["metadata"]["name"] for i, c in enumerate(second)},
+        {"compute": [(f"c{i}", "nic") for i in range(3)]},
+        uid=uid_of(2, base=0xB0D),
+        name="virt-launcher-vm2",
+    )
+    old_dra, new_dra = (str(node.root / "plugin" / f"dra-{u}.sock") for u in (OLD_POD, NEW_POD))
+    with node.kubelet() as kubelet:
+        kubelet.call("claims", objects=[*first, *second])
+        old = node.serve("--pod-uid", OLD_POD)
+        new = None
+        try:
+            kubelet.call("wait", driver=DRIVER, plugins=[old_dra])
+            kubelet.call("prepare", pod=pod_a)
+            # maxSurge 1: the new pod starts while the old one still serves
+            new = node.serve("--pod-uid", NEW_POD)
+            kubelet.call("wait", driver=DRIVER, plugins=[old_dra, new_dra])
+            got = kubelet.call("prepare", pod=pod_b)["containers"]
+            old_err = stop(old)  # then the old pod stops
+            kubelet.call("wait", driver=DRIVER, plugins=[new_dra])
+            kubelet.call("unprepare", pod=pod_a)  # prepared by the old plugin, gone now
+            kubelet.call("unprepare", pod=pod_b)
+        finally:
+            stop(old)
+            new_err = stop(new) if new is not None else ""
+        events = kubelet.events()
+    registry = sorted(p.name for p in node.registry.iterdir())
+    assert sorted(got["compute"]) == sorted(cdi_id(c["metadata"]["uid"]) for c in second)
+    counts = [e["plugins"] for e in events if e["kind"] in ("register", "deregister")]
+    assert counts == [1, 2, 1, 0][: len(counts)]
+    assert counts[:3] == [1, 2, 1]  # never none from the first registration on
+    assert [e for e in events if e["kind"] == "wipe"] == [events[0]]  # only at kubelet's start
+    # kubelet prefers the newest plugin: pod B went to the new one, and so did A's unprepare
+    for uid in (c["metadata"]["uid"] for c in second):
+        assert uid in new_err
+        assert uid not in old_err
+    assert all(c["metadata"]["uid"] in old_err for c in first)
+    assert registry == []  # each pod removed its own sockets
+    assert list((node.root / "cdi").glob("*.json")) == []
+
+
+FULL = f"{DRIVER}-{NEW_POD}-reg.sock"
+
+
+def names_at(node: Node, kubelet: KubeletDRA, over: int) -> tuple[str, str]:
+    """kvdev's and upstream's registration socket names where the full name's path is
+    ``over`` bytes longer than 107 (gRPC's limit)."""
+    depth = SOCKET_PATH_MAX + over - len(str(node.root)) - 2 - len(FULL)
+    registry = node.root / ("r" * depth)
+    assert len(str(registry / FULL)) == SOCKET_PATH_MAX + over
+    sockets = Sockets.default(DRIVER, node.root / "plugin", registry, pod_uid=NEW_POD)
+    assert sockets.dra.name == f"dra-{NEW_POD}.sock"
+    upstream = kubelet.call("names", registryDir=str(registry), driver=DRIVER, podUID=NEW_POD)
+    return sockets.registration.name, upstream["registration"]
+
+
+def test_rolling_update_socket_names_are_upstreams(node):
+    """Upstream's kubeletplugin helper names the registration socket: the full pod UID, then
+    ``<driver>-<hash of the UID>``, then ``dra-<hash of both>``, the first whose path fits."""
+    with node.kubelet() as kubelet:
+        fits, at_limit, hashed, shortest = (names_at(node, kubelet, n) for n in (-10, 0, 10, 27))
+    for kvdev, upstream in (fits, at_limit, hashed, shortest):
+        assert kvdev == upstream
+    assert fits[0] == at_limit[0] == FULL
+    assert hashed[0].startswith(f"{DRIVER}-")
+    assert len(hashed[0]) < len(FULL)
+    assert shortest[0].startswith("dra-")
+
+
+def test_a_socket_path_of_108_bytes_is_where_kvdev_names_differ_from_upstream(node):
+    """The one difference: upstream's helper (Go) binds 108 bytes, gRPC's C core 107 at most.
+
+    So where the full name's path is exactly 108 bytes, upstream keeps it and kvdev takes
+    upstream's next name (kubelet registers whatever name the registry dir holds).
+    """
+    with node.kubelet() as kubelet:
+        kvdev, upstream = names_at(node, kubelet, 1)
+        _, next_name = names_at(node, kubelet, 10)
+    assert upstream == FULL
+    assert kvdev == next_name

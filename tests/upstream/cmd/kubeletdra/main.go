@@ -21,6 +21,9 @@
 //	    until kubelet has exactly these plugins of D registered (and, with "after", has
 //	    registered one since event N); "deadline" (seconds, default 120) only guards a hang
 //	{"op": "events", "after": N}        -> "events": what kubelet did since event N
+//	{"op": "names", "registryDir": DIR, "driver": D, "podUID": UID}
+//	    -> "registration": the registration socket's basename a plugin pod UID gets from
+//	    upstream's kubeletplugin helper (RollingUpdateRegistrarSocketFile)
 //
 // Every answer carries "seq", the number of the last event so far. Events are the calls of
 // the plugin manager on the DRA handler (register, register-failed, validate-failed,
@@ -44,6 +47,8 @@ import (
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 )
 
@@ -55,6 +60,8 @@ type command struct {
 	Plugins  []string                    `json:"plugins"`
 	After    *int                        `json:"after"`
 	Deadline float64                     `json:"deadline"`
+	Registry string                      `json:"registryDir"`
+	PodUID   string                      `json:"podUID"`
 }
 
 type answer struct {
@@ -62,6 +69,7 @@ type answer struct {
 	Error      string              `json:"error,omitempty"`
 	Containers map[string][]string `json:"containers,omitempty"`
 	Events     []event             `json:"events,omitempty"`
+	Name       string              `json:"registration,omitempty"`
 	Seq        int                 `json:"seq"`
 }
 
@@ -162,8 +170,10 @@ func (k *kubelet) do(ctx context.Context, c command) answer {
 			after = *c.After
 		}
 		a.Events = k.rec.since(after)
+	case "names":
+		a.Name = kubeletplugin.RollingUpdateRegistrarSocketFile(c.Registry, c.Driver, types.UID(c.PodUID))
 	default:
-		err = fmt.Errorf("unknown op %q (claims, prepare, unprepare, wait, events)", c.Op)
+		err = fmt.Errorf("unknown op %q (claims, prepare, unprepare, wait, events, names)", c.Op)
 	}
 	a.OK = err == nil
 	if err != nil {
