@@ -215,6 +215,44 @@ def test_kubelet_registers_serve_and_prepares_many_claims_in_one_call(node, offe
     print(f"  in one call, {prepared:.2f}s for PrepareResources")
 
 
+def test_kubelet_prepares_many_pods_at_once_each_its_own_claims(node):
+    pods, per_pod = 16, 4
+    claims_of = {
+        uid_of(p, base=0xAD): many(per_pod, pod_uid=uid_of(p, base=0xAD), first=p * per_pod)
+        for p in range(pods)
+    }
+    every = [c for claims in claims_of.values() for c in claims]
+    node.publish([vf_slice(pods * per_pod), *every])
+    the_pods = [
+        pod(
+            {f"c{i}": c["metadata"]["name"] for i, c in enumerate(claims)},
+            {"compute": [(f"c{i}", "nic") for i in range(per_pod)]},
+            uid=pod_uid,
+            name=f"virt-launcher-vm{p}",
+        )
+        for p, (pod_uid, claims) in enumerate(claims_of.items())
+    ]
+    with node.kubelet() as kubelet:
+        kubelet.call("claims", objects=every)
+        proc = node.serve()
+        try:
+            kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
+            began = time.monotonic()
+            answers = kubelet.call("prepare", pods=the_pods)["pods"]
+            took = time.monotonic() - began
+            for the_pod in the_pods:
+                kubelet.call("unprepare", pod=the_pod)
+        finally:
+            stop(proc)
+    for answer, claims in zip(answers, claims_of.values(), strict=True):
+        assert answer["ok"], answer["error"]
+        want = sorted(cdi_id(c["metadata"]["uid"]) for c in claims)
+        assert sorted(answer["containers"]["compute"]) == want
+    assert node.checkpoint() == []
+    assert list((node.root / "cdi").glob("*.json")) == []
+    print(f"kubelet: {pods} pods x {per_pod} claims prepared concurrently in {took:.2f}s")
+
+
 def test_each_cdi_id_kubelet_gives_a_container_names_the_metadata_of_its_claim(node):
     count = 6
     claims = many(count)
@@ -327,6 +365,30 @@ def test_kubelet_reregisters_a_restarted_plugin_and_prepares_again(node):
     kinds = [e["kind"] for e in events if e["kind"] in ("register", "deregister")]
     assert kinds == ["register", "deregister", "register", "deregister", "register"], events
     assert not [e for e in events if e["kind"].endswith("failed")], events
+
+
+def test_a_restarted_kubelet_finds_the_running_plugin_and_unprepares_from_its_checkpoint(node):
+    claims = many(3)
+    node.publish([vf_slice(3), *claims])
+    names = {f"c{i}": c["metadata"]["name"] for i, c in enumerate(claims)}
+    the_pod = pod(names, {"compute": [(n, "nic") for n in names]})
+    proc = node.serve()
+    try:
+        with node.kubelet() as kubelet:
+            kubelet.call("claims", objects=claims)
+            kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
+            kubelet.call("prepare", pod=the_pod)
+        assert len(node.checkpoint()) == 3
+        with node.kubelet() as kubelet:  # the same state dir: kubelet restarted
+            # its watcher finds the registration socket already there and registers again
+            kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
+            kubelet.call("unprepare", pod=the_pod)  # knows the claims from its checkpoint
+        specs = list((node.root / "cdi").glob("*.json"))
+    finally:
+        err = stop(proc)
+    assert specs == []
+    assert node.checkpoint() == []
+    assert err.count("kubelet registered DRA plugin sriov.example.com") == 2
 
 
 # ------------------------------------------------------------ kubelet's matching of the answer

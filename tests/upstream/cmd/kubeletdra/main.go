@@ -16,6 +16,8 @@
 //
 //	{"op": "claims", "objects": [ResourceClaim, ...]}   create or replace them (resource.k8s.io/v1)
 //	{"op": "prepare", "pod": Pod}       -> "containers": {"name": ["cdi-id", ...]}
+//	{"op": "prepare", "pods": [Pod, ...]}  all at once, each from its own goroutine (as
+//	    kubelet's pod workers do) -> "pods": [{"ok", "error", "containers"}, ...] in order
 //	{"op": "unprepare", "pod": Pod}
 //	{"op": "wait", "driver": D, "plugins": [endpoint, ...], "after": N, "deadline": S}
 //	    until kubelet has exactly these plugins of D registered (and, with "after", has
@@ -42,6 +44,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -56,6 +59,7 @@ type command struct {
 	Op       string                      `json:"op"`
 	Objects  []resourceapi.ResourceClaim `json:"objects"`
 	Pod      *v1.Pod                     `json:"pod"`
+	Pods     []*v1.Pod                   `json:"pods"`
 	Driver   string                      `json:"driver"`
 	Plugins  []string                    `json:"plugins"`
 	After    *int                        `json:"after"`
@@ -68,6 +72,7 @@ type answer struct {
 	OK         bool                `json:"ok"`
 	Error      string              `json:"error,omitempty"`
 	Containers map[string][]string `json:"containers,omitempty"`
+	Pods       []answer            `json:"pods,omitempty"`
 	Events     []event             `json:"events,omitempty"`
 	Name       string              `json:"registration,omitempty"`
 	Seq        int                 `json:"seq"`
@@ -145,6 +150,10 @@ func (k *kubelet) do(ctx context.Context, c command) answer {
 			}
 		}
 	case "prepare", "unprepare":
+		if c.Op == "prepare" && c.Pods != nil {
+			a.Pods = k.prepareAll(ctx, c.Pods)
+			break
+		}
 		if c.Pod == nil {
 			err = fmt.Errorf("%s: no pod", c.Op)
 		} else if c.Op == "prepare" {
@@ -180,4 +189,23 @@ func (k *kubelet) do(ctx context.Context, c command) answer {
 		a.Error = err.Error()
 	}
 	return a
+}
+
+// prepareAll prepares the pods concurrently, one goroutine each; one answer per pod, in order.
+func (k *kubelet) prepareAll(ctx context.Context, pods []*v1.Pod) []answer {
+	answers := make([]answer, len(pods))
+	var wg sync.WaitGroup
+	for i, pod := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			containers, err := k.prepare(ctx, pod)
+			answers[i] = answer{OK: err == nil, Containers: containers}
+			if err != nil {
+				answers[i].Error = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return answers
 }
