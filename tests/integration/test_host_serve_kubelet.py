@@ -215,6 +215,24 @@ def test_kubelet_registers_serve_and_prepares_many_claims_in_one_call(node, offe
     print(f"  in one call, {prepared:.2f}s for PrepareResources")
 
 
+def test_a_plugin_kubelet_refuses_hears_why(node):
+    """No service kubelet knows on offer: kubelet's validation refuses it and tells serve."""
+    with node.kubelet(offer=("v1alpha4.DRAPlugin",)) as kubelet:
+        proc = node.serve()
+        try:
+            # kubelet retries with back-off; its second try starts after the first one has
+            # told serve
+            kubelet.call("wait", driver=DRIVER, kind="validate-failed", count=2)
+            events = kubelet.events()
+        finally:
+            err = stop(proc)
+    refused = [e for e in events if e["kind"] == "validate-failed"]
+    assert f"invalid supported gRPC versions of DRA driver plugin {DRIVER}" in refused[0]["error"]
+    assert not [e for e in events if e["kind"] == "register"]
+    assert "kubelet rejected DRA plugin sriov.example.com: RegisterPlugin error" in err, err
+    assert "plugin validation failed" in err
+
+
 def test_kubelet_prepares_many_pods_at_once_each_its_own_claims(node):
     pods, per_pod = 16, 4
     claims_of = {

@@ -110,6 +110,32 @@ func (r *recorder) waitFor(driver string, want []string, after int, deadline tim
 	}
 }
 
+// waitEvents blocks until there are count events of kind for driver, or the deadline (a
+// failure guard) passes.
+func (r *recorder) waitEvents(driver, kind string, count int, deadline time.Duration) error {
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		seen := 0
+		for _, e := range r.events {
+			if e.Kind == kind && e.Driver == driver {
+				seen++
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if seen >= count {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return fmt.Errorf("after %s kubelet has %d %s events for %s, not %d", deadline, seen, kind, driver, count)
+		}
+	}
+}
+
 // sink is the logr sink of kubelet's contextual logger: it turns the DRA plugin manager's own
 // log lines about connections and the service it chose into events, and echoes every line
 // at or below the verbosity to out.

@@ -22,6 +22,8 @@
 //	{"op": "wait", "driver": D, "plugins": [endpoint, ...], "after": N, "deadline": S}
 //	    until kubelet has exactly these plugins of D registered (and, with "after", has
 //	    registered one since event N); "deadline" (seconds, default 120) only guards a hang
+//	{"op": "wait", "driver": D, "kind": K, "count": N, "deadline": S}
+//	    until there are N events of kind K for D
 //	{"op": "events", "after": N}        -> "events": what kubelet did since event N
 //	{"op": "names", "registryDir": DIR, "driver": D, "podUID": UID}
 //	    -> "registration": the registration socket's basename a plugin pod UID gets from
@@ -66,6 +68,8 @@ type command struct {
 	Deadline float64                     `json:"deadline"`
 	Registry string                      `json:"registryDir"`
 	PodUID   string                      `json:"podUID"`
+	Kind     string                      `json:"kind"`
+	Count    int                         `json:"count"`
 }
 
 type answer struct {
@@ -172,7 +176,11 @@ func (k *kubelet) do(ctx context.Context, c command) answer {
 		if c.Plugins == nil {
 			c.Plugins = []string{}
 		}
-		err = k.rec.waitFor(c.Driver, c.Plugins, after, deadline)
+		if c.Kind != "" {
+			err = k.rec.waitEvents(c.Driver, c.Kind, c.Count, deadline)
+		} else {
+			err = k.rec.waitFor(c.Driver, c.Plugins, after, deadline)
+		}
 	case "events":
 		after := 0
 		if c.After != nil {
