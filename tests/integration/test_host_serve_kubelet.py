@@ -591,6 +591,9 @@ def test_a_rolling_update_overlaps_two_plugins_and_kubelet_always_has_one(node):
             # maxSurge 1: the new pod starts while the old one still serves
             new = node.serve("--pod-uid", NEW_POD)
             kubelet.call("wait", driver=DRIVER, plugins=[old_dra, new_dra])
+            # kubelet prefers the newest plugin once its connection is up
+            connected = {"endpoint": new_dra, "connected": True, "count": 1}
+            kubelet.call("wait", driver=DRIVER, kind="connection", **connected)
             got = kubelet.call("prepare", pod=pod_b)["containers"]
             old_err = stop(old)  # then the old pod stops
             kubelet.call("wait", driver=DRIVER, plugins=[new_dra])
@@ -605,7 +608,8 @@ def test_a_rolling_update_overlaps_two_plugins_and_kubelet_always_has_one(node):
     counts = [e["plugins"] for e in events if e["kind"] in ("register", "deregister")]
     assert counts == [1, 2, 1, 0][: len(counts)]
     assert counts[:3] == [1, 2, 1]  # never none from the first registration on
-    assert [e for e in events if e["kind"] == "wipe"] == [events[0]]  # only at kubelet's start
+    wipes = [e["fieldSelector"] for e in events if e["kind"] == "wipe"]
+    assert wipes == ["spec.nodeName=node-a"]  # only kubelet's own at its start
     # kubelet prefers the newest plugin: pod B went to the new one, and so did A's unprepare
     for uid in (c["metadata"]["uid"] for c in second):
         assert uid in new_err

@@ -110,16 +110,18 @@ func (r *recorder) waitFor(driver string, want []string, after int, deadline tim
 	}
 }
 
-// waitEvents blocks until there are count events of kind for driver, or the deadline (a
-// failure guard) passes.
-func (r *recorder) waitEvents(driver, kind string, count int, deadline time.Duration) error {
+// waitEvents blocks until there are count events like want (its kind and driver, and its
+// endpoint and connection state where set), or the deadline (a failure guard) passes.
+func (r *recorder) waitEvents(want event, count int, deadline time.Duration) error {
 	timer := time.NewTimer(deadline)
 	defer timer.Stop()
 	for {
 		r.mu.Lock()
 		seen := 0
 		for _, e := range r.events {
-			if e.Kind == kind && e.Driver == driver {
+			if e.Kind == want.Kind && e.Driver == want.Driver &&
+				(want.Endpoint == "" || e.Endpoint == want.Endpoint) &&
+				(want.Connected == nil || (e.Connected != nil && *e.Connected == *want.Connected)) {
 				seen++
 			}
 		}
@@ -131,7 +133,8 @@ func (r *recorder) waitEvents(driver, kind string, count int, deadline time.Dura
 		select {
 		case <-changed:
 		case <-timer.C:
-			return fmt.Errorf("after %s kubelet has %d %s events for %s, not %d", deadline, seen, kind, driver, count)
+			return fmt.Errorf("after %s kubelet has %d %s events for %s %s, not %d",
+				deadline, seen, want.Kind, want.Driver, want.Endpoint, count)
 		}
 	}
 }

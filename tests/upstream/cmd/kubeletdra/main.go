@@ -22,8 +22,8 @@
 //	{"op": "wait", "driver": D, "plugins": [endpoint, ...], "after": N, "deadline": S}
 //	    until kubelet has exactly these plugins of D registered (and, with "after", has
 //	    registered one since event N); "deadline" (seconds, default 120) only guards a hang
-//	{"op": "wait", "driver": D, "kind": K, "count": N, "deadline": S}
-//	    until there are N events of kind K for D
+//	{"op": "wait", "driver": D, "kind": K, "count": N, "endpoint": E, "connected": B, "deadline": S}
+//	    until there are N events of kind K for D (and E, and connected B, where given)
 //	{"op": "events", "after": N}        -> "events": what kubelet did since event N
 //	{"op": "names", "registryDir": DIR, "driver": D, "podUID": UID}
 //	    -> "registration": the registration socket's basename a plugin pod UID gets from
@@ -70,6 +70,8 @@ type command struct {
 	PodUID   string                      `json:"podUID"`
 	Kind     string                      `json:"kind"`
 	Count    int                         `json:"count"`
+	Endpoint string                      `json:"endpoint"`
+	Connect  *bool                       `json:"connected"`
 }
 
 type answer struct {
@@ -177,7 +179,8 @@ func (k *kubelet) do(ctx context.Context, c command) answer {
 			c.Plugins = []string{}
 		}
 		if c.Kind != "" {
-			err = k.rec.waitEvents(c.Driver, c.Kind, c.Count, deadline)
+			want := event{Kind: c.Kind, Driver: c.Driver, Endpoint: c.Endpoint, Connected: c.Connect}
+			err = k.rec.waitEvents(want, c.Count, deadline)
 		} else {
 			err = k.rec.waitFor(c.Driver, c.Plugins, after, deadline)
 		}
