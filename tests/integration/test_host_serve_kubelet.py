@@ -12,6 +12,7 @@ wrote.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -72,6 +73,31 @@ class Node:
         return json.loads(blob["Data"])["ClaimInfoStateList"] or []
 
 
+_read: dict[int, list[str]] = {}  # serve's stderr lines read before it stopped, by pid
+
+
+def notified(proc: subprocess.Popen[str]) -> None:
+    """Read serve's log until kubelet's NotifyRegistrationStatus reached it (or it exits).
+
+    kubelet registers a plugin with its handler first and notifies it after: a plugin killed
+    in between is deregistered again. A test that stops serve waits for this first.
+    """
+    assert proc.stderr is not None
+    seen = _read.setdefault(proc.pid, [])
+    line = b""
+    # Byte by byte from the pipe itself, so that nothing sits in a Python buffer that
+    # communicate() (which reads the file descriptor) would not see; bounded by serve's
+    # output: EOF when it exits.
+    while byte := os.read(proc.stderr.fileno(), 1):
+        line += byte
+        if byte == b"\n":
+            seen.append(line.decode())
+            if b"kubelet registered DRA plugin" in line:
+                return
+            line = b""
+    pytest.fail(f"serve exited before kubelet registered it: {''.join(seen)}")
+
+
 def stop(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> str:
     """Signal serve and wait for it (a generous failure guard); its stderr."""
     if proc.stderr is None or proc.stderr.closed:
@@ -83,7 +109,7 @@ def stop(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> s
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
-    return err
+    return "".join(_read.pop(proc.pid, [])) + err
 
 
 @pytest.fixture
@@ -318,6 +344,7 @@ def test_serve_stops_cleanly_on_sigterm_and_kubelet_deregisters_it(node):
             assert reg_socket.is_socket()
             kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
             kubelet.call("prepare", pod=the_pod)
+            notified(proc)
             err = stop(proc)
             kubelet.call("wait", driver=DRIVER, plugins=[])
         finally:
@@ -354,6 +381,7 @@ def test_kubelet_reregisters_a_restarted_plugin_and_prepares_again(node):
             kubelet.call("prepare", pod=pod_a)
             # SIGKILL: serve leaves its sockets behind; kubelet keeps the registration
             # and its calls fail until a plugin answers again.
+            notified(proc)
             stop(proc, signal.SIGKILL)
             assert node.dra_socket.is_socket()
             down = kubelet.call("prepare", pod=pod_b, check=False)
@@ -365,6 +393,7 @@ def test_kubelet_reregisters_a_restarted_plugin_and_prepares_again(node):
             got = kubelet.call("prepare", pod=pod_b)["containers"]
             kubelet.call("unprepare", pod=pod_a)  # prepared by the process that was killed
             # SIGTERM: serve removes its registration socket; kubelet deregisters it.
+            notified(proc)
             stop(proc)
             kubelet.call("wait", driver=DRIVER, plugins=[])
             gone = kubelet.call("unprepare", pod=pod_b, check=False)
@@ -396,10 +425,12 @@ def test_a_restarted_kubelet_finds_the_running_plugin_and_unprepares_from_its_ch
             kubelet.call("claims", objects=claims)
             kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
             kubelet.call("prepare", pod=the_pod)
+            notified(proc)
         assert len(node.checkpoint()) == 3
         with node.kubelet() as kubelet:  # the same state dir: kubelet restarted
             # its watcher finds the registration socket already there and registers again
             kubelet.call("wait", driver=DRIVER, plugins=[str(node.dra_socket)])
+            notified(proc)
             kubelet.call("unprepare", pod=the_pod)  # knows the claims from its checkpoint
         specs = list((node.root / "cdi").glob("*.json"))
     finally:
@@ -595,6 +626,7 @@ def test_a_rolling_update_overlaps_two_plugins_and_kubelet_always_has_one(node):
             connected = {"endpoint": new_dra, "connected": True, "count": 1}
             kubelet.call("wait", driver=DRIVER, kind="connection", **connected)
             got = kubelet.call("prepare", pod=pod_b)["containers"]
+            notified(old)
             old_err = stop(old)  # then the old pod stops
             kubelet.call("wait", driver=DRIVER, plugins=[new_dra])
             kubelet.call("unprepare", pod=pod_a)  # prepared by the old plugin, gone now
@@ -617,6 +649,37 @@ def test_a_rolling_update_overlaps_two_plugins_and_kubelet_always_has_one(node):
     assert all(c["metadata"]["uid"] in old_err for c in first)
     assert registry == []  # each pod removed its own sockets
     assert list((node.root / "cdi").glob("*.json")) == []
+
+
+def test_a_killed_plugin_pods_sockets_stay_and_kubelet_uses_the_live_one(node):
+    """SIGKILL leaves the old pod's sockets (nobody may remove another pod's): kubelet keeps
+    that registration, disconnected, and sends calls to the plugin that answers."""
+    claims = many(2)
+    node.publish([vf_slice(2), *claims])
+    the_pod = pod(
+        {"c0": claims[0]["metadata"]["name"], "c1": claims[1]["metadata"]["name"]},
+        {"compute": [("c0", "nic"), ("c1", "nic")]},
+    )
+    old_dra, new_dra = (str(node.root / "plugin" / f"dra-{u}.sock") for u in (OLD_POD, NEW_POD))
+    with node.kubelet() as kubelet:
+        kubelet.call("claims", objects=claims)
+        old = node.serve("--pod-uid", OLD_POD)
+        new = None
+        try:
+            kubelet.call("wait", driver=DRIVER, plugins=[old_dra])
+            notified(old)
+            stop(old, signal.SIGKILL)
+            disconnected = {"endpoint": old_dra, "connected": False, "count": 1}
+            kubelet.call("wait", driver=DRIVER, kind="connection", **disconnected)
+            new = node.serve("--pod-uid", NEW_POD)
+            kubelet.call("wait", driver=DRIVER, plugins=[old_dra, new_dra])
+            got = kubelet.call("prepare", pod=the_pod)["containers"]
+            kubelet.call("unprepare", pod=the_pod)
+        finally:
+            new_err = stop(new) if new is not None else ""
+    assert sorted(got["compute"]) == sorted(cdi_id(c["metadata"]["uid"]) for c in claims)
+    assert all(c["metadata"]["uid"] in new_err for c in claims)
+    assert Path(old_dra).is_socket()  # the killed pod's, left as upstream's helper leaves it
 
 
 FULL = f"{DRIVER}-{NEW_POD}-reg.sock"
