@@ -1,3 +1,6 @@
+// The record of what kubelet did: events, the registered plugins, and the logr sink that
+// reads the DRA plugin manager's own log lines.
+
 package main
 
 import (
@@ -12,10 +15,10 @@ import (
 )
 
 // event is one thing kubelet's code did or saw about a DRA plugin, in the order it happened.
-// Kinds: register, register-failed, deregister (the calls the plugin manager's reconciler
-// made on the DRA handler), chosen (the DRA plugin manager's pick of a gRPC service),
-// connection (its gRPC connection monitor), wipe (its ResourceSlice wiping, as a
-// DeleteCollection on the client).
+// Kinds: register, register-failed, validate-failed, deregister (the calls the plugin
+// manager's reconciler made on the DRA handler), chosen (the DRA plugin manager's pick of a
+// gRPC service), connection (its gRPC connection monitor), wipe (its ResourceSlice wiping, as
+// a DeleteCollection on the client).
 type event struct {
 	Seq       int      `json:"seq"`
 	Kind      string   `json:"kind"`
@@ -166,7 +169,8 @@ func (s *sink) Info(level int, msg string, kv ...any) {
 }
 
 func (s *sink) Error(err error, msg string, kv ...any) {
-	s.write("E", msg, append(append([]any{}, s.values...), append(kv, "err", err)...))
+	values := append(append([]any{}, s.values...), kv...)
+	s.write("E", msg, append(values, "err", err))
 }
 
 func (s *sink) WithValues(kv ...any) logr.LogSink {

@@ -1,3 +1,6 @@
+// The kubelet half: the DRA manager and the plugin manager wired as kubelet.go wires them,
+// and the registration handler the plugin manager calls, recorded.
+
 package main
 
 import (
