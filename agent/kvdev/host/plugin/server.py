@@ -63,16 +63,17 @@ class Sockets:
     ) -> Sockets:
         """Kubelet's conventions: ``<plugin-data-dir>/dra.sock``, ``<registry>/<driver>-reg.sock``.
 
-        With ``pod_uid``, the rolling-update names (see the module's docstring). Paths are made
-        absolute (kubelet dials the endpoint GetInfo returns as it is).
+        With a non-empty ``pod_uid``, the rolling-update names (see the module's docstring);
+        an empty one means none, as for upstream's helper. Paths are made absolute (kubelet
+        dials the endpoint GetInfo returns as it is).
 
         Raises:
-            UsageError: ``pod_uid`` cannot be part of a file name.
+            UsageError: ``pod_uid`` cannot be part of a file name (a ``/`` or a NUL).
         """
         plugin_data_dir, registry_dir = plugin_data_dir.absolute(), registry_dir.absolute()
-        if pod_uid is None:
+        if not pod_uid:
             return cls(plugin_data_dir / "dra.sock", registry_dir / f"{driver}-reg.sock")
-        if pod_uid in ("", ".", "..") or "/" in pod_uid or "\0" in pod_uid:
+        if "/" in pod_uid or "\0" in pod_uid:
             raise UsageError(f"--pod-uid {pod_uid!r}: must be a pod UID (a file name part)")
         return cls(
             plugin_data_dir / f"dra-{pod_uid}.sock",
