@@ -9,6 +9,10 @@ build's own output: nothing is skipped silently.
 at ``root`` with kubelet's own code (``build/upstream/bin/configmapvolume``: the configmap
 plugin's MakePayload and pkg/volume/util's AtomicWriter at v1.37.2), so a test's volume swaps
 ``..data`` exactly as a node does.
+
+``KubeletDRA(registry, state)`` runs kubelet's own DRA client (``build/upstream/bin/kubeletdra``:
+pkg/kubelet/pluginmanager and pkg/kubelet/cm/dra at v1.37.2) as a process a test scripts, to
+drive ``kvdev-host serve`` as a node's kubelet does.
 """
 
 from __future__ import annotations
