@@ -3,9 +3,13 @@
 ``vf_slice(n)`` publishes ``vf-0`` .. ``vf-<n-1>`` of driver ``DRIVER`` on node-a;
 ``allocated_claim(i)`` is ``vms/claim-<i>``, allocated ``vf-<i>`` for request ``nic``.
 ``fill(path)`` writes until the file system is full (for small-tmpfs tests).
+``start_serve(args)`` starts ``kvdev-host serve`` and returns once its sockets listen.
 """
 
+import subprocess
 import uuid
+
+import pytest
 
 DRIVER = "sriov.example.com"
 
@@ -77,3 +81,14 @@ class NeverRun:
     def execute(self, _context):
         self.runs += 1
         raise AssertionError("the CEL program was evaluated")
+
+
+def start_serve(args: list[str]) -> subprocess.Popen[str]:
+    """Run ``args`` (a ``kvdev-host serve`` command line); return once both sockets listen."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # printed once both sockets listen
+    if not line.startswith("serving"):
+        proc.kill()
+        pytest.fail(f"serve did not start: {line!r} {proc.communicate()[1]}")
+    return proc

@@ -9,6 +9,10 @@ build's own output: nothing is skipped silently.
 at ``root`` with kubelet's own code (``build/upstream/bin/configmapvolume``: the configmap
 plugin's MakePayload and pkg/volume/util's AtomicWriter at v1.37.2), so a test's volume swaps
 ``..data`` exactly as a node does.
+
+``KubeletDRA(registry, state)`` runs kubelet's own DRA client (``build/upstream/bin/kubeletdra``:
+pkg/kubelet/pluginmanager and pkg/kubelet/cm/dra at v1.37.2) as a process a test scripts, to
+drive ``kvdev-host serve`` as a node's kubelet does.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Self
 
 import pytest
 
@@ -74,3 +79,58 @@ def publish_configmap(root: Path, data: dict[str, bytes]) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"kubelet's atomic writer refused the volume {root}: {done.stderr}")
     return root / json.loads(done.stdout)["version"]
+
+
+class KubeletDRA:
+    """Kubelet's own DRA client (``build/upstream/bin/kubeletdra``) as a process to script.
+
+    Its plugin manager watches ``registry`` and registers the DRA plugins that appear there
+    with its DRA manager (claim info checkpointed in ``state``); ``call`` sends one command
+    (see tests/upstream/cmd/kubeletdra/main.go) and returns the answer. ``offer`` narrows the
+    gRPC services a plugin advertises before kubelet's handler sees them. Use ``with``.
+    """
+
+    def __init__(self, registry: Path, state: Path, offer: tuple[str, ...] = ()) -> None:
+        args = [str(upstream_bin("kubeletdra")), "--registry-dir", str(registry)]
+        args += ["--state-dir", str(state), "-v", "3"]
+        if offer:
+            args += ["--offer", ",".join(offer)]
+        self.log = state.parent / f"{state.name}.kubelet.log"
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(
+                args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
+            )
+
+    def call(self, op: str, *, check: bool = True, **fields: object) -> dict:
+        """Send ``{"op": op, **fields}``; the answer (``check``: fail the test unless ok)."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            pytest.fail(f"kubeletdra exited ({self.proc.wait()}):\n{self.log.read_text()}")
+        answer: dict = json.loads(line)
+        if check and not answer["ok"]:
+            pytest.fail(f"kubelet: {op}: {answer['error']}\n{self.log.read_text()[-4000:]}")
+        return answer
+
+    def events(self, after: int = 0) -> list[dict]:
+        """What kubelet did since event ``after`` (registrations, connections, wipes)."""
+        events: list[dict] = self.call("events", after=after).get("events", [])
+        return events
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)  # a failure guard: EOF stops it at once
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()

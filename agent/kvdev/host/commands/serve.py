@@ -34,6 +34,10 @@ sockets:
   DRA service (v1.DRAPlugin and v1beta1.DRAPlugin): <plugin-data-dir>/dra.sock
   registration (kubelet's plugin watcher):         <registry-dir>/<driver>-reg.sock
   Both are created mode 0600; a stale socket is replaced; both are removed on exit.
+  --pod-uid UID (rolling updates, as dra-example-driver's DaemonSet does: the new pod
+  starts before the old one stops, both registered with kubelet at once) names them
+  <plugin-data-dir>/dra-UID.sock and <registry-dir>/<driver>-UID-reg.sock, as upstream's
+  kubeletplugin helper does (a hashed name when that path is too long for a socket).
 
 claims:
   --claims-dir DIR  read the ResourceClaim (allocated, with metadata.uid) and the driver's
@@ -104,6 +108,12 @@ def register(commands: Commands) -> None:
         "set by the Downward API; unset: every slice of the driver)",
     )
     serve.add_argument(
+        "--pod-uid",
+        metavar="UID",
+        help="this plugin pod's UID (the Downward API's metadata.uid): sockets named per pod, "
+        "so an old and a new plugin can run side by side during a rolling update",
+    )
+    serve.add_argument(
         "--grace",
         type=float,
         default=5.0,
@@ -164,5 +174,7 @@ def _build(args: argparse.Namespace) -> PluginServer:
         source = KubeClaimSource(args.driver, node=args.node_name, kubeconfig=args.kubeconfig)
     else:
         source = FileClaimSource(args.claims_dir, args.driver)
-    sockets = Sockets.default(args.driver, layout.plugin_data_dir, args.registry_dir)
+    sockets = Sockets.default(
+        args.driver, layout.plugin_data_dir, args.registry_dir, pod_uid=args.pod_uid
+    )
     return PluginServer(Plugin(layout, source), sockets, driver=args.driver)

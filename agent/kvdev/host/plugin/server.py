@@ -2,22 +2,28 @@
 
 The DRA socket (``<plugin-data-dir>/dra.sock``) serves ``v1.DRAPlugin`` and
 ``v1beta1.DRAPlugin``; the registration socket (``<registry-dir>/<driver>-reg.sock``, watched
-by kubelet) serves only ``Registration``. The DRA socket is up before the registration socket
-appears, and the registration socket goes first on stop, so kubelet never dials a plugin that
-is not serving. Synchronous ``grpc.server`` with a thread pool: the writer and the Kubernetes
-client block, and kubelet sends few calls. Sockets are created 0600 in directories created
-0750 (existing directories are left as they are); a stale socket (nobody answers) is replaced,
-a live one or a non-socket file is an error; both are removed on stop, and only while they
-are still the inode we bound (another plugin that took the path over keeps its socket). gRPC
-unlinks the path it bound when it shuts down, whoever holds that path by then, so it binds a
-temporary name (``.<pid>.<n>.s`` beside the socket) that is renamed into place once serving.
-The services themselves live in ``kvdev.host.plugin.service``.
+by kubelet) serves only ``Registration``. With a pod UID (rolling updates: old and new plugin
+pod side by side, each registered) both names carry it, as upstream's kubeletplugin helper
+names them: ``dra-<uid>.sock`` and ``<driver>-<uid>-reg.sock`` (when that path is too long for
+a socket, ``<driver>-<base64url(sha256(uid))[:8 bytes]>-reg.sock``, then
+``dra-<base64url(sha256(driver NUL uid))[:16 bytes]>-reg.sock``). The DRA socket is up before
+the registration socket appears, and the registration socket goes first on stop, so kubelet
+never dials a plugin that is not serving. Synchronous ``grpc.server`` with a thread pool: the
+writer and the Kubernetes client block, and kubelet sends few calls. Sockets are created 0600
+in directories created 0750 (existing directories are left as they are); a stale socket (nobody
+answers) is replaced, a live one or a non-socket file is an error; both are removed on stop,
+and only while they are still the inode we bound (another plugin that took the path over keeps
+its socket). gRPC unlinks the path it bound when it shuts down, whoever holds that path by
+then, so it binds a temporary name (``.<pid>.<n>.s`` beside the socket) that is renamed into
+place once serving. The services themselves live in ``kvdev.host.plugin.service``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
+import hashlib
 import itertools
 import logging
 import os
@@ -52,15 +58,45 @@ class Sockets:
     registration: Path
 
     @classmethod
-    def default(cls, driver: str, plugin_data_dir: Path, registry_dir: Path) -> Sockets:
+    def default(
+        cls, driver: str, plugin_data_dir: Path, registry_dir: Path, pod_uid: str | None = None
+    ) -> Sockets:
         """Kubelet's conventions: ``<plugin-data-dir>/dra.sock``, ``<registry>/<driver>-reg.sock``.
 
-        Paths are made absolute (kubelet dials the endpoint GetInfo returns as it is).
+        With a non-empty ``pod_uid``, the rolling-update names (see the module's docstring);
+        an empty one means none, as for upstream's helper. Paths are made absolute (kubelet
+        dials the endpoint GetInfo returns as it is).
+
+        Raises:
+            UsageError: ``pod_uid`` cannot be part of a file name (a ``/`` or a NUL).
         """
+        plugin_data_dir, registry_dir = plugin_data_dir.absolute(), registry_dir.absolute()
+        if not pod_uid:
+            return cls(plugin_data_dir / "dra.sock", registry_dir / f"{driver}-reg.sock")
+        if "/" in pod_uid or "\0" in pod_uid:
+            raise UsageError(f"--pod-uid {pod_uid!r}: must be a pod UID (a file name part)")
         return cls(
-            dra=plugin_data_dir.absolute() / "dra.sock",
-            registration=registry_dir.absolute() / f"{driver}-reg.sock",
+            plugin_data_dir / f"dra-{pod_uid}.sock",
+            registry_dir / _rolling_registration_name(registry_dir, driver, pod_uid),
         )
+
+
+def _rolling_registration_name(registry_dir: Path, driver: str, pod_uid: str) -> str:
+    """The first of upstream's three names whose path fits in a socket address."""
+
+    def digest(text: str, size: int) -> str:
+        raw = hashlib.sha256(text.encode()).digest()[:size]
+        return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+    candidates = (
+        f"{driver}-{pod_uid}-reg.sock",
+        f"{driver}-{digest(pod_uid, 8)}-reg.sock",
+        f"dra-{digest(driver + chr(0) + pod_uid, 16)}-reg.sock",
+    )
+    for name in candidates:
+        if len(os.fsencode(registry_dir / name)) <= SOCKET_PATH_MAX:
+            return name
+    return candidates[-1]
 
 
 _serial = itertools.count()
