@@ -364,3 +364,37 @@ def test_the_helper_starts_a_fixed_number_of_processes_whatever_the_number_of_li
     assert box.run()[0] == []
     assert box.calls() == ["info"]
     print(f"300 links: {first:.2f} s with one stale, {time.monotonic() - start:.2f} s with none")
+
+
+def acl_entries(*entries):
+    """A system.posix_acl_access value: (tag, perm, id) entries after the version."""
+    return (2).to_bytes(4, "little") + b"".join(
+        t.to_bytes(2, "little") + p.to_bytes(2, "little") + i.to_bytes(4, "little")
+        for t, p, i in entries
+    )
+
+
+BASE = [(1, 7, 0xFFFFFFFF), (4, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF), (0x20, 5, 0xFFFFFFFF)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to hand the wishes to another uid)")
+@pytest.mark.parametrize("others", [False, True])
+def test_the_acl_an_older_version_gave_the_agent_is_taken_out_and_only_that(tmp_path, others):
+    """Upgrades: tmpfiles.d never removes the ACL the old kvdev.conf set on /run/systemd/network
+    (user:kvdev:rwx), so the agent kept write access until the next boot."""
+    box = Box(tmp_path)
+    os.chown(box.wishes, 65534, 65534)  # the agent's (kvdev's) directory
+    site = [(2, 5, 1234)] if others else []  # another package's entry stays
+    entries = [*BASE[:1], (2, 7, 65534), *site, *BASE[1:]]
+    os.setxattr(box.link_dir, "system.posix_acl_access", acl_entries(*entries))
+    _, said = box.run()
+    assert "took uid 65534's ACL entry out" in said
+    if others:
+        left = os.getxattr(box.link_dir, "system.posix_acl_access")
+        assert left == acl_entries(
+            BASE[0], *site, (4, 5, 0xFFFFFFFF), (0x10, 5, 0xFFFFFFFF), BASE[3]
+        )
+    else:
+        assert "system.posix_acl_access" not in os.listxattr(box.link_dir)
+        assert box.link_dir.stat().st_mode & 0o777 == 0o755
+    assert "ACL" not in box.run()[1]  # once

@@ -11,7 +11,8 @@ wrote only as data it checks (``core.linkwish``):
    larger than ``WISH_MAX_BYTES`` is refused, and so is the whole directory if it is a symlink)
    and checked by ``parse_wish``; what passes is rendered by ``render_link`` into
    ``10-kvdev-<name>.link`` (atomically, root's, 0644), and every other ``10-kvdev-*.link``
-   there is removed. A directory with more than ``WISHES_MAX`` entries is not read at all:
+   there is removed (and an ACL entry an older version's tmpfiles.d gave user kvdev on that
+   directory is taken out). A directory with more than ``WISHES_MAX`` entries is not read at all:
    the ``.link`` files stay as they were (nothing is lost) and the helper says why. Each
    refusal is one line on stderr naming the file and the reason.
 2. **Marks.** One ``udevadm info --export-db`` read per round (not one ``udevadm info`` per
@@ -47,6 +48,7 @@ from kvdev.guest.core.linkwish import (
     WISHES_MAX,
     NetLink,
     Wish,
+    acl_without_user,
     first_of_each_match,
     link_file_name,
     mark_keys,
@@ -136,8 +138,34 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(dfd)
 
 
+_ACL = "system.posix_acl_access"
+
+
+def drop_old_acl(network_dir: Path, wish_dir: Path) -> None:
+    """Take the wish directory's owner (the agent's user) out of ``network_dir``'s ACL."""
+    try:
+        owner = wish_dir.lstat().st_uid
+        acl = os.getxattr(network_dir, _ACL)
+    except OSError:
+        return  # no wishes yet, or no ACL (ENODATA), or no ACL support
+    if owner == os.geteuid():
+        return
+    changed = acl_without_user(acl, owner)
+    if changed is None:
+        return
+    data, group = changed
+    if data is None:
+        os.removexattr(network_dir, _ACL)
+        mode = network_dir.stat().st_mode
+        network_dir.chmod((mode & 0o7707) | (group << 3))
+    else:
+        os.setxattr(network_dir, _ACL, data)
+    say(f"{network_dir}: took uid {owner}'s ACL entry out (an older kvdev's tmpfiles.d)")
+
+
 def render(wish_dir: Path, network_dir: Path) -> frozenset[str]:
     """Make ``network_dir``'s ``10-kvdev-*.link`` files those of the wishes; the paths kept."""
+    drop_old_acl(network_dir, wish_dir)
     remove_leftovers(network_dir, f"{LINK_FILE_PREFIX}*.link")
     present = {
         p.name

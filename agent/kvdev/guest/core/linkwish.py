@@ -22,6 +22,9 @@ decisions. Nothing the agent writes is ever read by a root process as configurat
   never an upper device that shares its MAC.
 * ``parse_export_db`` reads ``udevadm info --export-db`` once per round instead of one
   ``udevadm info`` per link.
+* ``acl_without_user`` takes user ``kvdev``'s entry out of a directory's POSIX ACL: versions
+  before issue 23 gave it rwx on ``/run/systemd/network`` by tmpfiles.d, and tmpfiles never
+  removes an ACL, so an upgraded system kept it until the next boot.
 
 No I/O here.
 """
@@ -192,3 +195,46 @@ def stale(
         if want != (link.props.get("KVDEV_MANAGED") == "1"):
             out.append((link, want))
     return out
+
+
+# --------------------------------------------------------------------------- the old ACL
+
+_ACL_VERSION = 2  # the system.posix_acl_access xattr: u32 version, then (u16 tag, u16 perm, u32 id)
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK = 1, 2, 4, 8, 0x10
+_ENTRY = 8
+
+
+def acl_without_user(acl: bytes, uid: int) -> tuple[bytes | None, int] | None:
+    """``acl`` less its entry for ``uid``; None when it has none (or cannot be read).
+
+    Else (the new ACL, or None when only the mode's own entries are left; the group class's
+    bits). With named entries left, the mask is recomputed (the union of the group class);
+    with none, the caller removes the ACL and sets the mode's group bits to the owning group's.
+    """
+    version = int.from_bytes(acl[:4], "little")
+    if len(acl) < 4 or (len(acl) - 4) % _ENTRY or version != _ACL_VERSION:
+        return None
+    entries = [
+        (
+            int.from_bytes(acl[i : i + 2], "little"),
+            int.from_bytes(acl[i + 2 : i + 4], "little"),
+            int.from_bytes(acl[i + 4 : i + 8], "little"),
+        )
+        for i in range(4, len(acl), _ENTRY)
+    ]
+    kept = [e for e in entries if not (e[0] == _ACL_USER and e[2] == uid)]
+    if len(kept) == len(entries):
+        return None
+    group_obj = next((perm for tag, perm, _ in kept if tag == _ACL_GROUP_OBJ), 0)
+    named = [e for e in kept if e[0] in (_ACL_USER, _ACL_GROUP)]
+    if not named:
+        return None, group_obj
+    mask = group_obj
+    for _, perm, _ in named:
+        mask |= perm
+    kept = [(t, mask if t == _ACL_MASK else p, i) for t, p, i in kept]
+    data = _ACL_VERSION.to_bytes(4, "little") + b"".join(
+        t.to_bytes(2, "little") + p.to_bytes(2, "little") + i.to_bytes(4, "little")
+        for t, p, i in kept
+    )
+    return data, mask
