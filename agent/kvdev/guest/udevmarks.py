@@ -231,9 +231,13 @@ def _links(sysfs: Path, db: Mapping[str, Mapping[str, str]]) -> list[NetLink]:
 
 
 def _export_db() -> dict[str, dict[str, str]]:
-    done = subprocess.run(
-        ["udevadm", "info", "--export-db"], capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            ["udevadm", "info", "--export-db"], capture_output=True, text=True, check=False
+        )
+    except OSError as e:  # no udevadm: no udev to mark anything for
+        say(f"udevadm: {e.strerror}; no marks to update")
+        return {}
     if done.returncode != 0:
         say(f"udevadm info --export-db failed: {done.stderr.strip()[:200]}")
         return {}
