@@ -322,3 +322,33 @@ def test_the_share_unit_mounts_in_the_system_namespace_before_the_agent():
     assert "kvdev-metadata-share.service" in words(agent["Wants"])
     assert "kvdev-metadata-share.service" in words(agent["After"])
     assert "[Install]" not in SHARE.read_text().splitlines()  # static: the agent wants it
+
+
+def test_the_deb_and_the_rpm_install_the_same_boundary_files():
+    """Issue 23 §1: both packages ship one tmpfiles.d, udev rule, helper and its units, from
+    the same source files (the deb through debian/kvdev.* links, the rpm by its spec)."""
+    spec = (REPO / "rpm" / "kvdev.spec").read_text()
+    installed = dict(re.findall(r"^install -Dpm 0\d{3} (\S+) (\S+)$", spec, re.MULTILINE))
+    rpm = {
+        "packaging/system/kvdev.tmpfiles": "%{buildroot}%{_tmpfilesdir}/kvdev.conf",
+        "packaging/system/kvdev.sysusers": "%{buildroot}%{_sysusersdir}/kvdev.conf",
+        "packaging/system/81-kvdev.rules": "%{buildroot}%{_udevrulesdir}/81-kvdev.rules",
+        "packaging/libexec/kvdev-udev-marks": "%{buildroot}%{_libexecdir}/kvdev/kvdev-udev-marks",
+        "systemd/kvdev-udev-marks.path": "%{buildroot}%{_unitdir}/kvdev-udev-marks.path",
+        "systemd/kvdev-udev-marks.service": "%{buildroot}%{_unitdir}/kvdev-udev-marks.service",
+        "systemd/kvdev-agent.service": "%{buildroot}%{_unitdir}/kvdev-agent.service",
+    }
+    assert {k: installed.get(k) for k in rpm} == rpm
+    deb = {
+        "kvdev.tmpfiles": "packaging/system/kvdev.tmpfiles",
+        "kvdev.sysusers": "packaging/system/kvdev.sysusers",
+        "kvdev.udev": "packaging/system/81-kvdev.rules",
+        "kvdev.kvdev-udev-marks.path": "systemd/kvdev-udev-marks.path",
+        "kvdev.kvdev-udev-marks.service": "systemd/kvdev-udev-marks.service",
+        "kvdev.kvdev-agent.service": "systemd/kvdev-agent.service",
+    }
+    debian = REPO / "debian"
+    assert {k: (debian / k).resolve().relative_to(REPO).as_posix() for k in deb} == deb
+    rules = (debian / "rules").read_text()
+    helper = "packaging/libexec/kvdev-udev-marks $(PKG)/usr/libexec/kvdev/kvdev-udev-marks"
+    assert f"install -Dm755 {helper}" in rules
