@@ -304,6 +304,8 @@ def test_hostile_wishes_are_refused_one_by_one_and_the_good_one_is_still_rendere
     assert "fifo.wish: refused: not a regular file" in said
     assert "hard.wish: refused: not a file of the directory's owner with one link" in said
     assert "debug-shell" not in "".join(box.rendered().values())
+    # a name with a newline is logged as one line: no forged journal line
+    assert not any(line.startswith("Property=") for line in said.splitlines())
     for text in box.rendered().values():  # the fixed form: 6 lines, 2 keys of ours
         keys = [line.split("=")[0] for line in text.splitlines() if "=" in line]
         assert keys == ["MACAddress", "Path", "Name"], text

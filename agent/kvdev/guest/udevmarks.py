@@ -70,6 +70,11 @@ def say(message: str) -> None:
     print(f"kvdev-udev-marks: {message}", file=sys.stderr, flush=True)
 
 
+def shown(path: Path) -> str:
+    """A path the agent named, as one line of printable ASCII (a name may hold a newline)."""
+    return ascii(str(path))[1:-1][:200]
+
+
 # --------------------------------------------------------------------------- wishes
 
 
@@ -120,7 +125,7 @@ def read_wishes(directory: Path) -> list[Wish] | None:
             try:
                 wishes.append(parse_wish(name[: -len(WISH_SUFFIX)], _read_one(dfd, name, owner)))
             except ValueError as e:
-                say(f"{directory / name!s:.200}: refused: {e}")
+                say(f"{shown(directory / name)}: refused: {e}")
         return wishes
     finally:
         os.close(dfd)
