@@ -51,8 +51,8 @@ echo
 echo "== routes kvdev added (protocol 75)"
 ip -n "$ns" route show proto 75
 echo
-echo "== .link files written"
-for f in "$work"/network/*.link; do
+echo "== link wishes written (root's kvdev-udev-marks renders them as .link files)"
+for f in "$work"/network/*.wish; do
     [[ -e $f ]] || { echo "(none)"; break; }
     echo "--- ${f##*/}"; cat "$f"
 done

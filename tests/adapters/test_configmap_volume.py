@@ -109,7 +109,7 @@ def test_only_regular_files_of_the_version_count(tmp_path):
     assert [Path(r.source).name for r in raws] == ["a"]
 
 
-def woken(watcher, timeout=5.0) -> bool:
+def woken(watcher, timeout=60.0) -> bool:  # a liveness bound: a wake, however slow
     return bool(select.select([watcher], [], [], timeout)[0])
 
 

@@ -190,7 +190,7 @@ def test_watcher_wakes_for_every_swap(tmp_path, poll, caplog):
         assert watcher.poll_interval == poll
         for gen in range(2, 42):
             publish(out, gen)
-            assert wait_for_generation(watcher, root, gen, timeout=5) < 5
+            wait_for_generation(watcher, root, gen, timeout=60)  # a liveness bound, not a speed one
     # re-arming on each swap stops watchdog emitters mid-read: its benign error is filtered
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
@@ -204,10 +204,10 @@ def test_poller_alone_sees_swaps_and_in_place_changes_but_not_reads(tmp_path):
     poller.start()
     try:
         publish(out, 2)  # a swap
-        assert wakes.acquire(timeout=5)
+        assert wakes.acquire(timeout=60)
         hints = out / ".gen-2/kvdev/guest-hints.json"
         hints.write_bytes(hints.read_bytes() + b"\n")  # an in-place rewrite
-        assert wakes.acquire(timeout=5)
+        assert wakes.acquire(timeout=60)
         polls = poller.polls
         for _ in range(20):
             generations(root)  # reading changes nothing a poll looks at
@@ -288,7 +288,7 @@ def test_fuse_share_host_writes_are_invisible_to_inotify(fuse_share):
         assert not readable(watcher.fileno(), 1.5)
     with files.Watcher(root, root / "kvdev/guest-hints.json", poll=0.1) as watcher:
         publish(host, 3)
-        assert wait_for_generation(watcher, root, 3, timeout=5) < 5
+        wait_for_generation(watcher, root, 3, timeout=60)  # a liveness bound, not a speed one
 
 
 # was: a 9p share was never polled: statfs there reports the host's own file system (ext4),

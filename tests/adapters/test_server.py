@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kvdev.errors import UsageError
+from kvdev.guest.api.httpconn import Connections
 from kvdev.guest.api.server import Deferred, Limits, Request, Response, Server
 
 NOBODY = 65534
@@ -662,3 +663,27 @@ def test_an_idle_connection_costs_a_few_kb(serve):
             s.close()
     print(f"one idle connection: {per:.0f} bytes of Python objects (both ends)")
     assert per < 8192
+
+
+def test_a_wake_after_the_loop_closed_writes_to_no_file(tmp_path):
+    """Issue 23 §6: ``Server.stop()`` (or a Deferred finishing in another thread) woke a loop
+    that had already closed its wake pipe: EBADF, or a byte written into whatever file had
+    reused the pipe's fd number. Deterministic: close, let new pipes take the freed numbers,
+    then wake."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(tmp_path / "s"))
+        listener.listen()
+        service = Connections(App(), SHORT, lambda: None, listener)
+        old = {service._wake_r, service._wake_w}
+        service.close()
+        pipes = [os.pipe2(os.O_NONBLOCK) for _ in range(4)]  # the lowest free numbers first
+        try:
+            assert old <= {fd for pipe in pipes for fd in pipe}  # the numbers were reused
+            service.wake()  # was: OSError(EBADF), or "!" into someone else's pipe
+            for r, _w in pipes:
+                with pytest.raises(BlockingIOError):
+                    os.read(r, 1)
+        finally:
+            for pipe in pipes:
+                for fd in pipe:
+                    os.close(fd)

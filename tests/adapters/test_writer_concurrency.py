@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from kvdev.errors import SchemaError
@@ -25,13 +24,15 @@ UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"
 DRIVER = "sriov.example.com"
 OPS = 25
 
-# One process's work: random prepare / update / unprepare of the same claim, then exit 0.
+# One process's work: random prepare / update / unprepare of the same claim, then exit 0. With
+# "stepped", it waits for a line on stdin before each operation and says "done" after it.
 WORKER = """
 import random, sys
 from pathlib import Path
 from kvdev.host.publish import writer
 from kvdev.host.k8s import ResourceClaim, load
 examples, plugins, cdi, ops, seed, claims = sys.argv[1:7]
+stepped = sys.argv[7:] == ["stepped"]
 objs = load(Path(claims).read_text(), "c")
 claim = next(o for o in objs if o.metadata.name == "vm1-devices")
 slices = load(Path(examples, "slices.yaml").read_text(), "s")
@@ -39,12 +40,18 @@ lay = writer.Layout("sriov.example.com", Path(plugins), Path(cdi))
 rng = random.Random(int(seed))
 print("ready", flush=True)
 for _ in range(int(ops)):
-    op = rng.choice(["prepare", "update", "unprepare"])
+    op = rng.choice(OPERATIONS)
+    if stepped and not sys.stdin.readline():
+        break
     if op == "unprepare":
         writer.unprepare("vms", "vm1-devices", claim.metadata.uid, lay)
     else:
         getattr(writer, op)(claim, slices, lay)
+    if stepped:
+        print("done", flush=True)
 """
+OPERATIONS = ("prepare", "update", "unprepare")
+WORKER = WORKER.replace("OPERATIONS", repr(OPERATIONS))
 
 
 TWO_VFS = REPO / "tests" / "data" / "host-prepare" / "claims-two-vfs.yaml"  # "nics": 2 VFs
@@ -55,7 +62,7 @@ def objects():
     return claim, list(load((EXAMPLES / "slices.yaml").read_text(), "s"))
 
 
-def worker(tmp_path, ops, seed):
+def worker(tmp_path, ops, seed, *, stepped=False):
     return subprocess.Popen(
         [
             sys.executable,
@@ -67,7 +74,9 @@ def worker(tmp_path, ops, seed):
             str(ops),
             str(seed),
             str(TWO_VFS),
+            *(["stepped"] if stepped else []),
         ],
+        stdin=subprocess.PIPE if stepped else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -180,12 +189,32 @@ def test_a_writer_killed_at_any_point_leaves_no_partial_file(tmp_path):
     lay = writer.Layout(DRIVER, tmp_path / "p", tmp_path / "cdi")
     reader = Reader(lay)
     reader.start()
+    """Each kill lands inside the operation after ``done`` completed ones (or just after it):
+    bound by steps, not by time (issue 23 §6: a sleep-timed kill landed before the first
+    operation on a busy machine). Every other kill comes while the claim stays prepared (a
+    prepare, then a prepare or an update being killed), so those find its files whatever
+    the machine's speed."""
     rng = random.Random(7)  # noqa: S311 - test data, not secrets
-    prepared = 0
-    for _ in range(12):
-        proc = worker(tmp_path, 10_000, rng.randrange(1000))
+    prepared = kills_on_prepared = 0
+    for i in range(12):
+        seed = rng.randrange(1000)
+        ops_rng = random.Random(seed)  # noqa: S311 - the worker's own sequence, replayed
+        ops = [ops_rng.choice(OPERATIONS) for _ in range(40)]
+        if i % 2 == 0:
+            done = rng.choice(
+                [k for k in range(1, 39) if ops[k - 1] == "prepare" and ops[k] != "unprepare"]
+            )
+            kills_on_prepared += 1
+        else:
+            done = rng.randrange(39)
+        proc = worker(tmp_path, 40, seed, stepped=True)
         assert proc.stdout.readline() == "ready\n"
-        time.sleep(rng.random() * 0.05)  # a few operations in, at a random point
+        for _ in range(done):
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "done\n"
+        proc.stdin.write("go\n")  # the next operation starts: the kill lands in it or after it
+        proc.stdin.flush()
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL
@@ -200,7 +229,7 @@ def test_a_writer_killed_at_any_point_leaves_no_partial_file(tmp_path):
     reader.stop.set()
     reader.join(timeout=10)
     assert reader.bad == []
-    assert prepared > 0  # the kills did land while the claim was prepared
+    assert prepared >= kills_on_prepared  # those kills did land while the claim was prepared
     writer.unprepare("vms", "vm1-devices", UID, lay)  # also clears temp files of killed writers
     assert [p.name for p in lay.metadata_root.iterdir()] == []
     assert list(lay.cdi_dir.iterdir()) == []

@@ -2,7 +2,8 @@
 
 1. The agent runs as kvdev-agent.service from the freshly built .deb, as its own user kvdev
    with CAP_NET_ADMIN as its only capability (the renames, altnames, MTUs and addresses below
-   are all made that way, its .link files and status written as kvdev), scoring at most 1.6 in
+   are all made that way, its link wishes and status written as kvdev; the .link files root's
+   kvdev-udev-marks rendered from them, and kvdev unable to write there), scoring at most 1.6 in
    the guest's ``systemd-analyze security``, its API readable by a member of group kvdev who
    is not root; and the three boot-time NICs are handled by the expected rule: nic-pci by its
    pinned guest PCI address only (no MAC in its metadata), nic-mac by

@@ -9,7 +9,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,8 @@ from agentlab import (
     stream_objects,
     write_atomically,
 )
+
+HELPER = Path(__file__).resolve().parents[2] / "packaging" / "libexec" / "kvdev-udev-marks"
 
 pytestmark = [
     pytest.mark.netns,
@@ -67,8 +71,30 @@ def test_once_configures_the_example(guest):
     saved = json.loads((work / "state" / "status.json").read_text())
     assert saved["kind"] == "AgentStatus"
     assert saved["counts"] == {"Configured": 3, "Missing": 1}
-    link_file = (work / "network" / "10-kvdev-data0.link").read_text()
+    # the agent asks for the name as data; root's helper renders the .link file (issue 23 §1)
+    assert (work / "network" / "data0.wish").read_text().startswith(("mac ", "permanent-mac "))
+    rendered = work / "rendered"
+    helper = subprocess.run(
+        [sys.executable, str(HELPER)],
+        env={
+            **os.environ,
+            "KVDEV_LINK_WISHES": str(work / "network"),
+            "KVDEV_NETWORK_DIR": str(rendered),
+            "KVDEV_MARK_DIR": str(work / "state" / "marks"),
+            "KVDEV_SYSFS": str(work / "no-sysfs"),  # the marks need udev: not here
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert helper.returncode == 0, helper.stderr
+    link_file = (rendered / "10-kvdev-data0.link").read_text()
     assert "Name=data0" in link_file
+    assert sorted(p.name for p in rendered.iterdir()) == [
+        "10-kvdev-data0.link",
+        "10-kvdev-data1.link",
+        "10-kvdev-fast0.link",
+    ]
     again = run_once(ns, tree, work, "--dry-run", "--json")
     status = json.loads(again.stdout)
     assert [d["phase"] for d in status["devices"]] == [

@@ -1,24 +1,26 @@
 """The systemd units and system files the packages ship, checked with systemd's own tools.
 
 ``systemd-analyze verify`` and ``security --offline`` on systemd/*, sysusers.d and tmpfiles.d
-applied to a scratch root, and the ties between those files and the agent's defaults (socket
-path, link directory, link-file names). Tests that need a systemd tool skip when it is missing.
+applied to a scratch root (and, there, what user kvdev can and cannot write), and the ties
+between those files and the agent's defaults (socket path, link wishes, link-file names).
+Tests that need a systemd tool skip when it is missing.
 """
 
 import fnmatch
 import os
 import re
 import shutil
-import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from kvdev.guest import udevmarks
 from kvdev.guest.adapters import marks as mark_files
 from kvdev.guest.adapters.config import AgentConfig
+from kvdev.guest.core.linkwish import link_file_name
 from kvdev.guest.core.marks import mac_mark, pci_mark
-from kvdev.guest.core.planning import LINK_FILE_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
@@ -135,7 +137,11 @@ def test_units_match_the_agent_defaults():
     assert socket["ListenStream"] == [str(defaults.socket)]
     assert (socket["SocketMode"], socket["SocketGroup"]) == (["0660"], ["kvdev"])
     service = settings(SERVICE)
-    assert str(defaults.link_dir) in words(service["ReadWritePaths"])
+    # its link wishes are in its own state; nothing outside it is writable (issue 23 §1)
+    assert "ReadWritePaths" not in service
+    assert defaults.link_dir.parent == defaults.state_dir
+    assert str(defaults.link_dir) == udevmarks.WISH_DIR
+    assert str(mark_files.directory(defaults.state_dir)) == udevmarks.MARK_DIR
     assert service["StateDirectory"] == [defaults.state_dir.name]
     assert defaults.state_dir.parent == Path("/var/lib")
     assert service["RuntimeDirectory"] == [defaults.socket.parent.name]
@@ -146,9 +152,11 @@ def test_udev_rule_marks_the_agents_link_files_and_mark_files_and_networkd_match
     rule = (SYSTEM / "81-kvdev.rules").read_text()
     glob = re.search(r'ENV\{ID_NET_LINK_FILE\}=="([^"]+)", GOTO="kvdev_mark"', rule)
     assert glob
-    link_dir = AgentConfig().link_dir
-    assert fnmatch.fnmatchcase(f"{link_dir}/{LINK_FILE_PREFIX}eth1.link", glob.group(1))
+    link_dir = udevmarks.NETWORK_DIR  # where the helper renders them
+    assert fnmatch.fnmatchcase(f"{link_dir}/{link_file_name('eth1')}", glob.group(1))
     assert not fnmatch.fnmatchcase(f"{link_dir}/10-other-eth1.link", glob.group(1))
+    # only a link with hardware of its own, before any of the three (issue 23 §2)
+    assert rule.index('TEST!="device", GOTO="kvdev_end"') < rule.index("ID_NET_LINK_FILE}==")
     # the mark files the agent keeps (adapters/marks.py), by the names core/marks.py gives them
     marks_dir = mark_files.directory(AgentConfig().state_dir)
     tests = re.findall(r'TEST=="([^"]+)", GOTO="kvdev_mark"', rule)
@@ -170,9 +178,12 @@ def test_the_marks_are_applied_as_root_before_the_unit_counts_as_started():
     assert "kvdev-udev-marks.path" in words(service["Wants"])
     path = settings(UNITS / "kvdev-udev-marks.path")
     marks_dir = mark_files.directory(AgentConfig().state_dir)
-    assert (path["PathChanged"], path["Unit"]) == ([str(marks_dir)], ["kvdev-udev-marks.service"])
+    wishes = str(AgentConfig().link_dir)
+    assert path["PathChanged"] == [str(marks_dir), wishes]
+    assert path["Unit"] == ["kvdev-udev-marks.service"]
     helper = settings(UNITS / "kvdev-udev-marks.service")
     assert helper["ExecStart"] == ["/usr/libexec/kvdev/kvdev-udev-marks"]
+    assert udevmarks.NETWORK_DIR in words(helper["ReadWritePaths"])
     assert helper["Type"] == ["oneshot"]
 
 
@@ -208,36 +219,64 @@ def test_sysusers_keeps_the_group_an_earlier_version_created(tmp_path):
     assert entries(tmp_path / "etc/group")["kvdev"][2] == "777"
 
 
-ACL_TAGS = {1: "user::", 2: "user:", 4: "group::", 8: "group:", 0x10: "mask::", 0x20: "other::"}
+ATTEMPTS = r"""
+# as user kvdev: each line printed is something it could do to a directory root reads
+net=$1
+for f in 99-evil.link 99-evil.network 10-kvdev-data1.link .hidden; do
+    (printf '[Match]\n' >"$net/$f") 2>/dev/null && echo "created $f"
+done
+(printf '[Link]\nProperty=X=1\n' >>"$net/50-other.network") 2>/dev/null && echo "appended"
+(printf '[Link]\n' >"$net/10-kvdev-data0.link") 2>/dev/null && echo "overwrote"
+mv -f "$net/10-kvdev-data0.link" "$net/10-kvdev-data9.link" 2>/dev/null && echo "renamed"
+rm -f "$net/50-other.network" 2>/dev/null
+[ -e "$net/50-other.network" ] || echo "removed"
+mkdir "$net/sub" 2>/dev/null && echo "made a directory"
+ln -s /dev/null "$net/99-evil.link" 2>/dev/null && echo "linked"
+chmod 0777 "$net" 2>/dev/null && echo "chmod"
+exit 0
+"""
 
 
-def acl(path):
-    """A POSIX ACL (its xattr, decoded): ``user::7``, ``user:65534:7``, ``group::5`` ..."""
-    data = os.getxattr(path, "system.posix_acl_access")
-    assert struct.unpack_from("<I", data)[0] == 2  # the xattr's version
-    return sorted(
-        f"{ACL_TAGS[tag]}{ident}:{perm}" if tag in {2, 8} else f"{ACL_TAGS[tag]}{perm}"
-        for tag, perm, ident in struct.iter_unpack("<HHI", data[4:])
-    )
-
-
-@pytest.mark.skipif(shutil.which("systemd-tmpfiles") is None, reason="no systemd-tmpfiles")
-def test_tmpfiles_creates_the_link_directory_writable_for_the_service_user(tmp_path):
-    lines = (SYSTEM / "kvdev.tmpfiles").read_text()
-    assert "a+ /run/systemd/network - - - - user:kvdev:rwx" in lines.splitlines()
-    # libacl looks the name up through this host's NSS, not --root's /etc/passwd: the check
-    # here uses a uid (nobody's) in its place; the QEMU e2e checks the name on Debian 13.
-    config = tmp_path / "kvdev.conf"
-    config.write_text(lines.replace("user:kvdev:", "user:65534:"))
-    root = tmp_path / "root"
-    root.mkdir()
-    done = run("systemd-tmpfiles", f"--root={root}", "--create", str(config))
-    assert (done.returncode, done.stderr) == (0, "")
-    made = root / str(AgentConfig().link_dir).lstrip("/")
-    assert made.is_dir()
-    assert (made.stat().st_uid, made.stat().st_gid) == (0, 0)  # still root's: shared with others
-    # 0755 as before (the group bits of st_mode now show the mask), plus rwx for the agent
-    assert acl(made) == ["group::5", "mask::7", "other::5", "user:65534:7", "user::7"]
+@pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("systemd-tmpfiles", "systemd-sysusers", "setpriv")),
+    reason="needs systemd-tmpfiles, systemd-sysusers and setpriv",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to become the service user)")
+def test_the_service_user_can_change_nothing_in_the_directory_udevd_and_networkd_read():
+    """Issue 23 §1: the packaged tmpfiles.d gave kvdev rwx (ACL) on /run/systemd/network, whose
+    .link and .network files udevd and systemd-networkd read as root. Applied to a scratch
+    root, as kvdev's uid: no file there can be created, replaced, renamed or removed."""
+    scratch = Path(tempfile.mkdtemp(prefix="kvdev-boundary-"))  # 0700 pytest dirs hide it
+    try:
+        scratch.chmod(0o755)
+        root = scratch / "root"
+        root.mkdir(mode=0o755)
+        sysusers(root)
+        user = entries(root / "etc/passwd")["kvdev"]
+        uid, gid = int(user[2]), int(user[3])
+        # libacl looks names up through this host's NSS, not --root's /etc/passwd: the uid
+        # stands in for the name (a no-op unless an ACL line names kvdev)
+        config = scratch / "kvdev.conf"
+        text = (SYSTEM / "kvdev.tmpfiles").read_text()
+        config.write_text(text.replace("user:kvdev:", f"user:{uid}:"))
+        done = run("systemd-tmpfiles", f"--root={root}", "--create", str(config))
+        assert (done.returncode, done.stderr) == (0, "")
+        net = root / "run/systemd/network"
+        (net / "50-other.network").write_text("[Match]\nName=eth0\n")  # another package's
+        (net / "10-kvdev-data0.link").write_text("[Match]\n")  # one the helper rendered
+        attempt = scratch / "attempt.sh"
+        attempt.write_text(ATTEMPTS)
+        done = run(
+            "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=-all", "/bin/sh", str(attempt), str(net),
+        )  # fmt: skip
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+        assert sorted(os.listdir(net)) == ["10-kvdev-data0.link", "50-other.network"]
+        assert (net / "50-other.network").read_text() == "[Match]\nName=eth0\n"
+        assert (net.stat().st_uid, net.stat().st_mode & 0o7777) == (0, 0o755)
+        assert "system.posix_acl_access" not in os.listxattr(net)
+    finally:
+        shutil.rmtree(scratch)
 
 
 # Settings that run a unit in a mount namespace of its own (systemd.exec(5), "sandboxing"):
@@ -283,3 +322,33 @@ def test_the_share_unit_mounts_in_the_system_namespace_before_the_agent():
     assert "kvdev-metadata-share.service" in words(agent["Wants"])
     assert "kvdev-metadata-share.service" in words(agent["After"])
     assert "[Install]" not in SHARE.read_text().splitlines()  # static: the agent wants it
+
+
+def test_the_deb_and_the_rpm_install_the_same_boundary_files():
+    """Issue 23 §1: both packages ship one tmpfiles.d, udev rule, helper and its units, from
+    the same source files (the deb through debian/kvdev.* links, the rpm by its spec)."""
+    spec = (REPO / "rpm" / "kvdev.spec").read_text()
+    installed = dict(re.findall(r"^install -Dpm 0\d{3} (\S+) (\S+)$", spec, re.MULTILINE))
+    rpm = {
+        "packaging/system/kvdev.tmpfiles": "%{buildroot}%{_tmpfilesdir}/kvdev.conf",
+        "packaging/system/kvdev.sysusers": "%{buildroot}%{_sysusersdir}/kvdev.conf",
+        "packaging/system/81-kvdev.rules": "%{buildroot}%{_udevrulesdir}/81-kvdev.rules",
+        "packaging/libexec/kvdev-udev-marks": "%{buildroot}%{_libexecdir}/kvdev/kvdev-udev-marks",
+        "systemd/kvdev-udev-marks.path": "%{buildroot}%{_unitdir}/kvdev-udev-marks.path",
+        "systemd/kvdev-udev-marks.service": "%{buildroot}%{_unitdir}/kvdev-udev-marks.service",
+        "systemd/kvdev-agent.service": "%{buildroot}%{_unitdir}/kvdev-agent.service",
+    }
+    assert {k: installed.get(k) for k in rpm} == rpm
+    deb = {
+        "kvdev.tmpfiles": "packaging/system/kvdev.tmpfiles",
+        "kvdev.sysusers": "packaging/system/kvdev.sysusers",
+        "kvdev.udev": "packaging/system/81-kvdev.rules",
+        "kvdev.kvdev-udev-marks.path": "systemd/kvdev-udev-marks.path",
+        "kvdev.kvdev-udev-marks.service": "systemd/kvdev-udev-marks.service",
+        "kvdev.kvdev-agent.service": "systemd/kvdev-agent.service",
+    }
+    debian = REPO / "debian"
+    assert {k: (debian / k).resolve().relative_to(REPO).as_posix() for k in deb} == deb
+    rules = (debian / "rules").read_text()
+    helper = "packaging/libexec/kvdev-udev-marks $(PKG)/usr/libexec/kvdev/kvdev-udev-marks"
+    assert f"install -Dm755 {helper}" in rules

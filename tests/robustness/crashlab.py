@@ -4,7 +4,7 @@
 ``cpeer<i>``) and a metadata tree describing them (claim ``crash``, matched by MAC).
 ``Lab.draw`` picks a new desired state: names from a random permutation (so renames chain and
 swap through temporary names) or fresh ones, MTU, addresses (IPv4 and IPv6) and routes per NIC.
-``Lab.differences`` lists every way the kernel, the ``.link`` directory and ``status.json``
+``Lab.differences`` lists every way the kernel, the link-wish directory and ``status.json``
 differ from exactly that state (empty: converged). IPv6 duplicate address detection is off in
 the lab, so every kernel change after a write is the agent's (the kill points count them).
 """
@@ -16,7 +16,8 @@ import subprocess
 from dataclasses import dataclass
 
 from agentlab import add_link, ip_json, write_atomically
-from kvdev.guest.core.planning import LINK_FILE_PREFIX, TEMP_PREFIX
+from kvdev.guest.core.linkwish import wish_file
+from kvdev.guest.core.planning import TEMP_PREFIX
 
 COUNT = 6
 CLAIM, REQUEST, DRIVER = "crash", "nics", "crash.example.com"
@@ -157,13 +158,13 @@ class Lab:
 
     def _file_differences(self):
         found = []
-        wanted = {f"{LINK_FILE_PREFIX}{w.name}.link": (i, w.name) for i, w in self.want.items()}
+        wanted = {wish_file(w.name): i for i, w in self.want.items()}
         present = sorted(p.name for p in self.link_dir.iterdir()) if self.link_dir.is_dir() else []
         found += [f"stray file in the link dir: {n}" for n in present if n not in wanted]
-        for file, (i, name) in wanted.items():
+        for file, i in wanted.items():
             path = self.link_dir / file
             text = path.read_text() if path.exists() else ""
-            if f"MACAddress={mac(i)}" not in text or f"Name={name}\n" not in text:
+            if text != f"mac {mac(i)}\n":
                 found.append(f"{file}: missing or wrong ({text!r})")
         states = sorted(p.name for p in self.state_dir.iterdir()) if self.state_dir.is_dir() else []
         found += [

@@ -15,7 +15,7 @@ down, IPv6 addresses and routes re-added), and kills the agent (SIGKILL) either
 
 The next run starts the agent again and first asserts that the links converge to exactly the
 desired state (``Lab.differences``: names, altnames, MTU, addresses and routes without
-duplicates, up, no temporary names, exactly the wanted ``.link`` files and no stray files,
+duplicates, up, no temporary names, exactly the wanted link wishes and no stray files,
 every device ``Configured`` in ``status.json``), and that the unmanaged peers never changed.
 The row counts kills (inputs), agent deaths we did not cause (crashes) and runs that did not
 converge exactly (unintended). 20 kills by default, 60 with ``--robustness-long``;
@@ -249,7 +249,7 @@ def test_a_restarted_agent_removes_what_its_interrupted_writes_left(netns, tmp_p
     ours = [
         lab.state_dir / ".status.json.k1ll3d_x.tmp",
         lab.state_dir / ".renames.json._pd_zeo2.tmp",  # was: the journal's was left (CI run)
-        lab.link_dir / ".10-kvdev-d0.link.a1.tmp",
+        lab.link_dir / ".d0.wish.a1.tmp",
     ]
     theirs = [
         lab.state_dir / ".other.json.a1b2c3d4.tmp",

@@ -327,6 +327,11 @@ def test_sniff_role(name, data, role):
             "devices[0].network.interfaceName",
             "interface name 'eth/0' contains forbidden characters ['/']",
         ),
+        (  # issue 23: the marks helper once split "data=1=1" at the first '='
+            [hint(network={"interfaceName": "data=1"})],
+            "devices[0].network.interfaceName",
+            "interface name 'data=1' contains forbidden characters ['=']",
+        ),
         (
             [hint(network={"addresses": ["2001:DB8::5/64", "2001:db8::5/64"]})],
             "devices[0].network",

@@ -392,6 +392,7 @@ def test_ifname_accepts(value):
         ("a/b", "contains forbidden characters ['/']"),
         ("a:b", "contains forbidden characters [':']"),
         ("net%d", "contains forbidden characters ['%']"),
+        ("data=1", "contains forbidden characters ['=']"),  # issue 23: NAME=WANT lists
         ("a b", "contains forbidden characters [' ']"),
         ("a\tb", "contains forbidden characters ['\\t']"),
         ("a\nb", "contains forbidden characters ['\\n']"),

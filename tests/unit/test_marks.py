@@ -42,7 +42,7 @@ def test_every_configured_link_is_marked_renamed_or_not_and_nothing_else(cfg):
     assert outcome.status.converged is False  # the GPU is missing
     assert on_disk(cfg) == EXPECTED
     assert mac_mark(STRANGER) not in on_disk(cfg)  # no device describes it
-    # fast0 is renamed; the two others too. Drop the names: still marked, no .link file
+    # fast0 is renamed; the two others too. Drop the names: still marked, no link wish
     hints = cfg.metadata_root / "kvdev" / "guest-hints.json"
     doc = json.loads(hints.read_text())
     for d in doc["devices"]:
@@ -50,7 +50,7 @@ def test_every_configured_link_is_marked_renamed_or_not_and_nothing_else(cfg):
     hints.write_text(json.dumps(doc))
     converge(Reconciler(cfg, k, scan_devices=tuple))
     assert on_disk(cfg) == EXPECTED
-    assert not list(cfg.link_dir.glob("10-kvdev-*.link"))
+    assert not list(cfg.link_dir.glob("*.wish"))
 
 
 def test_a_device_the_metadata_drops_loses_its_mark(cfg):

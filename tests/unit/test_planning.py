@@ -111,7 +111,7 @@ def test_only_kvdev_addresses_and_routes_are_removed():
     ]
 
 
-def test_rename_takes_the_link_down_writes_a_link_file_and_brings_it_up():
+def test_rename_takes_the_link_down_writes_a_link_wish_and_brings_it_up():
     h = hint(interfaceName="data0", mtu=9000)
     state = NetState((link(3, "eth1", up=True, permanent_mac="02:00:00:3b:02:01"),))
     p = plan(
@@ -119,9 +119,8 @@ def test_rename_takes_the_link_down_writes_a_link_file_and_brings_it_up():
     )
     assert kinds(p) == ["SetDown", "Rename", "AddAltname", "SetMtu", "SetUp", "WriteLinkFile"]
     write = p.steps[-1]
-    assert write.path == "/run/x/10-kvdev-data0.link"
-    assert "PermanentMACAddress=02:00:00:3b:02:01" in write.content
-    assert "Name=data0" in write.content
+    assert write.path == "/run/x/data0.wish"
+    assert write.content == "permanent-mac 02:00:00:3b:02:01\n"  # a link wish: data, no keys
 
 
 def test_name_held_by_an_unmanaged_link_blocks_the_rename_only():
@@ -155,15 +154,15 @@ def test_mtu_outside_driver_bounds_is_blocked_not_planned():
     assert "MTU 9000 is outside the driver's range 68..1500" in p.blocked[0].reason
 
 
-def test_stale_kvdev_link_files_are_removed_and_foreign_ones_kept():
+def test_stale_link_wishes_are_removed_and_foreign_files_kept():
     state = NetState((link(3, "eth1", up=True, altnames=("vm1-devices.nics.vf-1",)),))
     files = {
-        "/run/systemd/network/10-kvdev-old.link": "x",
-        "/run/systemd/network/50-user.link": "y",
+        "/var/lib/kvdev/links/old.wish": "x",
+        "/var/lib/kvdev/links/README": "y",
     }
     p = plan(Matching((bound(described(), 3, "eth1"),), ()), state, files)
     assert [(type(x).__name__, x.path) for x in p.steps] == [
-        ("RemoveLinkFile", "/run/systemd/network/10-kvdev-old.link")
+        ("RemoveLinkFile", "/var/lib/kvdev/links/old.wish")
     ]
 
 

@@ -48,13 +48,13 @@ def test_a_pass_configures_the_example_in_memory_and_then_changes_nothing(cfg):
     assert len(kernel.applied) == before  # converged: nothing sent to the kernel
 
 
-def test_link_file_steps_go_to_disk_and_kernel_steps_to_netlink(cfg):
+def test_link_wish_steps_go_to_disk_and_kernel_steps_to_netlink(cfg):
     kernel = example_kernel()
     converge(Reconciler(cfg, kernel, scan_devices=tuple))
     assert not any(isinstance(x, s.WriteLinkFile | s.RemoveLinkFile) for x in kernel.applied)
     written = sorted(p.name for p in cfg.link_dir.iterdir())
-    assert written == ["10-kvdev-data0.link", "10-kvdev-data1.link", "10-kvdev-fast0.link"]
-    assert f"MACAddress={MACS[1]}" in (cfg.link_dir / "10-kvdev-data0.link").read_text()
+    assert written == ["data0.wish", "data1.wish", "fast0.wish"]
+    assert (cfg.link_dir / "data0.wish").read_text() == f"mac {MACS[1]}\n"
 
 
 def test_the_status_is_saved_and_written_only_when_it_changes(cfg):
@@ -76,7 +76,7 @@ def test_the_first_pass_removes_only_what_interrupted_writes_left(cfg):
     left = [
         cfg.state_dir / ".status.json.k1l2.tmp",
         cfg.state_dir / ".renames.json.x9.tmp",
-        cfg.link_dir / ".10-kvdev-data0.link.ab12.tmp",
+        cfg.link_dir / ".data0.wish.ab12.tmp",
     ]
     kept = [cfg.state_dir / ".other.json.q.tmp", cfg.link_dir / ".50-mine.link.z.tmp"]
     for path in left + kept:

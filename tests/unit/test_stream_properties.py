@@ -111,8 +111,8 @@ metadata_docs = st.fixed_dictionaries(
 
 # --------------------------------------------------------------------------- valid hints
 
-ifname = st.text(  # what the kernel and udev (systemd's ifname_valid) both accept
-    st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="/:%"),
+ifname = st.text(  # what the kernel, udev (ifname_valid) and kvdev (no "=", issue 23) accept
+    st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="/:%="),
     min_size=1,
     max_size=15,
 ).filter(lambda s: s not in {".", "..", "all", "default"} and not s.isdigit())

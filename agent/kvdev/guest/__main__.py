@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", type=Path, help="local API socket (default /run/kvdev/agent.sock)")
     p.add_argument("--state-dir", type=Path, help="state directory (default /var/lib/kvdev)")
     p.add_argument(
-        "--link-dir", type=Path, help="where .link files go (default /run/systemd/network)"
+        "--link-dir",
+        type=Path,
+        help="where link wishes go (default /var/lib/kvdev/links, which kvdev-udev-marks reads)",
     )
     p.add_argument(
         "--no-altnames",

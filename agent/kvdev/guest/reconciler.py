@@ -6,7 +6,7 @@ plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once
 ``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
 Each pass keeps the mark files other network managers read through udev (``core.marks``)
 before it renames anything. The first pass that may change things also removes the temporary
-files a killed agent's atomic writes (``status.json``, ``.link`` files) left behind: this
+files a killed agent's atomic writes (``status.json``, link wishes) left behind: this
 agent is their only writer. Before links move to temporary names their names go to the rename
 journal (``renames``), so an interrupted trade can be undone; when the journal cannot be
 saved, no link is renamed in that pass. State that cannot be saved (the status, the journal,
@@ -374,7 +374,7 @@ class Reconciler:
         self._saved = text
 
     def _apply(self, steps: Sequence[Step]) -> list[StepResult]:
-        """Apply the steps: kernel ones over netlink, ``.link`` files on disk.
+        """Apply the steps: kernel ones over netlink, link wishes on disk.
 
         A trade of names starts only once its journal is on disk: when the journal cannot be
         saved, every rename of the pass (and the link-down before it) waits, as a failed step

@@ -16,6 +16,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+# re-exported: the interface-name rule lives in a module without pydantic (see the section)
+from kvdev.schema.ifnames import IFNAMSIZ as IFNAMSIZ  # noqa: PLC0414
+from kvdev.schema.ifnames import check_ifname as check_ifname  # noqa: PLC0414
+
 # --------------------------------------------------------------------------- Kubernetes names
 
 DNS_LABEL_MAX = 63  # RFC 1123 label
@@ -246,42 +250,8 @@ def normalize_ip(value: str) -> str:
 
 # --------------------------------------------------------------------------- interface names
 
-IFNAMSIZ = 16  # the kernel's buffer, including the terminating NUL: names have <= 15 bytes
-_IFNAME_FORBIDDEN = set("/:%") | set(" \t\n\v\f\r")
-_IFNAME_RESERVED = frozenset({".", "..", "all", "default"})
-
-
-def check_ifname(value: str) -> str:
-    """A name that the kernel, udev and a systemd ``.link`` file all accept for an interface.
-
-    The kernel's ``dev_valid_name`` (at most 15 bytes, not ``.``/``..``, no ``/``, ``:`` or
-    white space) and systemd's ``ifname_valid`` on top, which a ``.link`` file's ``Name=`` must
-    pass at the next boot: printable ASCII only, not ``all`` or ``default`` (the kernel's
-    ``/proc/sys/net/*/conf/{all,default}`` directories: the kernel itself refuses a rename to
-    them) and not all digits (an ifindex). ``%`` is refused too: the kernel would treat the
-    name as a template (``net%d``).
-    """
-    if not value:
-        raise ValueError("interface name must not be empty")
-    if len(value.encode()) >= IFNAMSIZ:
-        raise ValueError(
-            f"interface name {value!r} is {len(value.encode())} bytes; the kernel allows "
-            f"at most {IFNAMSIZ - 1}"
-        )
-    if value in _IFNAME_RESERVED:
-        raise ValueError(f"interface name {value!r} is reserved")
-    bad = sorted(set(value) & _IFNAME_FORBIDDEN)
-    if bad:
-        raise ValueError(f"interface name {value!r} contains forbidden characters {bad!r}")
-    if not value.isprintable():
-        raise ValueError(f"interface name {value!r} contains control characters")
-    if not value.isascii():
-        raise ValueError(
-            f"interface name {value!r} is not ASCII; udev refuses such a name in a .link file"
-        )
-    if value.isdigit():
-        raise ValueError(f"interface name {value!r} is all digits, like an ifindex")
-    return value
+# check_ifname lives in kvdev.schema.ifnames (no pydantic there, so that the root helper
+# kvdev-udev-marks, which checks the names the agent asks for, starts fast); imported above.
 
 
 # --------------------------------------------------------------------------- annotated types

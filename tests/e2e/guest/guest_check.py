@@ -108,9 +108,23 @@ def service_facts() -> dict[str, Any]:
 
 def privilege_facts() -> dict[str, Any]:
     """Who owns what the agent wrote, its exposure score, and what a reader (not root) gets."""
-    written = [*Path("/run/systemd/network").glob("10-kvdev-*.link")]
+    written = [*Path("/var/lib/kvdev/links").glob("*.wish")]  # the agent's link wishes
     written.append(Path("/var/lib/kvdev/status.json"))
     owners = {str(path): path.stat().st_uid for path in written if path.exists()}
+    # the .link files root's kvdev-udev-marks rendered, and what kvdev itself may do there
+    rendered = {
+        str(path): path.stat().st_uid
+        for path in Path("/run/systemd/network").glob("10-kvdev-*.link")
+    }
+    probe = "/run/systemd/network/99-kvdev-probe.link"
+    try:
+        user = pwd.getpwnam("kvdev")
+        as_kvdev = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}"]
+        tried = run([*as_kvdev, "--clear-groups", "sh", "-c", f"printf '[Match]\\n' >{probe}"])
+    except KeyError:
+        tried = (-1, "", "no user kvdev")
+    created = Path(probe).exists()
+    Path(probe).unlink(missing_ok=True)
     _, out, err = run(["systemd-analyze", "security", "--no-pager", "kvdev-agent.service"])
     found = re.search(r"Overall exposure level for kvdev-agent.service: (\d+\.\d+)", out)
     try:
@@ -126,6 +140,8 @@ def privilege_facts() -> dict[str, Any]:
         member_kind = None
     return {
         "owners": owners,
+        "rendered": rendered,
+        "kvdevWroteNetworkDir": created or tried[0] == 0,
         "exposure": float(found.group(1)) if found else None,
         "exposureOutput": (out + err)[-2000:] if not found else "",
         "member": {"rc": member[0], "kind": member_kind, "stderr": member[2].strip()},
@@ -240,6 +256,21 @@ def check_service(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     return bad
 
 
+def check_written(p: dict[str, Any], uid: int) -> list[str]:
+    """The agent's files are its own; the .link files root's, in a directory it cannot write."""
+    bad = []
+    owners = p["owners"]
+    if not any(path.endswith(".wish") for path in owners):
+        bad.append("no link wish in /var/lib/kvdev/links")
+    bad.extend(f"{path} is owned by uid {o}, not {uid}" for path, o in owners.items() if o != uid)
+    if not p["rendered"]:
+        bad.append("no .link file in /run/systemd/network (kvdev-udev-marks renders them)")
+    bad.extend(f"{path} is owned by uid {o}, not root" for path, o in p["rendered"].items() if o)
+    if p["kvdevWroteNetworkDir"]:
+        bad.append("user kvdev could create a file in /run/systemd/network (issue 23 §1)")
+    return bad
+
+
 def check_privilege(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     """The agent runs as its own user with CAP_NET_ADMIN only, and wrote its files as it."""
     s, p = snap["service"], snap["privilege"]
@@ -260,10 +291,7 @@ def check_privilege(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     )
     if proc.get("NoNewPrivs") != "1":
         bad.append(f"NoNewPrivs {proc.get('NoNewPrivs')}")
-    owners = p["owners"]
-    if not any(path.endswith(".link") for path in owners):
-        bad.append("no .link file in /run/systemd/network")
-    bad.extend(f"{path} is owned by uid {o}, not {uid}" for path, o in owners.items() if o != uid)
+    bad.extend(check_written(p, uid))
     if p["exposure"] is None or p["exposure"] > c["maxExposure"]:
         bad.append(f"exposure {p['exposure']} > {c['maxExposure']}: {p['exposureOutput']}")
     if p["member"]["rc"] not in {0, 1} or p["member"]["kind"] != "AgentStatus":

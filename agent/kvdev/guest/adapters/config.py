@@ -28,7 +28,7 @@ class AgentConfig:
     config_drive: Path | None = None  # a mounted config drive's openstack/latest/meta_data.json
     socket: Path = Path("/run/kvdev/agent.sock")
     state_dir: Path = Path("/var/lib/kvdev")
-    link_dir: Path = Path("/run/systemd/network")
+    link_dir: Path = Path("/var/lib/kvdev/links")  # link wishes (kvdev-udev-marks reads these)
     altnames: bool = True
     match_kinds: tuple[str, ...] = ()  # software link kinds (e.g. veth) offered to matching
     log_level: str = "info"

@@ -1,10 +1,11 @@
-"""systemd ``.link`` files kvdev owns: read the current ones, write and remove them atomically.
+"""The agent's link wishes: read the current ones, write and remove them atomically.
 
-Only files named ``10-kvdev-*.link`` in the policy's directory (``/run/systemd/network`` by
-default, so they vanish with the agent's package at the next boot if it is removed) are ever
-read or touched (and the temporary files of their atomic writes, which ``tidy`` removes when a
-killed agent left them behind). A failed write is retryable or permanent by the errno map of
-every kvdev writer (``kvdev.errors.os_error``).
+A wish (``core.linkwish``) is ``<name>.wish`` in the policy's directory (``/var/lib/kvdev/links``
+by default, in the agent's own state); the root helper ``kvdev-udev-marks`` renders each as a
+``.link`` file in ``/run/systemd/network``, which the agent cannot write. Only ``*.wish`` files
+are ever read or touched (and the temporary files of their atomic writes, which ``tidy``
+removes when a killed agent left them behind). A failed write is retryable or permanent by the
+errno map of every kvdev writer (``kvdev.errors.os_error``).
 """
 
 from __future__ import annotations
@@ -13,17 +14,17 @@ from pathlib import Path
 
 from kvdev._atomic import fsync_directory, remove_leftovers, write_atomic
 from kvdev.errors import os_error
-from kvdev.guest.core.planning import LINK_FILE_PREFIX
+from kvdev.guest.core.linkwish import WISH_SUFFIX
 from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
 
 
 def read(directory: str) -> dict[str, str]:
-    """Path -> content of every kvdev link file in ``directory`` (empty if it is missing)."""
+    """Path -> content of every link wish in ``directory`` (empty if it is missing)."""
     out: dict[str, str] = {}
     base = Path(directory)
     if not base.is_dir():
         return out
-    for path in sorted(base.glob(f"{LINK_FILE_PREFIX}*.link")):
+    for path in sorted(base.glob(f"*{WISH_SUFFIX}")):
         try:
             out[str(path)] = path.read_text()
         except OSError:
@@ -33,11 +34,11 @@ def read(directory: str) -> dict[str, str]:
 
 def tidy(directory: str) -> list[Path]:
     """Remove what link-file writes killed mid-way left in ``directory``; the files removed."""
-    return remove_leftovers(directory, f"{LINK_FILE_PREFIX}*.link")
+    return remove_leftovers(directory, f"*{WISH_SUFFIX}")
 
 
 def apply(step: Step) -> StepResult:
-    """Write or remove one link file; never raises for an OS error."""
+    """Write or remove one link wish; never raises for an OS error."""
     if not isinstance(step, WriteLinkFile | RemoveLinkFile):
         return StepResult(step, ok=False, error="not a link-file step")
     try:

@@ -30,6 +30,7 @@ import resource
 import select
 import socket
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -292,6 +293,11 @@ class Connections:
         self._done: deque[tuple[int, int]] = deque()  # (fd, cycle) whose Deferred is done
         self._next: deque[tuple[int, int]] = deque()  # (fd, cycle) to read on from its buffer
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # wake() comes from any thread (a Deferred done, Server.stop); close() from the loop's.
+        # Under this lock, a wake after close is a no-op: never a write to a closed fd (EBADF)
+        # or, worse, to whatever file reused its number.
+        self._wake_lock = threading.Lock()
+        self._closed = False
         self._epoll = select.epoll()
         self._epoll.register(listener.fileno(), _IN)
         self._epoll.register(self._wake_r, _IN)
@@ -300,9 +306,12 @@ class Connections:
     # ------------------------------------------------------------------ the loop
 
     def wake(self) -> None:
-        """Make a ``poll`` in progress return soon (thread-safe)."""
-        with contextlib.suppress(BlockingIOError):  # a full pipe: it is awake already
-            os.write(self._wake_w, b"!")
+        """Make a ``poll`` in progress return soon (thread-safe; nothing once closed)."""
+        with self._wake_lock:
+            if self._closed:
+                return
+            with contextlib.suppress(BlockingIOError):  # a full pipe: it is awake already
+                os.write(self._wake_w, b"!")
 
     def poll(self, timeout: float | None) -> None:
         """Wait up to ``timeout`` (never past the next connection deadline); serve what is due."""
@@ -343,8 +352,10 @@ class Connections:
         for fd in list(self._conns):
             self._close(fd)
         self._epoll.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._wake_lock:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     # ------------------------------------------------------------------ accepting
 

@@ -6,7 +6,9 @@ For every described device bound to a guest NIC, the desired state is:
   request and the device, always, so people and scripts have a stable handle;
 * a **name**, only when a hint asks for one. A name held by a link that is not itself being
   renamed away blocks the rename (reported, never forced); renames that trade names go
-  through temporary names. A ``.link`` file keeps the name across reboots and re-plugs;
+  through temporary names. A link wish (``linkwish``: the name and the MAC or PCI path to
+  match, which the root helper ``kvdev-udev-marks`` renders as a ``.link`` file) keeps the
+  name across reboots and re-plugs;
 * an **MTU**, when a hint sets one and the driver's bounds allow it (and, with IPv6
   addresses or routes, when it is at least 1280: the kernel refuses IPv6 below that, so the
   combination is refused before any step rather than half-applied);
@@ -39,7 +41,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from kvdev.guest.core import safety
+from kvdev.guest.core import linkwish, safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
 from kvdev.guest.core.steps import (
@@ -61,7 +63,6 @@ from kvdev.schema.hints import IPV6_MIN_MTU
 
 ALTNAME_MAX_BYTES = 127  # ALTIFNAMSIZ (128) minus the NUL
 TEMP_PREFIX = "kvtmp"
-LINK_FILE_PREFIX = "10-kvdev-"
 _DEFAULT_METRIC = {4: 0, 6: 1024}  # what the kernel stores when no metric is given
 RTPROT_KERNEL, RTPROT_RA = 2, 9  # routes the kernel makes again by itself
 IFAPROT_KERNEL = frozenset({1, 2, 3})  # addresses the kernel made: loopback, RA, link-local
@@ -71,7 +72,7 @@ IFAPROT_KERNEL = frozenset({1, 2, 3})  # addresses the kernel made: loopback, RA
 class Policy:
     """Site choices that are not in the metadata."""
 
-    link_dir: str = "/run/systemd/network"
+    link_dir: str = "/var/lib/kvdev/links"  # where link wishes go (kvdev-udev-marks reads them)
     altnames: bool = True
 
 
@@ -95,7 +96,7 @@ class Desired:
     mtu: int | None
     addresses: tuple[str, ...]
     routes: tuple[DesiredRoute, ...]
-    link_file: tuple[str, str] | None = None  # (path, content) when a rename is wanted
+    link_file: tuple[str, str] | None = None  # a link wish's (path, content), for a rename
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,18 +161,17 @@ def _metric(route: DesiredRoute) -> int:
     return route.metric if route.metric is not None else _DEFAULT_METRIC[_family(route.destination)]
 
 
-def _link_file(binding: Binding, link: Link, name: str, policy: Policy) -> tuple[str, str]:
+def _link_file(binding: Binding, link: Link, name: str, policy: Policy) -> tuple[str, str] | None:
+    """The link wish (path, content) that keeps ``name`` for this link; None without a key."""
     if link.permanent_mac:
-        match = f"PermanentMACAddress={link.permanent_mac}"
+        content = linkwish.wish_text("permanent-mac", link.permanent_mac)
     elif binding.guest is not None and binding.guest.pci_address:
-        match = f"Path=pci-{binding.guest.pci_address}"
+        content = linkwish.wish_text("pci", binding.guest.pci_address)
+    elif link.mac:
+        content = linkwish.wish_text("mac", link.mac)
     else:
-        match = f"MACAddress={link.mac}"
-    content = (
-        f"# Written by kvdev for {binding.device.ref}; kvdev removes it when no longer wanted.\n"
-        f"[Match]\n{match}\n\n[Link]\nName={name}\n"
-    )
-    return f"{policy.link_dir}/{LINK_FILE_PREFIX}{name}.link", content
+        return None  # nothing a .link file could match it by
+    return f"{policy.link_dir}/{linkwish.wish_file(name)}", content
 
 
 def temp_name(ifindex: int) -> str:
@@ -524,15 +524,15 @@ def _file_steps(desired: list[Desired], existing: Mapping[str, str], policy: Pol
                     d.ifindex,
                     d.ifname,
                     d.device,
-                    "keep the name across reboots and re-plugs",
+                    "keep the name across reboots and re-plugs (a link wish)",
                     path,
                     content,
                 )
             )
-    prefix = f"{policy.link_dir}/{LINK_FILE_PREFIX}"
+    prefix = f"{policy.link_dir}/"
     steps.extend(
         RemoveLinkFile(0, "", "", "no managed interface wants this name any more", path)
         for path in sorted(existing)
-        if path.startswith(prefix) and path not in wanted
+        if path.startswith(prefix) and path.endswith(linkwish.WISH_SUFFIX) and path not in wanted
     )
     return steps

@@ -98,7 +98,11 @@ class SetUp(Step):
 
 @dataclass(frozen=True, slots=True)
 class WriteLinkFile(Step):
-    """Write a systemd ``.link`` file so the name survives a reboot or re-plug."""
+    """Write a link wish (``linkwish``) so the name survives a reboot or re-plug.
+
+    The root helper ``kvdev-udev-marks`` renders it as a ``.link`` file; the agent never writes
+    one.
+    """
 
     path: str
     content: str
@@ -106,7 +110,7 @@ class WriteLinkFile(Step):
 
 @dataclass(frozen=True, slots=True)
 class RemoveLinkFile(Step):
-    """Remove a ``.link`` file kvdev wrote for a name no longer wanted."""
+    """Remove the link wish of a name no longer wanted (the helper removes its ``.link`` file)."""
 
     path: str
 
