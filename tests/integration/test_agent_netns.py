@@ -228,3 +228,11 @@ def test_a_rename_on_real_links_puts_back_the_routes_and_addresses_the_link_had(
     assert addresses(ns, "data0") == ["10.1.0.200/24", "10.1.0.5/24", "2001:db8:77::5/64"]
     again = run_once(ns, tree, work, "--dry-run", "--json")
     assert not [d for d in json.loads(again.stdout)["devices"] if d.get("pendingSteps")]
+
+
+def test_once_on_a_metadata_root_that_is_not_there_warns_and_says_what_it_did(netns, tmp_path):
+    done = run_once(netns, tmp_path / "nonexist", tmp_path)
+    assert done.returncode == 0, done.stderr  # nothing described is nothing left undone
+    assert f"WARNING metadata root {tmp_path}/nonexist does not exist: " in done.stderr
+    assert "this pass configures nothing (no device is described)" in done.stderr
+    assert done.stdout.splitlines()[-1] == "no devices described"

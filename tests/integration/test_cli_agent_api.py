@@ -27,10 +27,11 @@ from kvdev.guest.api.bridge import Bridge
 from kvdev.guest.api.routes import Api
 from kvdev.guest.api.server import Server
 from kvdev.guest.cli import main as cli
+from kvdev.guest.cli.client import LOOK
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
-from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic
-from kvdev.guest.core.planning import Blocked, Desired, Plan
+from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic, Route
+from kvdev.guest.core.planning import Blocked, Desired, DesiredRoute, Plan
 from kvdev.guest.core.status import ClaimStatus, MetadataState, summarize
 from kvdev.guest.views import encode
 from kvdev.guest.views.tables import DEVICES_COLUMNS
@@ -61,7 +62,7 @@ def described(request, driver, name):
 V1BETA1 = "metadata.resource.k8s.io/v1beta1"
 
 
-def status(*, converged=True, pending=False, claims=None):
+def status(*, converged=True, pending=False, claims=None, routes=(), seen_routes=(), twin=False):
     nic = GuestDevice("0000:07:00.0", "15b3", "101e", "020000", "mlx5_core", 0)
     nic = replace(nic, nics=(Nic("eth1", 11, MAC),))
     vf = described("nics", "sriov.example.com", "vf-1")
@@ -70,17 +71,23 @@ def status(*, converged=True, pending=False, claims=None):
     why = "no guest NIC has MAC 0c:42:a1:5e:00:01"
     rdma = Binding(rdma, MatchState.MISSING, candidates=("0000:08:00.0",), reason=why)
     mtu, steps = (9000, STEPS) if pending else (None, ())
-    want = Desired(REF, 11, "eth1", "vm1-devices.nics.vf-1", mtu, ("10.1.0.5/24",), ())
+    want = Desired(REF, 11, "eth1", "vm1-devices.nics.vf-1", mtu, ("10.1.0.5/24",), routes)
     link = Link(11, "eth1", MAC, mtu=1500, up=True, altnames=("vm1-devices.nics.vf-1",))
     claims = claims or (ClaimStatus("vm1-devices", "vms", None, 3, "/run/dra/nics.json", V1BETA1),)
+    bindings = (vf,) if converged else (vf, rdma)
+    if twin:  # a second claim with a device of the same name
+        other = DescribedDevice(
+            "vm1-more", "vms", None, "nics", "sriov.example.com", "node-b", "vf-1", 1
+        )
+        bindings += (Binding(other, MatchState.MISSING, reason="no guest NIC has its MAC"),)
     return summarize(
-        Matching((vf,) if converged else (vf, rdma), ()),
+        Matching(bindings, ()),
         Plan(steps, (want,), ()),
         [],
         MetadataState(claims=claims),
         reconcile=7,
         dry_run=pending,
-        state=NetState((link,), (Address(11, "10.1.0.5/24"),)),
+        state=NetState((link,), (Address(11, "10.1.0.5/24"),), seen_routes),
     )
 
 
@@ -236,7 +243,7 @@ def test_color_only_when_asked(agent, capsys):
 
 @pytest.mark.parametrize(
     "key",
-    ["vm1-devices/nics/vf-1", REF, "eth1", "vm1-devices.nics.vf-1", MAC.upper(), "07:00.0"],
+    ["vm1-devices/nics/vf-1", REF, "eth1", "vm1-devices.nics.vf-1", MAC.upper(), "07:00.0", "vf-1"],
 )
 def test_explain_finds_by_short_ref_full_ref_interface_altname_mac_or_pci(agent, capsys, key):
     agent.bridge.publish(status())
@@ -264,6 +271,40 @@ def test_explain_missing_device_says_why_with_a_subrequest(agent):
         "  candidates: 0000:08:00.0",
         "  reason:     no guest NIC has MAC 0c:42:a1:5e:00:01",
     ]
+
+
+def test_explain_by_a_device_name_two_claims_share_lists_both_and_exits_2(agent):
+    agent.bridge.publish(status(twin=True))
+    done = run(agent.path, "explain", "vf-1")
+    assert (done.returncode, done.stdout) == (2, "")
+    twin = "vm1-more/nics/sriov.example.com/node-b/vf-1"
+    assert done.stderr == f"kvdev: 2 devices match vf-1: {REF}, {twin}; name one by its full ref\n"
+
+
+@pytest.mark.parametrize(
+    ("seen", "row"),
+    [
+        (
+            (Route(11, "10.3.0.0/16", "10.1.0.1", 0, 42),),
+            ["10.3.0.0/16 via 10.1.0.1", "10.3.0.0/16 via 10.1.0.1"],
+        ),
+        ((), ["10.3.0.0/16 via 10.1.0.1", "-", "differs"]),
+        (
+            (Route(11, "10.3.0.0/16", "10.1.0.1", 0, 42), Route(11, "10.9.0.0/16", None, 0, 3)),
+            ["10.3.0.0/16 via 10.1.0.1", "10.3.0.0/16 via 10.1.0.1,10.9.0.0/16"],
+        ),
+    ],
+)
+def test_explain_shows_the_observed_routes_beside_the_wanted(agent, capsys, seen, row):
+    wanted = (DesiredRoute("10.3.0.0/16", "10.1.0.1"),)
+    agent.bridge.publish(status(routes=wanted, seen_routes=(*seen, Route(12, "10.7.0.0/16"))))
+    code, out, _ = main(capsys, "explain", "vf-1", "--socket", str(agent.path))
+    assert code == 0
+    rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+    assert ["routes", *row] in rows
+    _, js, _ = main(capsys, "explain", "--json", "vf-1", "--socket", str(agent.path))
+    routes = json.loads(js)["observed"]["routes"]  # only those through the bound NIC (ifindex 11)
+    assert [r["destination"] for r in routes] == [r.destination for r in seen]
 
 
 @pytest.mark.parametrize("key", ["vm1-devices/nics/vf-9", "eth9", "vm1/a/b/c/d"])
@@ -372,7 +413,8 @@ def test_wait_without_a_socket_waits_then_exits_1(sockdir):
     assert time.monotonic() - started >= 1
     assert done.returncode == 1
     assert done.stderr == (
-        f"kvdev: not converged after 1 s: agent not running: no socket at {sockdir}/agent.sock\n"
+        "kvdev: not converged after 1 s: agent not running: "
+        f"no socket at {sockdir}/agent.sock{LOOK}\n"
     )
 
 
@@ -380,14 +422,15 @@ def test_wait_without_a_socket_waits_then_exits_1(sockdir):
 def test_other_commands_without_a_socket_exit_2(sockdir, args):
     done = run(sockdir / "agent.sock", *args.split())
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == f"kvdev: agent not running: no socket at {sockdir}/agent.sock\n"
+    assert done.stderr == f"kvdev: agent not running: no socket at {sockdir}/agent.sock{LOOK}\n"
+    assert LOOK == "; look: systemctl status kvdev-agent, journalctl -u kvdev-agent"
 
 
 def test_wait_on_a_socket_nobody_listens_on_exits_2_at_once(sockdir):
     with socket.socket(socket.AF_UNIX) as stale:
         stale.bind(str(sockdir / "agent.sock"))
         done = run(sockdir / "agent.sock", "wait", "--timeout", "20")
-    refused = f"agent not running: nothing listens on {sockdir}/agent.sock (a stale socket?)"
+    refused = f"agent not running: nothing listens on {sockdir}/agent.sock (a stale socket?){LOOK}"
     assert (done.returncode, done.stderr) == (2, f"kvdev: {refused}\n")
 
 

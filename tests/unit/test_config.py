@@ -227,3 +227,18 @@ def test_poll_interval_flag_refuses_nonsense():
     assert str(e.value) == (
         "--poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
     )
+
+
+def test_agent_help_shows_the_real_defaults(monkeypatch):
+    from kvdev.guest.__main__ import _parser  # noqa: PLC0415
+
+    monkeypatch.setenv("COLUMNS", "300")  # one line per option: nothing wrapped
+    text = " ".join(_parser().format_help().split())
+    assert "default None" not in text
+    for shown in (
+        "metadata tree (default /var/run/kubernetes.io/dra-device-attributes)",
+        "local API socket (default /run/kvdev/agent.sock)",
+        "state directory (default /var/lib/kvdev)",
+        "(default info)",
+    ):
+        assert shown in text

@@ -55,27 +55,46 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"kvdev-agent {__version__}")
+    d = config_module.DEFAULTS
     p.add_argument(
-        "--config", type=Path, help=f"config file (default {config_module.DEFAULT_CONFIG})"
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help=f"config file (default {config_module.DEFAULT_CONFIG})",
     )
-    p.add_argument("--metadata-root", type=Path, help="metadata tree (default %(default)s)")
     p.add_argument(
-        "--hints", type=Path, help="guest hints file (default <root>/kvdev/guest-hints.json)"
+        "--metadata-root",
+        type=Path,
+        metavar="PATH",
+        help=f"metadata tree (default {d.metadata_root})",
     )
     p.add_argument(
-        "--config-drive", type=Path, help="a config drive's openstack/latest/meta_data.json"
+        "--hints",
+        type=Path,
+        metavar="PATH",
+        help=f"guest hints file (default <metadata-root>/{config_module.HINTS_PATH})",
     )
-    p.add_argument("--socket", type=Path, help="local API socket (default /run/kvdev/agent.sock)")
-    p.add_argument("--state-dir", type=Path, help="state directory (default /var/lib/kvdev)")
     p.add_argument(
-        "--link-dir", type=Path, help="where .link files go (default /run/systemd/network)"
+        "--config-drive",
+        type=Path,
+        metavar="PATH",
+        help="a config drive's openstack/latest/meta_data.json (default none)",
+    )
+    p.add_argument(
+        "--socket", type=Path, metavar="PATH", help=f"local API socket (default {d.socket})"
+    )
+    p.add_argument(
+        "--state-dir", type=Path, metavar="PATH", help=f"state directory (default {d.state_dir})"
+    )
+    p.add_argument(
+        "--link-dir", type=Path, metavar="PATH", help=f"where .link files go (default {d.link_dir})"
     )
     p.add_argument(
         "--no-altnames",
         dest="altnames",
         action="store_false",
         default=None,
-        help="do not add altnames",
+        help="do not add altnames (default: add them)",
     )
     p.add_argument(
         "--match-kind",
@@ -83,9 +102,13 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KIND",
         help="also match software links of this kind (e.g. veth: tests and demos in a network "
-        "namespace); repeatable",
+        "namespace); repeatable (default: none, only hardware)",
     )
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help=f"the agent's log level (default {d.log_level})",
+    )
     p.add_argument(
         "--poll-interval",
         metavar="SECONDS",
@@ -156,6 +179,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
 
     logging.basicConfig(level=logging.WARNING, handlers=[systemd.log_handler()])
     logging.getLogger("kvdev").setLevel(cfg.log_level.upper())  # libraries stay at WARNING
+    _warn_if_absent(cfg)
     with ExitStack() as stack:
         net = stack.enter_context(Netlink())
         reconciler = Reconciler(cfg, net, udev.scan)
@@ -188,6 +212,25 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
             link_events=events,
             bridge=bridge,
         )
+
+
+def _warn_if_absent(cfg: config_module.AgentConfig) -> None:
+    """Say so when the metadata tree is not there: nothing described is not converged work."""
+    if cfg.metadata_root.is_dir():
+        return
+    what = "does not exist" if not cfg.metadata_root.exists() else "is not a directory"
+    then = (
+        "this pass configures nothing (no device is described)"
+        if cfg.once
+        else "nothing is configured until it appears (the agent watches for it)"
+    )
+    logging.getLogger("kvdev.agent").warning(
+        "metadata root %s %s: %s; see --metadata-root or metadata-root in %s",
+        cfg.metadata_root,
+        what,
+        then,
+        config_module.DEFAULT_CONFIG,
+    )
 
 
 def _server(cfg: config_module.AgentConfig, handler: Handler) -> Server:

@@ -16,6 +16,8 @@ from typing import Any
 from kvdev.errors import UsageError
 from kvdev.schema.tree import HINTS_PATH, ROOT
 
+__all__ = ["DEFAULTS", "DEFAULT_CONFIG", "HINTS_PATH", "AgentConfig", "from_toml", "merge"]
+
 DEFAULT_CONFIG = Path("/etc/kvdev/agent.toml")
 
 
@@ -40,6 +42,9 @@ class AgentConfig:
     def hints_path(self) -> Path:
         """The hints file to read."""
         return self.hints if self.hints is not None else self.metadata_root / HINTS_PATH
+
+
+DEFAULTS = AgentConfig()  # what --help shows and --dump-config calls "default"
 
 
 _PATH_KEYS = {"metadata_root", "hints", "config_drive", "socket", "state_dir", "link_dir"}

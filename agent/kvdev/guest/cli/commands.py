@@ -128,7 +128,8 @@ def _short_match(d: Mapping[str, Any], parts: list[str]) -> bool:
 def _not_found(ctx: Context, key: str, items: Sequence[Mapping[str, Any]]) -> int:
     ctx.err.write(
         f"kvdev: no described device matches {key!r} "
-        "(tried: claim/request/device, full ref, interface name or altname, MAC, guest PCI)\n"
+        "(tried: claim/request/device, full ref, interface name or altname, MAC, guest PCI, "
+        "device name)\n"
     )
     if items:
         ctx.err.write("described devices:\n")

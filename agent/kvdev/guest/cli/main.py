@@ -96,13 +96,16 @@ DEVICE is one of:
   an interface name or altname     e.g. eth1, data0, vm1-devices.nic-1.vf-1
   a MAC address                    e.g. 02:00:00:3b:02:01
   a guest PCI address              e.g. 0000:07:00.0 or 07:00.0
+  a device name                    e.g. vf-1 (when no other claim has a device of that name)
 
 examples:
   kvdev explain eth1
+  kvdev explain vf-1
   kvdev explain vm1-devices/nic-1/sriov.example.com/node-a/vf-1
   kvdev explain --json 02:00:00:3b:02:01 | jq .evidence
 
-exit status: 0 found, 1 no such device, 2 agent not reachable or DEVICE names several.
+exit status: 0 found, 1 no such device, 2 agent not reachable or DEVICE names several
+(the message lists their full refs).
 """,
     ),
     "plan": (
