@@ -34,7 +34,7 @@ from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic,
 from kvdev.guest.core.planning import Blocked, Desired, DesiredRoute, Plan
 from kvdev.guest.core.status import ClaimStatus, MetadataState, summarize
 from kvdev.guest.views import encode
-from kvdev.guest.views.tables import DEVICES_COLUMNS
+from kvdev.guest.views.tables import WIDE_COLUMNS
 from kvdev.schema.described import DescribedDevice
 
 KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
@@ -210,18 +210,72 @@ def test_status_before_the_first_pass_is_not_converged(agent, capsys):
 
 def test_devices_table_has_the_header_and_aligned_columns(agent):
     agent.bridge.publish(status(converged=False))
-    done = run(None, "devices", env={"KVDEV_SOCKET": str(agent.path)})
+    done = run(None, "devices", "-o", "wide", env={"KVDEV_SOCKET": str(agent.path)})
     assert done.returncode == 0, done.stderr
     header, vf, rdma = done.stdout.splitlines()
     assert header == (
         "DEVICE                                               PHASE       INTERFACE  GUEST PCI     "
         "DRIVER     NUMA  MAC                ADDRESSES    RX/TX        SPEED"
     )
-    starts = [header.index(h) for h in DEVICES_COLUMNS]
+    starts = [header.index(h) for h in WIDE_COLUMNS]
     cells = [REF, "Configured", "eth1", "0000:07:00.0", "mlx5_core", "0", MAC, "10.1.0.5/24"]
     cells += ["1.5KiB/200B", "25Gb/s"]
     assert [vf[at : at + len(c)] for at, c in zip(starts, cells, strict=True)] == cells
     assert rdma.split() == [RDMA_REF, "Missing", *["-"] * 8]
+
+
+def test_devices_by_default_fit_100_columns_with_short_refs_explain_takes(agent, capsys):
+    agent.bridge.publish(status(converged=False))
+    code, out, _ = main(capsys, "devices", "--socket", str(agent.path))
+    assert code == 0
+    assert out.splitlines() == [
+        (
+            "DEVICE                       PHASE       INTERFACE  GUEST PCI     MAC                "
+            "ADDRESSES"
+        ),
+        (
+            "vm1-devices/nics/vf-1        Configured  eth1       0000:07:00.0  02:00:00:3b:02:01  "
+            "10.1.0.5/24"
+        ),
+        "vm1-devices/nics/rdma/mlx-0  Missing     -          -             -                  -",
+    ]
+    assert max(map(len, out.splitlines())) <= 100
+    short = out.splitlines()[2].split()[0]
+    assert main(capsys, "explain", short, "--socket", str(agent.path))[0] == 0
+
+
+def test_devices_whose_short_refs_collide_keep_their_full_refs(agent, capsys):
+    agent.bridge.publish(status(twin=True))
+    code, out, _ = main(capsys, "devices", "--socket", str(agent.path))
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()[1:]]
+    assert names == ["vm1-devices/nics/vf-1", "vm1-more/nics/vf-1"]
+
+
+@pytest.mark.parametrize("flag", [["-o", "json"], ["--json"], ["-o", "yaml"]])
+def test_devices_as_data_is_the_agents_answer(agent, capsys, flag):
+    agent.bridge.publish(status(converged=False))
+    code, out, _ = main(capsys, "devices", *flag, "--socket", str(agent.path))
+    _, js, _ = main(capsys, "--json", "devices", "--socket", str(agent.path))
+    yaml = pytest.importorskip("yaml")
+    assert code == 0
+    assert (json.loads(out) if "yaml" not in flag else yaml.safe_load(out)) == json.loads(js)
+
+
+def test_devices_and_explain_by_name_print_full_refs(agent, capsys):
+    agent.bridge.publish(status(converged=False))
+    code, out, _ = main(capsys, "devices", "-o", "name", "--socket", str(agent.path))
+    assert (code, out) == (0, f"{REF}\n{RDMA_REF}\n")
+    code, out, _ = main(capsys, "-o", "name", "explain", "eth1", "--socket", str(agent.path))
+    assert (code, out) == (0, f"{REF}\n")
+
+
+@pytest.mark.parametrize(("output", "command"), [("wide", "status"), ("name", "plan")])
+def test_an_output_a_command_does_not_take_is_a_usage_error(agent, capsys, output, command):
+    code, out, err = main(capsys, command, "-o", output, "--socket", str(agent.path))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvdev: -o {output} is for devices")
+    assert err.endswith(f"; {command} takes -o json or yaml\n")
 
 
 def test_devices_and_explain_json_are_the_agents(agent, capsys):

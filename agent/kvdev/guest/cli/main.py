@@ -22,6 +22,7 @@ from typing import TextIO
 from kvdev import __version__
 from kvdev.guest.cli import commands, validate
 from kvdev.guest.cli.client import DEFAULT_SOCKET, SOCKET_ENV, default_socket
+from kvdev.guest.cli.commands import OUTPUTS
 
 EXIT_OK = 0
 
@@ -39,11 +40,13 @@ Global options may come before or after the command.
 
 examples:
   kvdev status                                  # converged? exit 0 if so, 1 if not
-  kvdev devices                                 # one row per described device
+  kvdev devices                                 # one row per described device (100 columns)
+  kvdev devices -o wide                         # ... with every column
   kvdev explain eth1                            # why eth1's device matched, what is left
   kvdev explain vm1-devices/nic-1/vf-1           # by claim/request/device
   kvdev wait --timeout 120 && start-workload    # boot ordering
-  kvdev --json devices | jq -r '.items[] | select(.phase != "Configured") | .ref'
+  kvdev -o json devices | jq -r '.items[] | select(.phase != "Configured") | .ref'
+  kvdev devices -o name                         # one full ref per line, for scripts
   kvdev metadata validate ./tree                # offline, no agent needed
 
 {_EXIT_CODES}
@@ -70,13 +73,18 @@ exit status: 0 converged, 1 not converged (or no first pass yet), 2 agent not re
     "devices": (
         "a table of the described devices and their guest interfaces",
         (
-            "One row per described device: phase, interface, guest PCI address, kernel driver, "
-            "NUMA node, MAC, addresses, RX/TX bytes and link speed."
+            "One row per described device: its short ref (claim/request/device, the full ref "
+            "when two devices share one), phase, interface, guest PCI address, MAC and "
+            "addresses, fitting 100 columns; -o wide adds the full ref, kernel driver, NUMA "
+            "node, RX/TX bytes and link speed."
         ),
         """\
 examples:
   kvdev devices
-  kvdev devices --json | jq -r '.items[] | [.ref, .phase] | @tsv'
+  kvdev devices -o wide
+  kvdev devices -o name                # full refs, one per line
+  kvdev devices -o json | jq -r '.items[] | [.ref, .phase] | @tsv'
+  kvdev devices -o yaml
 
 exit status: 0 listed, 2 agent not reachable or not ready.
 """,
@@ -182,7 +190,20 @@ def _global_options(*, with_timeout: bool, suppress: bool) -> argparse.ArgumentP
         help=f"the agent's socket (default: ${SOCKET_ENV}, else {DEFAULT_SOCKET})",
     )
     g.add_argument(
-        "--json", action="store_true", default=default(value=False), help="print the agent's JSON"
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=default(None),
+        help="json or yaml: the agent's answer as it came; wide: every column (devices); "
+        "name: one ref per line (devices, explain); default: a table that fits 100 columns",
+    )
+    g.add_argument(
+        "--json",
+        dest="output",
+        action="store_const",
+        const="json",
+        default=argparse.SUPPRESS,
+        help="the same as -o json",
     )
     g.add_argument(
         "--color",

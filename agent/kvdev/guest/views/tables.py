@@ -211,10 +211,12 @@ COLUMNS: Final[Mapping[str, Callable[[Json], str]]] = {
     "SPEED": lambda d: human_speed(_get(d, "interfaceStats", "speedMbps")),
     "DETAIL": _detail,
 }
-DEVICES_COLUMNS: Final = (
+WIDE_COLUMNS: Final = (
     *("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "DRIVER", "NUMA", "MAC", "ADDRESSES"),
     *("RX/TX", "SPEED"),
 )
+# kvdev devices' default: 100 columns for short refs, one address and the usual names
+DEVICES_COLUMNS: Final = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "ADDRESSES")
 PASS_COLUMNS: Final = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "MATCHED BY", "DETAIL")
 
 
@@ -232,6 +234,21 @@ def devices_table(
         for n, d in enumerate(items, start=1):
             colors[n] = [""] * at + [_phase_code(str(d.get("phase")))]
     return table(rows, colors)
+
+
+def short_refs(items: Sequence[Json]) -> list[Json]:
+    """``items`` with each ref as ``claim/request/device``, the form ``explain`` takes.
+
+    Two devices that share a short form keep their full refs.
+    """
+
+    def short(d: Json) -> str:
+        return f"{_s(d.get('claim'))}/{_s(d.get('request'))}/{_s(d.get('device'))}"
+
+    seen: dict[str, int] = {}
+    for d in items:
+        seen[short(d)] = seen.get(short(d), 0) + 1
+    return [{**d, "ref": short(d)} if seen[short(d)] == 1 else d for d in items]
 
 
 def pass_text(body: Json, color: bool = False) -> str:

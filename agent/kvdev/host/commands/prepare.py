@@ -20,7 +20,14 @@ import yaml
 from pydantic import ValidationError
 
 from kvdev.errors import KvdevError, Problem, SchemaError
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, add_files_argument
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_files_argument,
+    add_output_argument,
+)
 from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.publish import writer
@@ -126,9 +133,7 @@ def register(commands: Commands) -> None:
         add_layout_arguments(sub)
         if name != "unprepare":
             add_network_argument(sub)
-        sub.add_argument(
-            "-o", "--output", choices=("text", "json"), default="text", help="(default: text)"
-        )
+        add_output_argument(sub, ("text", "json"), "text", "one line per claim")
         sub.set_defaults(run=_run, verb=name)
 
 

@@ -36,6 +36,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_output_argument,
     parse_feature_gates,
     print_objects,
 )
@@ -117,9 +118,7 @@ def register(commands: Commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_files_argument(sub)
-    sub.add_argument(
-        "-o", "--output", choices=("yaml", "json"), default="yaml", help="default: yaml"
-    )
+    add_output_argument(sub)
     sub.add_argument("--summary-only", action="store_true", help="print only the summary (stderr)")
     sub.add_argument(
         "--feature-gates",
