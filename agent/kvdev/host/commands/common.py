@@ -23,6 +23,11 @@ EXIT_INVALID = 2
 
 OBJECT_OUTPUTS = ("yaml", "json", "name")  # -o of the commands that print objects
 
+FILES_HELP = (
+    "a YAML/JSON file of objects, a directory (its *.yaml, *.yml, *.json files, sorted) or - "
+    "(standard input); repeat for several"
+)
+
 GATES = ", ".join(sorted(f.name for f in fields(Features)))
 
 Run = Callable[[argparse.Namespace, TextIO, TextIO], int]
@@ -50,7 +55,7 @@ def add_files_argument(parser: argparse.ArgumentParser, *, required: bool = True
         action="append",
         required=required,
         metavar="FILE",
-        help="a YAML/JSON file of objects; repeat for several files",
+        help=FILES_HELP,
     )
 
 

@@ -30,6 +30,7 @@ from kvdev.errors import KvdevError, Problem, SchemaError, Severity
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
+    FILES_HELP,
     Commands,
     Parser,
     add_output_argument,
@@ -103,7 +104,7 @@ def register(commands: Commands) -> None:
         dest="files",
         action="append",
         metavar="FILE",
-        help="with --once: a YAML/JSON file of objects; repeat for several files",
+        help=f"with --once: {FILES_HELP}",
     )
     add_output_argument(sub)
     sub.add_argument("--kubeconfig", type=Path, metavar="FILE", help="live: this kubeconfig file")

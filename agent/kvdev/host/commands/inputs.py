@@ -1,7 +1,12 @@
-"""Read Kubernetes object files for the host side (the I/O half of ``kvdev.host.k8s``)."""
+"""Read Kubernetes object files for the host side (the I/O half of ``kvdev.host.k8s``).
+
+It owns what ``-f`` names, as kubectl reads it: a file, ``-`` (standard input, once) or a
+directory (its ``*.yaml``, ``*.yml`` and ``*.json`` files, in name order, not recursing).
+"""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -58,13 +63,48 @@ def load_files_of(
     return objects
 
 
-def _texts(paths: Iterable[str | Path], errors: list[Problem]) -> Iterable[tuple[str | Path, str]]:
+SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+
+
+def expand(paths: Iterable[str | Path]) -> list[str | Path]:
+    """The files ``-f`` names: a directory becomes its object files, sorted; ``-`` stays.
+
+    Raises:
+        TransientReadError: a path that does not exist, or a directory with no object file.
+    """
+    out: list[str | Path] = []
     for path in paths:
+        if str(path) == STDIN:
+            out.append(STDIN)
+            continue
+        p = Path(path)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
+            if not found:
+                msg = f"{path}: a directory with no {', '.join('*' + s for s in SUFFIXES)} file"
+                raise TransientReadError(msg)
+            out.extend(found)
+        elif not p.exists():
+            raise TransientReadError(f"{path}: no such file or directory")
+        else:
+            out.append(p)
+    return out
+
+
+def _read(path: str | Path) -> str:
+    if str(path) == STDIN:
+        return sys.stdin.buffer.read().decode("utf-8")
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _texts(paths: Iterable[str | Path], errors: list[Problem]) -> Iterable[tuple[str | Path, str]]:
+    for path in expand(paths):
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = _read(path)
         except OSError as e:
             raise TransientReadError(f"{path}: {e.strerror or e}") from e
         except UnicodeDecodeError as e:
             errors.append(Problem(f"not UTF-8 text: {e.reason}", str(path)))
             continue
-        yield path, text
+        yield ("<stdin>" if str(path) == STDIN else path), text
