@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,7 +20,11 @@ from kvdev.schema.base import Document
 _O = TypeVar("_O", bound=Document)
 
 
-def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
+Progress = Callable[[str, int, int], None]
+"""Told after each file read: its name, its size in bytes, the objects loaded so far."""
+
+
+def load_files(paths: Iterable[str | Path], progress: Progress | None = None) -> list[K8sObject]:
     """Load every object of every file, in order; errors of all files are reported together.
 
     Raises:
@@ -34,6 +38,8 @@ def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
             objects.extend(load(text, str(path)))
         except SchemaError as e:
             errors.extend(e.problems)
+        if progress is not None:
+            progress(str(path), len(text.encode()), len(objects))
     if errors:
         raise SchemaError(errors)
     return objects

@@ -148,7 +148,38 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="with --events: replay with and without queueing hints, print both summaries",
     )
+    sub.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the loading and placing progress on stderr even when it is no terminal "
+        "(default: only on a terminal)",
+    )
     sub.set_defaults(run=_run)
+
+
+class _Loading:
+    """``-f`` files as they are read (stderr): a large input takes half a run to load."""
+
+    def __init__(self, err: TextIO, files: int) -> None:
+        self.err, self.files, self.read = err, files, 0
+        self.start = time.perf_counter()
+        err.write(f"kvdev-host: schedule: loading {files} file argument(s)\n")
+        err.flush()
+
+    def __call__(self, path: str, size: int, objects: int) -> None:
+        self.read += 1
+        took = time.perf_counter() - self.start
+        self.err.write(
+            f"kvdev-host: schedule: read {path} ({size / 2**20:.1f} MiB): "
+            f"{objects} objects so far, {took:.1f} s\n"
+        )
+        self.err.flush()
+
+    def done(self, objects: int) -> None:
+        """The last line: every file loaded."""
+        took = time.perf_counter() - self.start
+        self.err.write(f"kvdev-host: schedule: loaded {objects} objects in {took:.1f} s\n")
+        self.err.flush()
 
 
 class _Bar:
@@ -233,6 +264,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         filter_timeout=args.filter_timeout,
         events=args.events,
         hints="both" if args.compare else "off" if args.no_hints else "on",
+        progress=args.progress,
         out=out,
         err=err,
     )
@@ -250,14 +282,19 @@ def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
     filter_timeout: str = "10s",
     events: str | None = None,
     hints: str = "on",
+    progress: bool = False,
 ) -> int:
     """``kvdev-host schedule``; returns the exit status."""
+    show_progress = progress or err.isatty()
     try:
         clock = filter_clock(filter_timeout)
         features = parse_feature_gates(feature_gates)
+        loading = _Loading(err, len(files)) if show_progress else None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            objects = load_files(files)
+            objects = load_files(files, loading)
+        if loading is not None:
+            loading.done(len(objects))
         # The input lives as long as the run: keep the garbage collector from walking it
         # again on every collection (that was half of a big schedule's time).
         gc.freeze()
@@ -281,7 +318,7 @@ def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
             out=out,
             err=err,
         )
-    progress = _Bar(err) if err.isatty() else None
+    progress = _Bar(err) if show_progress else None
     start = time.perf_counter()
     result = schedule(
         objects,
