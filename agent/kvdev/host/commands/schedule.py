@@ -2,9 +2,9 @@
 
 Reads Kubernetes objects from files, runs the pure scheduler (``kvdev.host.scheduling``)
 and prints the placed pods (``spec.nodeName`` set) and the claims it changed (with
-``status.allocation`` and ``reservedFor``); a progress bar on stderr when stderr is a
-terminal; a summary on stderr at the end. With ``--events``, a stream of watch events is
-replayed after the first placement (``scheduling.events``), unschedulable pods retried as the
+``status.allocation`` and ``reservedFor``); the loading and a progress bar on stderr when
+stderr is a terminal (or with ``--progress``); a summary on stderr at the end. With
+``--events``, a stream of watch events is replayed after the first placement (``scheduling.events``), unschedulable pods retried as the
 queueing hints say (or all of them: ``--no-hints``; both: ``--compare``). Exit 0 every pod
 placed, 1 some unschedulable, 2 usage error or invalid input.
 """
@@ -76,7 +76,8 @@ output:
   The placed pods (spec.nodeName, status.resourceClaimStatuses for template claims) and
   the claims the run allocated or reserved, as -o yaml documents (default) or a -o json
   v1 List, with every field of the input kept. --summary-only prints no objects.
-  stderr: a progress bar when it is a terminal, then the summary: pods placed,
+  stderr: on a terminal (or with --progress) the files as they load and a progress bar;
+  then the summary: pods placed,
   unschedulable pods per reason ("0/N nodes are available: ..."), claims per second.
 
 feature gates (all on by default): {GATES}
@@ -318,13 +319,13 @@ def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
             out=out,
             err=err,
         )
-    progress = _Bar(err) if show_progress else None
+    bar = _Bar(err) if show_progress else None
     start = time.perf_counter()
     result = schedule(
         objects,
         features=features,
         selector_cache=selector_cache,
-        progress=progress,
+        progress=bar,
         clock=clock,
     )
     seconds = time.perf_counter() - start
