@@ -4,9 +4,10 @@ Reads Kubernetes objects from files, runs the pure scheduler (``kvdev.host.sched
 and prints the placed pods (``spec.nodeName`` set) and the claims it changed (with
 ``status.allocation`` and ``reservedFor``); the loading and a progress bar on stderr when
 stderr is a terminal (or with ``--progress``); a summary on stderr at the end. With
-``--events``, a stream of watch events is replayed after the first placement (``scheduling.events``), unschedulable pods retried as the
-queueing hints say (or all of them: ``--no-hints``; both: ``--compare``). Exit 0 every pod
-placed, 1 some unschedulable, 2 usage error or invalid input.
+``--events``, a stream of watch events is replayed after the first placement
+(``scheduling.events``), unschedulable pods retried as the queueing hints say (or all of
+them: ``--no-hints``; both: ``--compare``). Exit 0 every pod placed, 1 some unschedulable,
+2 usage error or invalid input.
 """
 
 from __future__ import annotations
