@@ -12,7 +12,7 @@ _kvdev_devices()
 _kvdev()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-    local global="--socket --json --color --timeout --help"
+    local global="--socket -o --output --json --color --timeout --help"
     local commands="status devices explain plan wait reconcile metadata"
     local command="" sub="" socket=() i word
 
@@ -21,7 +21,7 @@ _kvdev()
         word=${COMP_WORDS[i]}
         case $word in
             --socket) socket=(--socket "${COMP_WORDS[i+1]}"); ((i++)); continue ;;
-            --color|--timeout|--for) ((i++)); continue ;;
+            -o|--output|--color|--timeout|--for) ((i++)); continue ;;
             -*) continue ;;
         esac
         if [[ -z $command ]]; then
@@ -40,6 +40,9 @@ _kvdev()
             return ;;
         --for)
             COMPREPLY=($(compgen -W "converged ready" -- "$cur"))
+            return ;;
+        -o|--output)
+            COMPREPLY=($(compgen -W "json yaml wide name" -- "$cur"))
             return ;;
         --timeout)
             return ;;
@@ -60,7 +63,7 @@ _kvdev()
                 return
             fi ;;
         wait)
-            words="--for --timeout --socket --json --color --help" ;;
+            words="--for --timeout --socket -o --output --json --color --help" ;;
         metadata)
             if [[ -z $sub ]]; then
                 words="validate --help"
