@@ -51,6 +51,7 @@ SHIPPED = {
     "/usr/share/fish/vendor_completions.d/kvdev.fish": "-rw-r--r--",
     "/usr/share/fish/vendor_completions.d/kvdev-agent.fish": "-rw-r--r--",
     "/usr/share/doc/kvdev/copyright": "-rw-r--r--",
+    "/etc/kvdev/agent.toml": "-rw-r--r--",
     "/usr/share/doc/kvdev/examples/dra-device-attributes/kvdev/guest-hints.json": "-rw-r--r--",
     "/usr/share/doc/kvdev/examples/config-drive/openstack/latest/meta_data.json": "-rw-r--r--",
     "/usr/lib/python3/dist-packages/kvdev/__init__.py": "-rw-r--r--",
@@ -111,8 +112,14 @@ def test_nothing_is_under_an_aliased_directory(contents):
     # would find no package.
     aliased = [p for p in contents if re.match(r"^/(lib|lib32|lib64|libx32|bin|sbin)(/|$)", p)]
     assert aliased == []
-    # and nothing in /etc or anywhere else
-    assert [p for p in contents if p not in {"/", "/usr"} and not p.startswith("/usr/")] == []
+    # and nothing anywhere else but the agent's configuration (a conffile)
+    etc = {"/etc", "/etc/kvdev", "/etc/kvdev/agent.toml"}
+    assert [p for p in contents if p not in {"/", "/usr", *etc} and not p.startswith("/usr/")] == []
+
+
+def test_the_agent_configuration_is_a_conffile(scripts, contents):
+    conffiles = (scripts / "conffiles").read_text().split()
+    assert conffiles == ["/etc/kvdev/agent.toml"]
 
 
 def test_the_units_are_the_ones_in_the_tree(deb, tmp_path):

@@ -1,6 +1,7 @@
 """``kvdev-agent``: the guest daemon's entry point and composition root.
 
-Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < flags), the adapters
+Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < its drop-ins
+``agent.toml.d/*.toml`` < ``KVDEV_AGENT_<KEY>`` < flags; ``--dump-config`` prints it), the adapters
 (netlink, udev, file watcher) and the reconcile loop, then either runs one converging pass
 (``--once``, for image builds, scripts and tests) or serves until SIGTERM. Exit codes:
 0 converged (or stopped cleanly), 1 ``--once`` left devices not configured, 2 usage or
@@ -19,6 +20,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -39,6 +41,12 @@ examples:
   kvdev-agent --once                       # converge once, print the status table, exit
   kvdev-agent --once --dry-run --json      # what would change, as JSON; changes nothing
   kvdev-agent --metadata-root ./tree --once
+  kvdev-agent --dump-config                # the configuration in force, each value's origin
+
+configuration: /etc/kvdev/agent.toml (every key, its default and meaning, in comments), then
+/etc/kvdev/agent.toml.d/*.toml in name order, then KVDEV_AGENT_<KEY> (e.g.
+KVDEV_AGENT_LOG_LEVEL=debug), then the flags; a bad configuration exits 2 (the unit does not
+restart it: RestartPreventExitStatus=2).
 
 exit status: 0 converged / stopped cleanly, 1 --once left devices not configured,
 2 usage or configuration error.
@@ -117,14 +125,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
     p.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
-    p.add_argument("--json", action="store_true", help="with --once: print the status as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --once: print the status as JSON; with --dump-config: the configuration",
+    )
+    p.add_argument(
+        "--dump-config",
+        action="store_true",
+        help="print the effective configuration (TOML) and where each value came from "
+        "(default, file, drop-in, environment, command line), then exit",
+    )
     return p
 
 
 def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
-    """Defaults, then the config file, then the flags that were given."""
+    """Defaults, the config file, its drop-ins, the environment, then the flags given."""
+    return replace(layers_of(args).config, once=args.once, dry_run=args.dry_run)
+
+
+def layers_of(args: argparse.Namespace) -> config_module.Layered:
+    """The configuration and where each value came from (``--dump-config``)."""
     path = args.config or config_module.DEFAULT_CONFIG
-    cfg = config_module.from_toml(path, required=args.config is not None)
     flags: dict[str, Any] = {
         key: getattr(args, key)
         for key in (
@@ -146,13 +168,23 @@ def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
         flags["poll_interval"] = config_module.parse_poll_interval(
             args.poll_interval, "--poll-interval"
         )
-    return replace(cfg, **flags, once=args.once, dry_run=args.dry_run)
+    return config_module.layered(
+        path, required=args.config is not None, env=os.environ, flags=flags
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvdev-agent`` console script."""
     args = _parser().parse_args(argv)
     try:
+        if args.dump_config:
+            layers = layers_of(args)
+            if args.json:
+                json.dump(config_module.as_json(layers), sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                sys.stdout.write(config_module.dump(layers))
+            return 0
         cfg = load_config(args)
     except UsageError as e:
         sys.stderr.write(f"kvdev-agent: {e}\n")
