@@ -30,6 +30,7 @@ from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.core import added as kvdev_added
 from kvdev.guest.core import inventory, sources
 from kvdev.guest.core import marks as marking
+from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState
 from kvdev.guest.core.planning import Plan, Policy, plan
@@ -160,7 +161,7 @@ class Reconciler:
                 log.info(
                     "%s",
                     tables.step_line(encode.step_json(r.step)),
-                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                    extra=_fields(r.step),
                 )
             else:
                 log.warning(
@@ -168,7 +169,7 @@ class Reconciler:
                     type(r.step).__name__,
                     "will retry" if r.retryable else "permanent",
                     r.error,
-                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                    extra=_fields(r.step),
                 )
         self._save(status)
         unsaved = [Condition("StateNotSaved", why) for why in self._unsaved.values()]
@@ -382,6 +383,11 @@ class Reconciler:
             linkfiles.apply(s) for s in steps if isinstance(s, WriteLinkFile | RemoveLinkFile)
         )
         return results
+
+
+def _fields(step: Step) -> dict[str, str]:
+    """A step's journal fields: DEVICE (its ref), CLAIM (the ref's claim), STEP (its type)."""
+    return {"DEVICE": step.device, "CLAIM": claim_of(step.device), "STEP": type(step).__name__}
 
 
 def converge(reconciler: Reconciler, passes: int = VERIFY_PASSES) -> Outcome:
