@@ -13,7 +13,7 @@ _kvdev()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
     local global="--socket -o --output --json --color --timeout --help"
-    local commands="status devices explain plan wait reconcile metadata"
+    local commands="status devices explain plan wait reconcile collect metadata"
     local command="" sub="" socket=() i word
 
     # Find the command (and metadata's subcommand), skipping options and their values.
@@ -21,7 +21,7 @@ _kvdev()
         word=${COMP_WORDS[i]}
         case $word in
             --socket) socket=(--socket "${COMP_WORDS[i+1]}"); ((i++)); continue ;;
-            -o|--output|--color|--timeout|--for) ((i++)); continue ;;
+            -o|--output|--color|--timeout|--for|--tarfile|--metadata-root|--state-dir) ((i++)); continue ;;
             -*) continue ;;
         esac
         if [[ -z $command ]]; then
@@ -62,6 +62,12 @@ _kvdev()
                 COMPREPLY=($(compgen -W "$(_kvdev_devices "${socket[@]}")" -- "$cur"))
                 return
             fi ;;
+        collect)
+            case $prev in
+                --tarfile) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --metadata-root|--state-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+            esac
+            words="$global --tarfile --metadata-root --state-dir --with-metadata" ;;
         wait)
             words="--for --timeout --socket -o --output --json --color --help" ;;
         metadata)

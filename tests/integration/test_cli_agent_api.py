@@ -515,7 +515,7 @@ def test_reconcile_by_another_user_is_refused_with_exit_2(agent, as_nobody):
 
 
 @pytest.mark.parametrize(
-    "command", ["", "status", "devices", "explain", "plan", "wait", "reconcile"]
+    "command", ["", "status", "devices", "explain", "plan", "wait", "reconcile", "collect"]
 )
 def test_help_shows_examples_and_exit_codes(capsys, command):
     with pytest.raises(SystemExit) as exited:
@@ -525,3 +525,80 @@ def test_help_shows_examples_and_exit_codes(capsys, command):
     assert re.search(r"examples:\n  (sudo )?kvdev ", out)
     assert "exit status:" in out
     assert "--socket PATH" in out
+
+
+def members(path):
+    import tarfile  # noqa: PLC0415
+
+    with tarfile.open(path) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        return {
+            m.name.removeprefix(top + "/"): tar.extractfile(m).read().decode()
+            for m in tar.getmembers()
+        }
+
+
+@pytest.fixture
+def trees(tmp_path):
+    meta, state = tmp_path / "meta", tmp_path / "state"
+    (meta / "resourceclaims/vm1").mkdir(parents=True)
+    (meta / "resourceclaims/vm1/nic.json").write_text('{"secret": "10.1.0.5"}')
+    (meta / "..data").symlink_to("resourceclaims")
+    (state / "marks").mkdir(parents=True)
+    (state / "status.json").write_text('{"kind": "AgentStatus"}\n')
+    (state / "marks/mac-02:00:00:3b:02:01").write_text("")
+    return meta, state
+
+
+def test_collect_writes_one_tarball_of_the_agents_answers_and_the_trees(agent, capsys, trees):
+    meta, state = trees
+    agent.bridge.publish(status())
+    tarball = meta.parent / "support.tar.gz"
+    args = ["--socket", str(agent.path), "--tarfile", str(tarball)]
+    args += ["--metadata-root", str(meta), "--state-dir", str(state)]
+    with agent.answering():
+        code, out, _ = main(capsys, "collect", *args)
+    assert (code, out) == (0, f"{tarball}\n")
+    got = members(tarball)
+    assert json.loads(got["status.json"])["body"]["kind"] == "AgentStatus"
+    assert json.loads(got["devices.json"])["body"]["items"][0]["ref"] == REF
+    assert json.loads(got["plan.json"])["body"]["kind"] == "Plan"
+    listing = json.loads(got["metadata-listing.json"])["entries"]
+    assert {e["path"]: e.get("target") for e in listing} == {
+        "..data": "resourceclaims",
+        "resourceclaims": None,
+        "resourceclaims/vm1": None,
+        "resourceclaims/vm1/nic.json": None,
+    }
+    assert not any(name.startswith("metadata/") for name in got)  # names only, by default
+    assert got["state/status.json"] == '{"kind": "AgentStatus"}\n'
+    assert "state/marks/mac-02:00:00:3b:02:01" in got
+    parts = json.loads(got["collect.json"])["parts"]
+    assert set(parts.values()) <= {"ok"} | {p for p in parts.values() if "journal" in p}
+    with agent.answering():
+        main(capsys, "collect", *args, "--with-metadata")
+    assert members(tarball)["metadata/resourceclaims/vm1/nic.json"] == '{"secret": "10.1.0.5"}'
+
+
+def test_collect_without_an_agent_records_why_and_still_writes_the_rest(sockdir, capsys, trees):
+    meta, _ = trees
+    tarball = meta.parent / "support.tar.gz"
+    args = ["--socket", str(sockdir / "agent.sock"), "--tarfile", str(tarball)]
+    code, out, err = main(capsys, "collect", *args, "--metadata-root", str(meta / "nope"))
+    assert (code, out) == (0, f"{tarball}\n")
+    got = members(tarball)
+    assert got["status.json.error"].startswith("NotRunningError: agent not running: no socket at ")
+    assert (
+        got["metadata-listing.json.error"] == f"FileNotFoundError: {meta}/nope: no such directory\n"
+    )
+    parts = json.loads(got["collect.json"])["parts"]
+    assert parts["status.json"].startswith("NotRunningError")
+    assert err.startswith("kvdev: collect: not collected (see collect.json): devices.json, ")
+
+
+def test_collect_that_cannot_write_its_tarball_exits_2(sockdir, capsys):
+    code, out, err = main(
+        capsys, "collect", "--socket", str(sockdir / "s"), "--tarfile", str(sockdir / "no/x.tgz")
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvdev: collect: cannot write {sockdir}/no/x.tgz: ")

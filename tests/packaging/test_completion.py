@@ -78,3 +78,8 @@ def test_every_option_is_in_every_completion_file(program, parser, files):
 @pytest.mark.parametrize("name", ["kvdev.fish", "kvdev-host.fish", "kvdev-agent.fish"])
 def test_fish_files_parse(name):
     subprocess.run(["fish", "--no-execute", str(COMPLETION / name)], check=True)
+
+
+def test_bash_completes_kvdev_collect():
+    assert complete("kvdev", "col") == ["collect"]
+    assert complete("kvdev", "collect", "--with") == ["--with-metadata"]

@@ -4,7 +4,7 @@ It owns the command line: the parser (global options, every command's help, exam
 codes) and the entry point. The commands that ask the running agent over its socket (status,
 devices, explain, plan, wait, reconcile) are in ``commands``, their socket client is
 ``client`` and their renderings ``kvdev.guest.views.tables``; ``metadata validate`` (offline,
-no agent) is ``validate``. Exit codes are
+no agent) is ``validate``; ``collect`` (a support tarball) is ``collect``. Exit codes are
 a contract: 0 success, 1 not converged / not found / timed out, 2 usage error, invalid input,
 or the agent unreachable or answering an error.
 """
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kvdev import __version__
-from kvdev.guest.cli import commands, validate
+from kvdev.guest.cli import collect, commands, validate
 from kvdev.guest.cli.client import DEFAULT_SOCKET, SOCKET_ENV, default_socket
 from kvdev.guest.cli.commands import OUTPUTS
 
@@ -48,6 +48,7 @@ examples:
   kvdev -o json devices | jq -r '.items[] | select(.phase != "Configured") | .ref'
   kvdev devices -o name                         # one full ref per line, for scripts
   kvdev metadata validate ./tree                # offline, no agent needed
+  sudo kvdev collect                            # one support tarball for a bug report
 
 {_EXIT_CODES}
 Run 'kvdev COMMAND --help' for a command's options and examples.
@@ -262,6 +263,12 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="SECONDS",
                 help="give up after this long, exit 1 (default: 60)",
             )
+    collect.add_parser(
+        commands_,
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands_.choices["collect"].set_defaults(func=_collect)
     meta = commands_.add_parser(
         "metadata",
         help="work with DRA device metadata files offline",
@@ -279,6 +286,10 @@ def _use_color(choice: str, stream: TextIO) -> bool:
 
 def _agent(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return commands.run(args, out, err, color=_use_color(args.color, out))
+
+
+def _collect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return collect.run(args, out, err)
 
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
