@@ -25,4 +25,4 @@ def test_every_measured_paragraph_names_when():
 def test_the_stale_figures_are_gone():
     assert "about 5 minutes on 2 busy cores" not in README
     assert "684 passed" not in README
-    assert "with its 684 tests 27–68 s" not in README
+    assert "with its 684 tests 27\u201368 s" not in README
