@@ -602,3 +602,14 @@ def test_collect_that_cannot_write_its_tarball_exits_2(sockdir, capsys):
     )
     assert (code, out) == (2, "")
     assert err.startswith(f"kvdev: collect: cannot write {sockdir}/no/x.tgz: ")
+
+
+def test_yaml_output_without_pyyaml_says_what_to_install(agent, capsys, monkeypatch):
+    agent.bridge.publish(status())
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml raises ImportError
+    code, out, err = main(capsys, "devices", "-o", "yaml", "--socket", str(agent.path))
+    assert (code, out) == (2, "")
+    assert err == (
+        "kvdev: -o yaml needs PyYAML (python3-yaml, which the package suggests); "
+        "-o json is the same\n"
+    )

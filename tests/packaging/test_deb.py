@@ -149,7 +149,9 @@ def test_the_host_half_is_not_shipped(contents):
 
 
 def test_the_control_fields(deb):
-    fields = dpkg_deb("--field", str(deb), "Package", "Architecture", "Depends", "Recommends")
+    fields = dpkg_deb(
+        "--field", str(deb), "Package", "Architecture", "Depends", "Recommends", "Suggests"
+    )
     control = dict(re.findall(r"^(\S+): (.*)$", fields, re.MULTILINE))
     assert (control["Package"], control["Architecture"]) == ("kvdev", "all")
     depends = {d.strip() for d in control["Depends"].split(",")}
@@ -160,6 +162,7 @@ def test_the_control_fields(deb):
     ):
         assert wanted in depends, control["Depends"]
     assert {d.split()[0] for d in depends} >= {"python3-pyudev", "python3-watchdog"}
+    assert control["Suggests"] == "python3-yaml"  # kvdev -o yaml
     # the agent's rtnetlink codec is its own (guest/adapters/netlink): no netlink library
     assert "python3-pyroute2" not in {d.split()[0] for d in depends}
     assert control["Recommends"] == "python3-systemd"

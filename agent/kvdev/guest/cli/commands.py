@@ -197,7 +197,7 @@ def _yaml(body: Mapping[str, Any]) -> str:
     try:
         import yaml  # noqa: PLC0415 - optional: only -o yaml needs it
     except ImportError as e:
-        msg = "-o yaml needs PyYAML (python3-yaml); -o json prints the same"
+        msg = "-o yaml needs PyYAML (python3-yaml, which the package suggests); -o json is the same"
         raise AgentError(msg) from e
     text: str = yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
     return text
