@@ -5,9 +5,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-# Root targets (network namespaces, a chroot, QEMU): as root they run here; as a user the same
-# command runs them again under sudo. So `make demo` and `make test` work as root in a container
-# without sudo and as a user with sudo. Every other target runs as whoever calls it.
+# Root targets (network namespaces, a chroot, QEMU): as root they run here; as a user the
+# virtualenv is built first as that user (so .venv and the egg-info stay theirs and `make clean`
+# works), then the same command runs again under sudo, writing no bytecode into the clone. So
+# `make demo` and `make test` work as root in a container without sudo and as a user with sudo.
+# Every other target runs as whoever calls it.
 ROOT_GOALS := demo test e2e vm-image deb deb-chroot packages test-compat bench bench-api robustness
 ROOT_GOALS += robustness-long
 ifneq ($(shell id -u),0)
@@ -20,7 +22,8 @@ ifdef AS_ROOT
 .PHONY: $(MAKECMDGOALS)
 $(firstword $(MAKECMDGOALS)):
 	@command -v sudo >/dev/null 2>&1 || { echo "make $(MAKECMDGOALS): needs root (network namespaces, a chroot, QEMU), and there is no sudo: run it as root" >&2; exit 2; }
-	sudo $(MAKE) $(MAKECMDGOALS)
+	$(MAKE) $(STAMP)
+	sudo env PYTHONDONTWRITEBYTECODE=1 $(MAKE) $(MAKECMDGOALS)
 $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 	@:
 else

@@ -12,8 +12,8 @@ _kvdev_devices()
 _kvdev()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-    local global="--socket --json --color --timeout --help"
-    local commands="status devices explain plan wait reconcile metadata"
+    local global="--socket -o --output --json --color --timeout --help"
+    local commands="status devices explain plan wait reconcile collect metadata"
     local command="" sub="" socket=() i word
 
     # Find the command (and metadata's subcommand), skipping options and their values.
@@ -21,7 +21,7 @@ _kvdev()
         word=${COMP_WORDS[i]}
         case $word in
             --socket) socket=(--socket "${COMP_WORDS[i+1]}"); ((i++)); continue ;;
-            --color|--timeout|--for) ((i++)); continue ;;
+            -o|--output|--color|--timeout|--for|--tarfile|--metadata-root|--state-dir) ((i++)); continue ;;
             -*) continue ;;
         esac
         if [[ -z $command ]]; then
@@ -41,6 +41,9 @@ _kvdev()
         --for)
             COMPREPLY=($(compgen -W "converged ready" -- "$cur"))
             return ;;
+        -o|--output)
+            COMPREPLY=($(compgen -W "json yaml wide name" -- "$cur"))
+            return ;;
         --timeout)
             return ;;
     esac
@@ -59,8 +62,14 @@ _kvdev()
                 COMPREPLY=($(compgen -W "$(_kvdev_devices "${socket[@]}")" -- "$cur"))
                 return
             fi ;;
+        collect)
+            case $prev in
+                --tarfile) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --metadata-root|--state-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+            esac
+            words="$global --tarfile --metadata-root --state-dir --with-metadata" ;;
         wait)
-            words="--for --timeout --socket --json --color --help" ;;
+            words="--for --timeout --socket -o --output --json --color --help" ;;
         metadata)
             if [[ -z $sub ]]; then
                 words="validate --help"

@@ -118,7 +118,7 @@ def test_text_summary_and_the_second_run_is_unchanged(tmp_path, capsys):
     lines = stdout.splitlines()
     assert lines[0].split() == ["DEVICE", "GUEST", "PCI", "MATCHED", "BY", "FROM", "TAG"]
     assert lines[-2] == (
-        "unpinned (the agent matches them by MAC): "
+        "unpinned, the agent matches them by MAC: "
         "vm1-devices/nic-2/sriov.example.com/node-a/vf-2, "
         "fast-nic/nic/dra.net/node-a/pci-0000-5e-00-1"
     )
@@ -129,6 +129,21 @@ def test_text_summary_and_the_second_run_is_unchanged(tmp_path, capsys):
         0,
         f"unchanged: {out}/current -> .gen-1; 4 devices, 2 pinned",
     )
+
+
+def test_from_tree_never_says_a_gpu_is_matched_by_mac(tmp_path, capsys):
+    code, stdout, _ = run(capsys, "--from-tree", TREE, "--out", tmp_path / "share")
+    assert code == 0
+    lines = stdout.splitlines()
+    gpu = "vm1-devices/gpu/gpu.nvidia.com/node-a/gpu-vfio-0"
+    by_mac = next(
+        line for line in lines if line.startswith("unpinned, the agent matches them by MAC")
+    )
+    assert gpu not in by_mac
+    assert (
+        "unpinned, no MAC: the agent matches them only by a PCI vendor:device ID no other device "
+        f"shares (pin them with --domain-xml or --guest-plan): {gpu}"
+    ) in lines
 
 
 def test_invalid_plan_exits_2_naming_file_and_field(tmp_path, capsys):

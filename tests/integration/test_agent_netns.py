@@ -277,3 +277,11 @@ def test_an_mtu_below_the_ipv6_minimum_with_ipv6_addresses_is_refused_before_any
     said = " ".join([vf1["reason"], *vf1["warnings"]])
     assert "network.mtu 1000" in said, vf1
     assert "1280" in said, vf1
+
+
+def test_once_on_a_metadata_root_that_is_not_there_warns_and_says_what_it_did(netns, tmp_path):
+    done = run_once(netns, tmp_path / "nonexist", tmp_path)
+    assert done.returncode == 0, done.stderr  # nothing described is nothing left undone
+    assert f"WARNING metadata root {tmp_path}/nonexist does not exist: " in done.stderr
+    assert "this pass configures nothing (no device is described)" in done.stderr
+    assert done.stdout.splitlines()[-1] == "no devices described"

@@ -27,13 +27,14 @@ from kvdev.guest.api.bridge import Bridge
 from kvdev.guest.api.routes import Api
 from kvdev.guest.api.server import Server
 from kvdev.guest.cli import main as cli
+from kvdev.guest.cli.client import LOOK
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
-from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic
-from kvdev.guest.core.planning import Blocked, Desired, Plan
+from kvdev.guest.core.observed import Address, GuestDevice, Link, NetState, Nic, Route
+from kvdev.guest.core.planning import Blocked, Desired, DesiredRoute, Plan
 from kvdev.guest.core.status import ClaimStatus, MetadataState, summarize
 from kvdev.guest.views import encode
-from kvdev.guest.views.tables import DEVICES_COLUMNS
+from kvdev.guest.views.tables import WIDE_COLUMNS
 from kvdev.schema.described import DescribedDevice
 
 KVDEV = shutil.which("kvdev") or str(Path(sys.executable).parent / "kvdev")
@@ -61,7 +62,7 @@ def described(request, driver, name):
 V1BETA1 = "metadata.resource.k8s.io/v1beta1"
 
 
-def status(*, converged=True, pending=False, claims=None):
+def status(*, converged=True, pending=False, claims=None, routes=(), seen_routes=(), twin=False):
     nic = GuestDevice("0000:07:00.0", "15b3", "101e", "020000", "mlx5_core", 0)
     nic = replace(nic, nics=(Nic("eth1", 11, MAC),))
     vf = described("nics", "sriov.example.com", "vf-1")
@@ -70,17 +71,23 @@ def status(*, converged=True, pending=False, claims=None):
     why = "no guest NIC has MAC 0c:42:a1:5e:00:01"
     rdma = Binding(rdma, MatchState.MISSING, candidates=("0000:08:00.0",), reason=why)
     mtu, steps = (9000, STEPS) if pending else (None, ())
-    want = Desired(REF, 11, "eth1", "vm1-devices.nics.vf-1", mtu, ("10.1.0.5/24",), ())
+    want = Desired(REF, 11, "eth1", "vm1-devices.nics.vf-1", mtu, ("10.1.0.5/24",), routes)
     link = Link(11, "eth1", MAC, mtu=1500, up=True, altnames=("vm1-devices.nics.vf-1",))
     claims = claims or (ClaimStatus("vm1-devices", "vms", None, 3, "/run/dra/nics.json", V1BETA1),)
+    bindings = (vf,) if converged else (vf, rdma)
+    if twin:  # a second claim with a device of the same name
+        other = DescribedDevice(
+            "vm1-more", "vms", None, "nics", "sriov.example.com", "node-b", "vf-1", 1
+        )
+        bindings += (Binding(other, MatchState.MISSING, reason="no guest NIC has its MAC"),)
     return summarize(
-        Matching((vf,) if converged else (vf, rdma), ()),
+        Matching(bindings, ()),
         Plan(steps, (want,), ()),
         [],
         MetadataState(claims=claims),
         reconcile=7,
         dry_run=pending,
-        state=NetState((link,), (Address(11, "10.1.0.5/24"),)),
+        state=NetState((link,), (Address(11, "10.1.0.5/24"),), seen_routes),
     )
 
 
@@ -203,18 +210,72 @@ def test_status_before_the_first_pass_is_not_converged(agent, capsys):
 
 def test_devices_table_has_the_header_and_aligned_columns(agent):
     agent.bridge.publish(status(converged=False))
-    done = run(None, "devices", env={"KVDEV_SOCKET": str(agent.path)})
+    done = run(None, "devices", "-o", "wide", env={"KVDEV_SOCKET": str(agent.path)})
     assert done.returncode == 0, done.stderr
     header, vf, rdma = done.stdout.splitlines()
     assert header == (
         "DEVICE                                               PHASE       INTERFACE  GUEST PCI     "
         "DRIVER     NUMA  MAC                ADDRESSES    RX/TX        SPEED"
     )
-    starts = [header.index(h) for h in DEVICES_COLUMNS]
+    starts = [header.index(h) for h in WIDE_COLUMNS]
     cells = [REF, "Configured", "eth1", "0000:07:00.0", "mlx5_core", "0", MAC, "10.1.0.5/24"]
     cells += ["1.5KiB/200B", "25Gb/s"]
     assert [vf[at : at + len(c)] for at, c in zip(starts, cells, strict=True)] == cells
     assert rdma.split() == [RDMA_REF, "Missing", *["-"] * 8]
+
+
+def test_devices_by_default_fit_100_columns_with_short_refs_explain_takes(agent, capsys):
+    agent.bridge.publish(status(converged=False))
+    code, out, _ = main(capsys, "devices", "--socket", str(agent.path))
+    assert code == 0
+    assert out.splitlines() == [
+        (
+            "DEVICE                       PHASE       INTERFACE  GUEST PCI     MAC                "
+            "ADDRESSES"
+        ),
+        (
+            "vm1-devices/nics/vf-1        Configured  eth1       0000:07:00.0  02:00:00:3b:02:01  "
+            "10.1.0.5/24"
+        ),
+        "vm1-devices/nics/rdma/mlx-0  Missing     -          -             -                  -",
+    ]
+    assert max(map(len, out.splitlines())) <= 100
+    short = out.splitlines()[2].split()[0]
+    assert main(capsys, "explain", short, "--socket", str(agent.path))[0] == 0
+
+
+def test_devices_whose_short_refs_collide_keep_their_full_refs(agent, capsys):
+    agent.bridge.publish(status(twin=True))
+    code, out, _ = main(capsys, "devices", "--socket", str(agent.path))
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()[1:]]
+    assert names == ["vm1-devices/nics/vf-1", "vm1-more/nics/vf-1"]
+
+
+@pytest.mark.parametrize("flag", [["-o", "json"], ["--json"], ["-o", "yaml"]])
+def test_devices_as_data_is_the_agents_answer(agent, capsys, flag):
+    agent.bridge.publish(status(converged=False))
+    code, out, _ = main(capsys, "devices", *flag, "--socket", str(agent.path))
+    _, js, _ = main(capsys, "--json", "devices", "--socket", str(agent.path))
+    yaml = pytest.importorskip("yaml")
+    assert code == 0
+    assert (json.loads(out) if "yaml" not in flag else yaml.safe_load(out)) == json.loads(js)
+
+
+def test_devices_and_explain_by_name_print_full_refs(agent, capsys):
+    agent.bridge.publish(status(converged=False))
+    code, out, _ = main(capsys, "devices", "-o", "name", "--socket", str(agent.path))
+    assert (code, out) == (0, f"{REF}\n{RDMA_REF}\n")
+    code, out, _ = main(capsys, "-o", "name", "explain", "eth1", "--socket", str(agent.path))
+    assert (code, out) == (0, f"{REF}\n")
+
+
+@pytest.mark.parametrize(("output", "command"), [("wide", "status"), ("name", "plan")])
+def test_an_output_a_command_does_not_take_is_a_usage_error(agent, capsys, output, command):
+    code, out, err = main(capsys, command, "-o", output, "--socket", str(agent.path))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvdev: -o {output} is for devices")
+    assert err.endswith(f"; {command} takes -o json or yaml\n")
 
 
 def test_devices_and_explain_json_are_the_agents(agent, capsys):
@@ -236,7 +297,7 @@ def test_color_only_when_asked(agent, capsys):
 
 @pytest.mark.parametrize(
     "key",
-    ["vm1-devices/nics/vf-1", REF, "eth1", "vm1-devices.nics.vf-1", MAC.upper(), "07:00.0"],
+    ["vm1-devices/nics/vf-1", REF, "eth1", "vm1-devices.nics.vf-1", MAC.upper(), "07:00.0", "vf-1"],
 )
 def test_explain_finds_by_short_ref_full_ref_interface_altname_mac_or_pci(agent, capsys, key):
     agent.bridge.publish(status())
@@ -264,6 +325,40 @@ def test_explain_missing_device_says_why_with_a_subrequest(agent):
         "  candidates: 0000:08:00.0",
         "  reason:     no guest NIC has MAC 0c:42:a1:5e:00:01",
     ]
+
+
+def test_explain_by_a_device_name_two_claims_share_lists_both_and_exits_2(agent):
+    agent.bridge.publish(status(twin=True))
+    done = run(agent.path, "explain", "vf-1")
+    assert (done.returncode, done.stdout) == (2, "")
+    twin = "vm1-more/nics/sriov.example.com/node-b/vf-1"
+    assert done.stderr == f"kvdev: 2 devices match vf-1: {REF}, {twin}; name one by its full ref\n"
+
+
+@pytest.mark.parametrize(
+    ("seen", "row"),
+    [
+        (
+            (Route(11, "10.3.0.0/16", "10.1.0.1", 0, 42),),
+            ["10.3.0.0/16 via 10.1.0.1", "10.3.0.0/16 via 10.1.0.1"],
+        ),
+        ((), ["10.3.0.0/16 via 10.1.0.1", "-", "differs"]),
+        (
+            (Route(11, "10.3.0.0/16", "10.1.0.1", 0, 42), Route(11, "10.9.0.0/16", None, 0, 3)),
+            ["10.3.0.0/16 via 10.1.0.1", "10.3.0.0/16 via 10.1.0.1,10.9.0.0/16"],
+        ),
+    ],
+)
+def test_explain_shows_the_observed_routes_beside_the_wanted(agent, capsys, seen, row):
+    wanted = (DesiredRoute("10.3.0.0/16", "10.1.0.1"),)
+    agent.bridge.publish(status(routes=wanted, seen_routes=(*seen, Route(12, "10.7.0.0/16"))))
+    code, out, _ = main(capsys, "explain", "vf-1", "--socket", str(agent.path))
+    assert code == 0
+    rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+    assert ["routes", *row] in rows
+    _, js, _ = main(capsys, "explain", "--json", "vf-1", "--socket", str(agent.path))
+    routes = json.loads(js)["observed"]["routes"]  # only those through the bound NIC (ifindex 11)
+    assert [r["destination"] for r in routes] == [r.destination for r in seen]
 
 
 @pytest.mark.parametrize("key", ["vm1-devices/nics/vf-9", "eth9", "vm1/a/b/c/d"])
@@ -372,7 +467,8 @@ def test_wait_without_a_socket_waits_then_exits_1(sockdir):
     assert time.monotonic() - started >= 1
     assert done.returncode == 1
     assert done.stderr == (
-        f"kvdev: not converged after 1 s: agent not running: no socket at {sockdir}/agent.sock\n"
+        "kvdev: not converged after 1 s: agent not running: "
+        f"no socket at {sockdir}/agent.sock{LOOK}\n"
     )
 
 
@@ -380,14 +476,15 @@ def test_wait_without_a_socket_waits_then_exits_1(sockdir):
 def test_other_commands_without_a_socket_exit_2(sockdir, args):
     done = run(sockdir / "agent.sock", *args.split())
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == f"kvdev: agent not running: no socket at {sockdir}/agent.sock\n"
+    assert done.stderr == f"kvdev: agent not running: no socket at {sockdir}/agent.sock{LOOK}\n"
+    assert LOOK == "; look: systemctl status kvdev-agent, journalctl -u kvdev-agent"
 
 
 def test_wait_on_a_socket_nobody_listens_on_exits_2_at_once(sockdir):
     with socket.socket(socket.AF_UNIX) as stale:
         stale.bind(str(sockdir / "agent.sock"))
         done = run(sockdir / "agent.sock", "wait", "--timeout", "20")
-    refused = f"agent not running: nothing listens on {sockdir}/agent.sock (a stale socket?)"
+    refused = f"agent not running: nothing listens on {sockdir}/agent.sock (a stale socket?){LOOK}"
     assert (done.returncode, done.stderr) == (2, f"kvdev: {refused}\n")
 
 
@@ -418,7 +515,7 @@ def test_reconcile_by_another_user_is_refused_with_exit_2(agent, as_nobody):
 
 
 @pytest.mark.parametrize(
-    "command", ["", "status", "devices", "explain", "plan", "wait", "reconcile"]
+    "command", ["", "status", "devices", "explain", "plan", "wait", "reconcile", "collect"]
 )
 def test_help_shows_examples_and_exit_codes(capsys, command):
     with pytest.raises(SystemExit) as exited:
@@ -428,3 +525,91 @@ def test_help_shows_examples_and_exit_codes(capsys, command):
     assert re.search(r"examples:\n  (sudo )?kvdev ", out)
     assert "exit status:" in out
     assert "--socket PATH" in out
+
+
+def members(path):
+    import tarfile  # noqa: PLC0415
+
+    with tarfile.open(path) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        return {
+            m.name.removeprefix(top + "/"): tar.extractfile(m).read().decode()
+            for m in tar.getmembers()
+        }
+
+
+@pytest.fixture
+def trees(tmp_path):
+    meta, state = tmp_path / "meta", tmp_path / "state"
+    (meta / "resourceclaims/vm1").mkdir(parents=True)
+    (meta / "resourceclaims/vm1/nic.json").write_text('{"secret": "10.1.0.5"}')
+    (meta / "..data").symlink_to("resourceclaims")
+    (state / "marks").mkdir(parents=True)
+    (state / "status.json").write_text('{"kind": "AgentStatus"}\n')
+    (state / "marks/mac-02:00:00:3b:02:01").write_text("")
+    return meta, state
+
+
+def test_collect_writes_one_tarball_of_the_agents_answers_and_the_trees(agent, capsys, trees):
+    meta, state = trees
+    agent.bridge.publish(status())
+    tarball = meta.parent / "support.tar.gz"
+    args = ["--socket", str(agent.path), "--tarfile", str(tarball)]
+    args += ["--metadata-root", str(meta), "--state-dir", str(state)]
+    with agent.answering():
+        code, out, _ = main(capsys, "collect", *args)
+    assert (code, out) == (0, f"{tarball}\n")
+    got = members(tarball)
+    assert json.loads(got["status.json"])["body"]["kind"] == "AgentStatus"
+    assert json.loads(got["devices.json"])["body"]["items"][0]["ref"] == REF
+    assert json.loads(got["plan.json"])["body"]["kind"] == "Plan"
+    listing = json.loads(got["metadata-listing.json"])["entries"]
+    assert {e["path"]: e.get("target") for e in listing} == {
+        "..data": "resourceclaims",
+        "resourceclaims": None,
+        "resourceclaims/vm1": None,
+        "resourceclaims/vm1/nic.json": None,
+    }
+    assert not any(name.startswith("metadata/") for name in got)  # names only, by default
+    assert got["state/status.json"] == '{"kind": "AgentStatus"}\n'
+    assert "state/marks/mac-02:00:00:3b:02:01" in got
+    parts = json.loads(got["collect.json"])["parts"]
+    assert set(parts.values()) <= {"ok"} | {p for p in parts.values() if "journal" in p}
+    with agent.answering():
+        main(capsys, "collect", *args, "--with-metadata")
+    assert members(tarball)["metadata/resourceclaims/vm1/nic.json"] == '{"secret": "10.1.0.5"}'
+
+
+def test_collect_without_an_agent_records_why_and_still_writes_the_rest(sockdir, capsys, trees):
+    meta, _ = trees
+    tarball = meta.parent / "support.tar.gz"
+    args = ["--socket", str(sockdir / "agent.sock"), "--tarfile", str(tarball)]
+    code, out, err = main(capsys, "collect", *args, "--metadata-root", str(meta / "nope"))
+    assert (code, out) == (0, f"{tarball}\n")
+    got = members(tarball)
+    assert got["status.json.error"].startswith("NotRunningError: agent not running: no socket at ")
+    assert (
+        got["metadata-listing.json.error"] == f"FileNotFoundError: {meta}/nope: no such directory\n"
+    )
+    parts = json.loads(got["collect.json"])["parts"]
+    assert parts["status.json"].startswith("NotRunningError")
+    assert err.startswith("kvdev: collect: not collected (see collect.json): devices.json, ")
+
+
+def test_collect_that_cannot_write_its_tarball_exits_2(sockdir, capsys):
+    code, out, err = main(
+        capsys, "collect", "--socket", str(sockdir / "s"), "--tarfile", str(sockdir / "no/x.tgz")
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvdev: collect: cannot write {sockdir}/no/x.tgz: ")
+
+
+def test_yaml_output_without_pyyaml_says_what_to_install(agent, capsys, monkeypatch):
+    agent.bridge.publish(status())
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml raises ImportError
+    code, out, err = main(capsys, "devices", "-o", "yaml", "--socket", str(agent.path))
+    assert (code, out) == (2, "")
+    assert err == (
+        "kvdev: -o yaml needs PyYAML (python3-yaml, which the package suggests); "
+        "-o json is the same\n"
+    )

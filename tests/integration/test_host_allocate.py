@@ -405,3 +405,30 @@ def test_extended_resource_gate_off_ignores_pods(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert json.loads(out)["items"] == []
     assert "nothing to do" in err
+
+
+def test_output_name_and_the_json_alias(tmp_path, capsys):
+    case = _case("010")
+    objects = write_case(case, tmp_path / "objects.yaml")
+    node = case["node"]["name"]
+    assert cli.main(["allocate", "-f", str(objects), "--node", node, "-o", "name"]) == 0
+    names = capsys.readouterr().out.splitlines()
+    want = [f"resourceclaim.resource.k8s.io/{c['metadata']['name']}" for c in case["claims"]]
+    assert names == want
+    assert cli.main(["allocate", "-f", str(objects), "--node", node, "--json"]) == 0
+    as_json = capsys.readouterr().out
+    assert cli.main(["allocate", "-f", str(objects), "--node", node, "-o", "json"]) == 0
+    assert as_json == capsys.readouterr().out
+    assert json.loads(as_json)["kind"] == "List"
+
+
+@pytest.mark.parametrize(
+    "command", ["allocate", "schedule", "status", "controller", "prepare", "bundle"]
+)
+def test_every_host_command_that_prints_takes_o_and_json(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = capsys.readouterr().out
+    assert "-o {" in text
+    assert "--json" in text
+    assert "the same as -o json" in text

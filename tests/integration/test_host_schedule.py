@@ -1,6 +1,7 @@
 """`kvdev-host schedule` end to end: real files through ``cli.main``, and the console script."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -209,3 +210,34 @@ def test_console_script_draws_a_progress_bar_on_a_terminal(files):
     text = seen.decode()
     assert "\r[" + "#" * 30 + "] 2/2 pods" in text
     assert "placed 2 of 2 pods" in text
+    assert "kvdev-host: schedule: loading 2 file argument(s)" in text
+
+
+def test_progress_flag_shows_the_loading_on_stderr_and_keeps_json_stdout_clean(files):
+    args = files("p1", "p2")
+    run = subprocess.run(
+        [KVDEV_HOST, "schedule", *args, "-o", "json", "--progress"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(run.stdout)["kind"] == "List"  # stdout is the JSON alone
+    lines = run.stderr.replace("\r", "\n").splitlines()
+    assert lines[0] == "kvdev-host: schedule: loading 2 file argument(s)"
+    assert re.fullmatch(
+        rf"kvdev-host: schedule: read {re.escape(args[1])} \(0\.0 MiB\): \d+ objects so far, "
+        r"\d+\.\d s",
+        lines[1],
+    )
+    assert re.fullmatch(
+        rf"kvdev-host: schedule: read {re.escape(args[3])} \(0\.0 MiB\): \d+ objects so far, "
+        r"\d+\.\d s",
+        lines[2],
+    )
+    assert re.fullmatch(r"kvdev-host: schedule: loaded \d+ objects in \d+\.\d s", lines[3])
+    assert "[" + "#" * 30 + "] 2/2 pods" in run.stderr
+    quiet = subprocess.run(
+        [KVDEV_HOST, "schedule", *args, "-o", "json"], capture_output=True, text=True, check=True
+    )
+    assert "loading" not in quiet.stderr
+    assert quiet.stdout == run.stdout

@@ -48,7 +48,12 @@ SHIPPED = {
     "/usr/share/man/man8/kvdev-agent.8.gz": "-rw-r--r--",
     "/usr/share/bash-completion/completions/kvdev": "-rw-r--r--",
     "/usr/share/zsh/vendor-completions/_kvdev": "-rw-r--r--",
+    "/usr/share/bash-completion/completions/kvdev-agent": "-rw-r--r--",
+    "/usr/share/zsh/vendor-completions/_kvdev-agent": "-rw-r--r--",
+    "/usr/share/fish/vendor_completions.d/kvdev.fish": "-rw-r--r--",
+    "/usr/share/fish/vendor_completions.d/kvdev-agent.fish": "-rw-r--r--",
     "/usr/share/doc/kvdev/copyright": "-rw-r--r--",
+    "/etc/kvdev/agent.toml": "-rw-r--r--",
     "/usr/share/doc/kvdev/examples/dra-device-attributes/kvdev/guest-hints.json": "-rw-r--r--",
     "/usr/share/doc/kvdev/examples/config-drive/openstack/latest/meta_data.json": "-rw-r--r--",
     "/usr/lib/python3/dist-packages/kvdev/__init__.py": "-rw-r--r--",
@@ -109,8 +114,14 @@ def test_nothing_is_under_an_aliased_directory(contents):
     # would find no package.
     aliased = [p for p in contents if re.match(r"^/(lib|lib32|lib64|libx32|bin|sbin)(/|$)", p)]
     assert aliased == []
-    # and nothing in /etc or anywhere else
-    assert [p for p in contents if p not in {"/", "/usr"} and not p.startswith("/usr/")] == []
+    # and nothing anywhere else but the agent's configuration (a conffile)
+    etc = {"/etc", "/etc/kvdev", "/etc/kvdev/agent.toml"}
+    assert [p for p in contents if p not in {"/", "/usr", *etc} and not p.startswith("/usr/")] == []
+
+
+def test_the_agent_configuration_is_a_conffile(scripts, contents):
+    conffiles = (scripts / "conffiles").read_text().split()
+    assert conffiles == ["/etc/kvdev/agent.toml"]
 
 
 def test_the_units_are_the_ones_in_the_tree(deb, tmp_path):
@@ -140,7 +151,9 @@ def test_the_host_half_is_not_shipped(contents):
 
 
 def test_the_control_fields(deb):
-    fields = dpkg_deb("--field", str(deb), "Package", "Architecture", "Depends", "Recommends")
+    fields = dpkg_deb(
+        "--field", str(deb), "Package", "Architecture", "Depends", "Recommends", "Suggests"
+    )
     control = dict(re.findall(r"^(\S+): (.*)$", fields, re.MULTILINE))
     assert (control["Package"], control["Architecture"]) == ("kvdev", "all")
     depends = {d.strip() for d in control["Depends"].split(",")}
@@ -151,6 +164,7 @@ def test_the_control_fields(deb):
     ):
         assert wanted in depends, control["Depends"]
     assert {d.split()[0] for d in depends} >= {"python3-pyudev", "python3-watchdog"}
+    assert control["Suggests"] == "python3-yaml"  # kvdev -o yaml
     # the agent's rtnetlink codec is its own (guest/adapters/netlink): no netlink library
     assert "python3-pyroute2" not in {d.split()[0] for d in depends}
     assert control["Recommends"] == "python3-systemd"

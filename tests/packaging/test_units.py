@@ -121,6 +121,7 @@ def test_service_is_a_watched_notify_service_with_a_minimal_privilege_set():
     unit = settings(SERVICE)
     assert unit["Type"] == ["notify"]
     assert unit["Restart"] == ["on-failure"]
+    assert unit["RestartPreventExitStatus"] == ["2"]  # a bad configuration: kvdev-agent exits 2
     assert unit["WatchdogSec"]
     assert words(unit["CapabilityBoundingSet"]) == ["CAP_NET_ADMIN"]
     assert words(unit["AmbientCapabilities"]) == ["CAP_NET_ADMIN"]

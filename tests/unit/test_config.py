@@ -1,5 +1,12 @@
 """guest.config: merging flat keys and loading real TOML files, with errors naming file and key."""
 
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,6 +19,7 @@ KNOWN = (
     "poll-interval, read-deadline, socket, state-dir"
 )
 
+AGENT = shutil.which("kvdev-agent") or str(Path(sys.executable).parent / "kvdev-agent")
 POLL = "poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
 
 
@@ -234,3 +242,135 @@ def test_a_read_deadline_that_is_no_positive_number_names_the_key(value):
     with pytest.raises(UsageError, match=r"agent.toml: read-deadline must be a number of seconds"):
         merge(AgentConfig(), {"read-deadline": value}, source="agent.toml")
     assert merge(AgentConfig(), {"read-deadline": 2}, source="f").read_deadline == 2.0
+
+
+def test_agent_help_shows_the_real_defaults(monkeypatch):
+    from kvdev.guest.__main__ import _parser  # noqa: PLC0415
+
+    monkeypatch.setenv("COLUMNS", "300")  # one line per option: nothing wrapped
+    text = " ".join(_parser().format_help().split())
+    assert "default None" not in text
+    for shown in (
+        "metadata tree (default /var/run/kubernetes.io/dra-device-attributes)",
+        "local API socket (default /run/kvdev/agent.sock)",
+        "state directory (default /var/lib/kvdev)",
+        "(default info)",
+    ):
+        assert shown in text
+
+
+# ---------------------------------------------------------------- layers, drop-ins, the example
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "packaging/etc/agent.toml"
+
+
+def test_the_shipped_example_is_the_defaults_and_documents_every_key_with_its_default():
+    from kvdev.guest.adapters.config import KEYS  # noqa: PLC0415
+
+    assert from_toml(EXAMPLE, required=True) == AgentConfig()  # everything commented out
+    text = EXAMPLE.read_text()
+    for key in KEYS:
+        line = next(line for line in text.splitlines() if line.startswith(f"#{key} = "))
+        alone = merge(AgentConfig(), tomllib.loads(line[1:]), source="example")
+        if key not in {"hints", "config-drive"}:  # unset by default: the example shows a value
+            assert alone == AgentConfig(), f"{line}: not the default"
+        comment = text[: text.index(line)].rstrip().rsplit("\n\n", 1)[-1]
+        assert comment.startswith("# "), f"{key} has no explanation above it"
+
+
+def layers(tmp_path, *, env=None, flags=None, **files):
+    from kvdev.guest.adapters.config import layered  # noqa: PLC0415
+
+    config = tmp_path / "agent.toml"
+    for name, text in files.items():
+        path = config if name == "main" else tmp_path / "agent.toml.d" / f"{name}.toml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    return layered(config, required=False, env=env or {}, flags=flags or {})
+
+
+def test_drop_ins_merge_in_name_order_over_the_file_and_each_value_says_where_from(tmp_path):
+    got = layers(
+        tmp_path,
+        main='log-level = "warning"\nstate-dir = "/srv/state"\n',
+        **{"20-b": 'log-level = "error"\n', "10-a": 'log-level = "debug"\naltnames = false\n'},
+    )
+    drop = tmp_path / "agent.toml.d"
+    assert (got.config.log_level, got.config.state_dir, got.config.altnames) == (
+        "error",
+        Path("/srv/state"),
+        False,
+    )
+    assert got.origins["log-level"] == f"drop-in {drop}/20-b.toml"
+    assert got.origins["altnames"] == f"drop-in {drop}/10-a.toml"
+    assert got.origins["state-dir"] == f"file {tmp_path}/agent.toml"
+    assert got.origins["socket"] == "default"
+
+
+def test_only_toml_drop_ins_are_read(tmp_path):
+    got = layers(tmp_path, main="", **{"10-a": 'log-level = "debug"\n'})
+    (tmp_path / "agent.toml.d" / "20-b.toml.dpkg-old").write_text('log-level = "error"\n')
+    assert layers(tmp_path).config.log_level == got.config.log_level == "debug"
+
+
+def test_the_environment_beats_the_files_and_the_command_line_beats_both(tmp_path):
+    env = {"KVDEV_AGENT_LOG_LEVEL": "warning", "KVDEV_AGENT_MATCH_KINDS": "veth, dummy"}
+    env |= {"KVDEV_AGENT_ALTNAMES": "no", "KVDEV_AGENT_POLL_INTERVAL": "0"}
+    got = layers(tmp_path, env=env, flags={"log_level": "error"}, main='log-level = "debug"\n')
+    assert (got.config.log_level, got.config.match_kinds) == ("error", ("veth", "dummy"))
+    assert (got.config.altnames, got.config.poll_interval) == (False, 0.0)
+    assert got.origins["log-level"] == "command line --log-level"
+    assert got.origins["match-kinds"] == "environment KVDEV_AGENT_MATCH_KINDS"
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ({"10-bad": "log-level = 3\n"}, "agent.toml.d/10-bad.toml: log-level must be debug"),
+        ({"10-bad": "nope = 1\n"}, "agent.toml.d/10-bad.toml: unknown key 'nope'"),
+        ({"env": {"KVDEV_AGENT_ALTNAMES": "maybe"}}, "environment KVDEV_AGENT_ALTNAMES: altnames"),
+    ],
+)
+def test_a_bad_drop_in_or_variable_is_named(tmp_path, where, message):
+    env = where.pop("env", None)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        layers(tmp_path, env=env, **where)
+
+
+def test_dump_config_is_toml_the_agent_reads_back_with_each_origin(tmp_path):
+    from kvdev.guest.adapters.config import dump  # noqa: PLC0415
+
+    got = layers(tmp_path, flags={"socket": Path("/run/a b.sock")}, main="altnames = false\n")
+    text = dump(got)
+    assert f"altnames = false  # file {tmp_path}/agent.toml" in text.splitlines()
+    assert 'socket = "/run/a b.sock"  # command line --socket' in text.splitlines()
+    assert merge(AgentConfig(), tomllib.loads(text), source="dump") == got.config
+
+
+def agent(*args, env=None):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KVDEV_AGENT_")}
+    return subprocess.run(
+        [AGENT, *args],
+        capture_output=True,
+        text=True,
+        env=environ | (env or {}),
+        timeout=60,
+        check=False,
+    )
+
+
+def test_kvdev_agent_dump_config_and_a_bad_configuration_exits_2(tmp_path):
+    config = tmp_path / "agent.toml"
+    config.write_text('log-level = "debug"\n')
+    done = agent(
+        "--config", str(config), "--dump-config", "--json", env={"KVDEV_AGENT_SOCKET": "/x"}
+    )
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["log-level"] == {"value": "debug", "source": f"file {config}"}
+    assert body["socket"] == {"value": "/x", "source": "environment KVDEV_AGENT_SOCKET"}
+    (tmp_path / "agent.toml.d").mkdir()
+    (tmp_path / "agent.toml.d" / "50-x.toml").write_text("log-level = [\n")
+    bad = agent("--config", str(config), "--once")
+    assert bad.returncode == 2  # RestartPreventExitStatus=2 in kvdev-agent.service
+    assert bad.stderr.startswith(f"kvdev-agent: {tmp_path}/agent.toml.d/50-x.toml: ")

@@ -91,3 +91,17 @@ def test_an_unknown_ask_is_answered_with_an_error(loop):
     the_loop._answer(outcome)
     with pytest.raises(Exception, match="cannot answer 'dance'"):
         a.answer.result()
+
+
+def test_a_pass_logs_each_device_configured_once_with_its_message_id(loop, caplog):
+    from kvdev.guest.core.alerts import CONFIGURED  # noqa: PLC0415
+
+    the_loop, _ = loop
+    with caplog.at_level("INFO", logger="kvdev.agent"):
+        outcome = the_loop._pass(None)
+        the_loop._pass(outcome)  # nothing changed: nothing said again
+    said = [r for r in caplog.records if getattr(r, "MESSAGE_ID", None) == CONFIGURED]
+    configured = [d.ref for d in outcome.status.devices if d.phase.value == "Configured"]
+    assert configured
+    assert [r.getMessage() for r in said] == [f"{ref}: configured" for ref in configured]
+    assert [(r.DEVICE, r.CLAIM) for r in said] == [(ref, ref.split("/")[0]) for ref in configured]

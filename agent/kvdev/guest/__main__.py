@@ -1,6 +1,7 @@
 """``kvdev-agent``: the guest daemon's entry point and composition root.
 
-Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < flags), the adapters
+Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < its drop-ins
+``agent.toml.d/*.toml`` < ``KVDEV_AGENT_<KEY>`` < flags; ``--dump-config`` prints it), the adapters
 (netlink, udev, file watcher) and the reconcile loop, then either runs one converging pass
 (``--once``, for image builds, scripts and tests) or serves until SIGTERM. Exit codes:
 0 converged (or stopped cleanly), 1 ``--once`` left devices not configured, 2 usage or
@@ -19,6 +20,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -39,6 +41,12 @@ examples:
   kvdev-agent --once                       # converge once, print the status table, exit
   kvdev-agent --once --dry-run --json      # what would change, as JSON; changes nothing
   kvdev-agent --metadata-root ./tree --once
+  kvdev-agent --dump-config                # the configuration in force, each value's origin
+
+configuration: /etc/kvdev/agent.toml (every key, its default and meaning, in comments), then
+/etc/kvdev/agent.toml.d/*.toml in name order, then KVDEV_AGENT_<KEY> (e.g.
+KVDEV_AGENT_LOG_LEVEL=debug), then the flags; a bad configuration exits 2 (the unit does not
+restart it: RestartPreventExitStatus=2).
 
 exit status: 0 converged / stopped cleanly, 1 --once left devices not configured,
 2 usage or configuration error.
@@ -55,29 +63,49 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"kvdev-agent {__version__}")
+    d = config_module.DEFAULTS
     p.add_argument(
-        "--config", type=Path, help=f"config file (default {config_module.DEFAULT_CONFIG})"
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help=f"config file (default {config_module.DEFAULT_CONFIG})",
     )
-    p.add_argument("--metadata-root", type=Path, help="metadata tree (default %(default)s)")
     p.add_argument(
-        "--hints", type=Path, help="guest hints file (default <root>/kvdev/guest-hints.json)"
+        "--metadata-root",
+        type=Path,
+        metavar="PATH",
+        help=f"metadata tree (default {d.metadata_root})",
     )
     p.add_argument(
-        "--config-drive", type=Path, help="a config drive's openstack/latest/meta_data.json"
+        "--hints",
+        type=Path,
+        metavar="PATH",
+        help=f"guest hints file (default <metadata-root>/{config_module.HINTS_PATH})",
     )
-    p.add_argument("--socket", type=Path, help="local API socket (default /run/kvdev/agent.sock)")
-    p.add_argument("--state-dir", type=Path, help="state directory (default /var/lib/kvdev)")
+    p.add_argument(
+        "--config-drive",
+        type=Path,
+        metavar="PATH",
+        help="a config drive's openstack/latest/meta_data.json (default none)",
+    )
+    p.add_argument(
+        "--socket", type=Path, metavar="PATH", help=f"local API socket (default {d.socket})"
+    )
+    p.add_argument(
+        "--state-dir", type=Path, metavar="PATH", help=f"state directory (default {d.state_dir})"
+    )
     p.add_argument(
         "--link-dir",
         type=Path,
-        help="where link wishes go (default /var/lib/kvdev/links, which kvdev-udev-marks reads)",
+        metavar="PATH",
+        help=f"where link wishes go (default {d.link_dir}, which kvdev-udev-marks reads)",
     )
     p.add_argument(
         "--no-altnames",
         dest="altnames",
         action="store_false",
         default=None,
-        help="do not add altnames",
+        help="do not add altnames (default: add them)",
     )
     p.add_argument(
         "--match-kind",
@@ -85,9 +113,13 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KIND",
         help="also match software links of this kind (e.g. veth: tests and demos in a network "
-        "namespace); repeatable",
+        "namespace); repeatable (default: none, only hardware)",
     )
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help=f"the agent's log level (default {d.log_level})",
+    )
     p.add_argument(
         "--poll-interval",
         metavar="SECONDS",
@@ -102,14 +134,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
     p.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
-    p.add_argument("--json", action="store_true", help="with --once: print the status as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --once: print the status as JSON; with --dump-config: the configuration",
+    )
+    p.add_argument(
+        "--dump-config",
+        action="store_true",
+        help="print the effective configuration (TOML) and where each value came from "
+        "(default, file, drop-in, environment, command line), then exit",
+    )
     return p
 
 
 def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
-    """Defaults, then the config file, then the flags that were given."""
+    """Defaults, the config file, its drop-ins, the environment, then the flags given."""
+    return replace(layers_of(args).config, once=args.once, dry_run=args.dry_run)
+
+
+def layers_of(args: argparse.Namespace) -> config_module.Layered:
+    """The configuration and where each value came from (``--dump-config``)."""
     path = args.config or config_module.DEFAULT_CONFIG
-    cfg = config_module.from_toml(path, required=args.config is not None)
     flags: dict[str, Any] = {
         key: getattr(args, key)
         for key in (
@@ -135,13 +181,23 @@ def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
         flags["read_deadline"] = config_module.parse_read_deadline(
             args.read_deadline, "--read-deadline"
         )
-    return replace(cfg, **flags, once=args.once, dry_run=args.dry_run)
+    return config_module.layered(
+        path, required=args.config is not None, env=os.environ, flags=flags
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvdev-agent`` console script."""
     args = _parser().parse_args(argv)
     try:
+        if args.dump_config:
+            layers = layers_of(args)
+            if args.json:
+                json.dump(config_module.as_json(layers), sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                sys.stdout.write(config_module.dump(layers))
+            return 0
         cfg = load_config(args)
     except UsageError as e:
         sys.stderr.write(f"kvdev-agent: {e}\n")
@@ -169,6 +225,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
 
     logging.basicConfig(level=logging.WARNING, handlers=[systemd.log_handler()])
     logging.getLogger("kvdev").setLevel(cfg.log_level.upper())  # libraries stay at WARNING
+    _warn_if_absent(cfg)
     with ExitStack() as stack:
         net = stack.enter_context(Netlink())
         reconciler = Reconciler(cfg, net, udev.scan)
@@ -207,6 +264,25 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
             link_events=events,
             bridge=bridge,
         )
+
+
+def _warn_if_absent(cfg: config_module.AgentConfig) -> None:
+    """Say so when the metadata tree is not there: nothing described is not converged work."""
+    if cfg.metadata_root.is_dir():
+        return
+    what = "does not exist" if not cfg.metadata_root.exists() else "is not a directory"
+    then = (
+        "this pass configures nothing (no device is described)"
+        if cfg.once
+        else "nothing is configured until it appears (the agent watches for it)"
+    )
+    logging.getLogger("kvdev.agent").warning(
+        "metadata root %s %s: %s; see --metadata-root or metadata-root in %s",
+        cfg.metadata_root,
+        what,
+        then,
+        config_module.DEFAULT_CONFIG,
+    )
 
 
 def _server(cfg: config_module.AgentConfig, handler: Handler) -> Server:

@@ -25,6 +25,7 @@ from types import FrameType
 from kvdev.errors import RetryableError, UsageError
 from kvdev.guest.adapters import systemd
 from kvdev.guest.api.bridge import Ask, Bridge
+from kvdev.guest.core.alerts import alerts
 from kvdev.guest.reconciler import (
     RETRY_FIRST,
     RETRY_MAX,
@@ -161,6 +162,11 @@ class _Loop:
 
     def _pass(self, previous: Outcome | None) -> Outcome:
         outcome = attempt(self.reconciler, previous)
+        before = previous.status if previous is not None else None
+        refused = previous.plan.blocked if previous is not None else ()
+        for alert in alerts(before, outcome.status, refused, outcome.plan.blocked):
+            level = logging.WARNING if alert.level == "warning" else logging.INFO
+            log.log(level, "%s", alert.text, extra=alert.fields)
         if outcome.status.summary() != self.summary:
             self.summary = outcome.status.summary()
             systemd.notify(f"STATUS={self.summary}")

@@ -31,6 +31,7 @@ from kvdev.guest.adapters.deadline import Deadline, Late
 from kvdev.guest.core import added as kvdev_added
 from kvdev.guest.core import inventory, sources
 from kvdev.guest.core import marks as marking
+from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
 from kvdev.guest.core.planning import Plan, Policy, plan
@@ -164,7 +165,7 @@ class Reconciler:
                 log.info(
                     "%s",
                     tables.step_line(encode.step_json(r.step)),
-                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                    extra=_fields(r.step),
                 )
             else:
                 log.warning(
@@ -172,7 +173,7 @@ class Reconciler:
                     type(r.step).__name__,
                     "will retry" if r.retryable else "permanent",
                     r.error,
-                    extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
+                    extra=_fields(r.step),
                 )
         self._save(status)
         unsaved = [Condition("StateNotSaved", why) for why in self._unsaved.values()]
@@ -400,6 +401,11 @@ class Reconciler:
             linkfiles.apply(s) for s in steps if isinstance(s, WriteLinkFile | RemoveLinkFile)
         )
         return results
+
+
+def _fields(step: Step) -> dict[str, str]:
+    """A step's journal fields: DEVICE (its ref), CLAIM (the ref's claim), STEP (its type)."""
+    return {"DEVICE": step.device, "CLAIM": claim_of(step.device), "STEP": type(step).__name__}
 
 
 def converge(reconciler: Reconciler, passes: int = VERIFY_PASSES) -> Outcome:

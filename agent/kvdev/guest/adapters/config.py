@@ -1,14 +1,20 @@
-"""The agent's configuration: defaults, ``/etc/kvdev/agent.toml``, then command-line flags.
+"""The agent's configuration, in layers, and where each value came from.
 
-The TOML file holds flat keys named like the long options (``metadata-root = "/srv/meta"``).
-An unknown key or a wrong type is an error naming the file and the key; a missing default
-config file is not an error (an explicitly given one is).
+Lowest first: the defaults, ``/etc/kvdev/agent.toml``, its drop-ins
+(``/etc/kvdev/agent.toml.d/*.toml``, in name order), the environment (``KVDEV_AGENT_<KEY>``,
+e.g. ``KVDEV_AGENT_LOG_LEVEL=debug``), then command-line flags. The TOML files hold flat keys
+named like the long options (``metadata-root = "/srv/meta"``). An unknown key or a wrong type
+is an error naming the file (or variable) and the key; a missing default config file is not
+an error (an explicitly given one is). ``layered`` returns the configuration with each key's
+origin, which ``kvdev-agent --dump-config`` prints.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +22,21 @@ from typing import Any
 from kvdev.errors import UsageError
 from kvdev.schema.tree import HINTS_PATH, ROOT
 
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_CONFIG",
+    "ENV_PREFIX",
+    "HINTS_PATH",
+    "AgentConfig",
+    "Layered",
+    "dropins",
+    "from_toml",
+    "layered",
+    "merge",
+]
+
 DEFAULT_CONFIG = Path("/etc/kvdev/agent.toml")
+ENV_PREFIX = "KVDEV_AGENT_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +61,9 @@ class AgentConfig:
     def hints_path(self) -> Path:
         """The hints file to read."""
         return self.hints if self.hints is not None else self.metadata_root / HINTS_PATH
+
+
+DEFAULTS = AgentConfig()  # what --help shows and --dump-config calls "default"
 
 
 _PATH_KEYS = {"metadata_root", "hints", "config_drive", "socket", "state_dir", "link_dir"}
@@ -73,15 +96,138 @@ def parse_read_deadline(value: object, where: str) -> float:
 
 def from_toml(path: Path, *, required: bool) -> AgentConfig:
     """Load a config file; a missing file gives the defaults unless ``required``."""
+    raw = _read_toml(path, required=required)
+    return merge(AgentConfig(), raw or {}, source=str(path))
+
+
+def _read_toml(path: Path, *, required: bool) -> dict[str, Any] | None:
+    """A TOML file's keys; None when it is missing and not ``required``."""
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError as e:
         if required:
             raise UsageError(f"{path}: no such config file") from e
-        return AgentConfig()
+        return None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: {e}") from e
-    return merge(AgentConfig(), raw, source=str(path))
+
+
+def file_key(name: str) -> str:
+    """``metadata_root`` -> ``metadata-root``, as files, flags and --dump-config spell it."""
+    return name.replace("_", "-")
+
+
+KEYS = tuple(file_key(f.name) for f in fields(AgentConfig) if f.name in _FILE_KEYS)
+
+
+Flags = Mapping[str, Any]  # AgentConfig field -> a flag's value, already converted
+FLAGS = {"altnames": "--no-altnames", "match_kinds": "--match-kind"}  # not --<key>
+
+
+def dump(layers: Layered) -> str:
+    """``--dump-config``: TOML the agent reads back, each key's origin in a comment after it."""
+    lines = ["# kvdev-agent: the effective configuration; after each key, where it came from"]
+    for key in KEYS:
+        value = getattr(layers.config, key.replace("-", "_"))
+        origin = layers.origins[key]
+        if value is None:
+            unset = {
+                "hints": f"<metadata-root>/{HINTS_PATH} = {layers.config.hints_path}",
+                "config-drive": "none read",
+                "poll-interval": "auto",
+            }[key]
+            if key == "poll-interval":
+                lines.append(f'{key} = "auto"  # {origin}')
+            else:
+                lines.append(f"# {key} unset: {unset}  # {origin}")
+            continue
+        lines.append(f"{key} = {toml_value(value)}  # {origin}")
+    return "\n".join(lines) + "\n"
+
+
+def as_json(layers: Layered) -> dict[str, dict[str, object]]:
+    """``--dump-config --json``: per key, its value (JSON) and its origin."""
+    out: dict[str, dict[str, object]] = {}
+    for key in KEYS:
+        value = getattr(layers.config, key.replace("-", "_"))
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif value is None and key == "poll-interval":
+            value = "auto"
+        out[key] = {"value": value, "source": layers.origins[key]}
+    return out
+
+
+def toml_value(value: object) -> str:
+    """A TOML literal: paths and strings quoted (JSON escapes are TOML's), lists, booleans."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Layered:
+    """The effective configuration and, per key (``metadata-root``), where it came from."""
+
+    config: AgentConfig
+    origins: dict[str, str]
+
+
+def dropins(path: Path) -> list[Path]:
+    """``PATH.d/*.toml`` in name order (none when the directory is missing)."""
+    directory = path.with_name(path.name + ".d")
+    try:
+        return sorted(p for p in directory.iterdir() if p.suffix == ".toml" and p.is_file())
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise UsageError(f"{directory}: {e.strerror or e}") from e
+
+
+def _from_env(env: Mapping[str, str]) -> list[tuple[str, str, object]]:
+    """(key, variable, value) of each ``KVDEV_AGENT_<KEY>`` set, converted for ``merge``."""
+    out: list[tuple[str, str, object]] = []
+    for key in KEYS:
+        variable = ENV_PREFIX + key.replace("-", "_").upper()
+        if variable not in env:
+            continue
+        text = env[variable]
+        value: object = text
+        if key == "altnames":
+            words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+            value = words.get(text.strip().lower(), text)
+        elif key == "match-kinds":
+            value = [k.strip() for k in text.split(",") if k.strip()]
+        out.append((key, variable, value))
+    return out
+
+
+def layered(path: Path, *, required: bool, env: Mapping[str, str], flags: Flags) -> Layered:
+    """Defaults < ``path`` < its drop-ins < the environment < ``flags`` (already converted)."""
+    cfg = AgentConfig()
+    origins = dict.fromkeys(KEYS, "default")
+    files = [(path, _read_toml(path, required=required), "file")]
+    files += [(d, _read_toml(d, required=True), "drop-in") for d in dropins(path)]
+    for source, raw, kind in files:
+        if raw is None:
+            continue
+        cfg = merge(cfg, raw, source=str(source))
+        origins.update(
+            dict.fromkeys(map(file_key, (k.replace("-", "_") for k in raw)), f"{kind} {source}")
+        )
+    for key, variable, value in _from_env(env):
+        cfg = merge(cfg, {key: value}, source=f"environment {variable}")
+        origins[key] = f"environment {variable}"
+    for name, value in flags.items():
+        cfg = replace(cfg, **{name: value})
+        origins[file_key(name)] = f"command line {FLAGS.get(name, '--' + file_key(name))}"
+    return Layered(cfg, origins)
 
 
 def merge(base: AgentConfig, values: dict[str, Any], *, source: str) -> AgentConfig:

@@ -34,6 +34,8 @@ DEFAULT_SOCKET: Final = "/run/kvdev/agent.sock"
 SOCKET_ENV: Final = "KVDEV_SOCKET"
 HOST: Final = "kvdev"
 DEFAULT_GROUP: Final = "kvdev"
+# Where to look when the agent is not there: said after every "agent not running".
+LOOK: Final = "; look: systemctl status kvdev-agent, journalctl -u kvdev-agent"
 MAX_BODY: Final = 64 * 1024 * 1024  # an answer larger than this is not the agent's
 BACKLOG_RETRY: Final = 0.02  # seconds between connects while the agent's backlog is full
 BUSY_RETRY: Final = (0.02, 0.5)  # first and longest pause before asking again after a busy 503
@@ -218,14 +220,14 @@ class Client:
         if isinstance(e, TimeoutError):
             return UnreachableError(self._late(wait))
         if e.errno == errno.ENOENT:
-            return NotRunningError(f"agent not running: no socket at {path}")
+            return NotRunningError(f"agent not running: no socket at {path}{LOOK}")
         if e.errno in {errno.EACCES, errno.EPERM}:
             group = _group_of(path)
             readers = "only root" if group == "root" else f"members of group {group} and root"
             return AccessDeniedError(f"permission denied on {path} ({readers} may read)")
         if e.errno == errno.ECONNREFUSED:
             return UnreachableError(
-                f"agent not running: nothing listens on {path} (a stale socket?)"
+                f"agent not running: nothing listens on {path} (a stale socket?){LOOK}"
             )
         return UnreachableError(f"cannot connect to the agent at {path}: {_why(e)}")
 

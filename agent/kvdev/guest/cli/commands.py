@@ -1,7 +1,8 @@
 """``kvdev``'s agent commands: status, devices, explain, plan, wait, reconcile.
 
-Each asks the running agent through ``client`` and prints with ``tables``, or with ``--json``
-the agent's JSON as it came (pretty-printed). This module owns what those commands do with
+Each asks the running agent through ``client`` and prints with ``tables``, or with ``-o json``
+(``--json``) or ``-o yaml`` the agent's answer as it came; ``devices`` also takes ``-o wide``
+and ``-o name`` (``explain``: ``-o name``). This module owns what those commands do with
 the answers and their exit codes: 0 ok, 1 not converged / not found / timed out, 2 the agent
 is unreachable or answered an error (one line on stderr, ``kvdev: ...``). The parser lives in
 ``cli``.
@@ -27,6 +28,8 @@ ASK_TIMEOUT: Final = 35.0  # plan and reconcile wait for the loop; the agent giv
 NO_SOCKET_RETRY: Final = 0.2  # wait: between tries while the socket does not exist yet
 NOT_READY_POLL: Final = 1.0  # wait: long-poll bound before the first status (it may bring no event)
 MAX_POLL: Final = 60.0  # the agent's own bound on ?wait=
+OUTPUTS: Final = ("json", "yaml", "wide", "name")  # -o: one convention with kvdev-host's
+_LISTS: Final = {"wide": {"devices"}, "name": {"devices", "explain"}}  # who takes which
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +39,19 @@ class Context:
     client: Client
     out: TextIO
     err: TextIO
-    json: bool
+    output: str | None  # -o: None (the text), or one of OUTPUTS
     color: bool
 
+    @property
+    def json(self) -> bool:
+        """The agent's answer as data (``-o json`` or ``-o yaml``), not a rendering."""
+        return self.output in {"json", "yaml"}
+
     def dump(self, body: Mapping[str, Any]) -> None:
-        """The agent's JSON, unchanged, 2-space indented."""
+        """The agent's JSON, unchanged: 2-space indented JSON, or YAML (``-o yaml``)."""
+        if self.output == "yaml":
+            self.out.write(_yaml(body))
+            return
         json.dump(body, self.out, indent=2)
         self.out.write("\n")
 
@@ -55,7 +66,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> i
     command = _COMMANDS[args.command]
     default = ASK_TIMEOUT if args.command in {"plan", "reconcile"} else READ_TIMEOUT
     timeout = args.timeout if args.timeout is not None else default
-    ctx = Context(Client(args.socket, timeout), out, err, args.json, color)
+    output = getattr(args, "output", None)
+    if output in _LISTS and args.command not in _LISTS[output]:
+        takes = " and ".join(sorted(_LISTS[output]))
+        err.write(f"kvdev: -o {output} is for {takes}; {args.command} takes -o json or yaml\n")
+        return EXIT_ERROR
+    ctx = Context(Client(args.socket, timeout), out, err, output, color)
     try:
         return command(ctx, args)
     except AgentError as e:
@@ -80,10 +96,15 @@ def _status(ctx: Context, _args: argparse.Namespace) -> int:
 
 def _devices(ctx: Context, _args: argparse.Namespace) -> int:
     body = ctx.client.get("/v1/devices")
+    items = body.get("items") or []
     if ctx.json:
         ctx.dump(body)
+    elif ctx.output == "name":
+        ctx.out.writelines(f"{d.get('ref')}\n" for d in items)
+    elif ctx.output == "wide":
+        ctx.out.write(tables.devices_table(items, ctx.color, tables.WIDE_COLUMNS))
     else:
-        ctx.out.write(tables.devices_table(body.get("items") or [], ctx.color))
+        ctx.out.write(tables.devices_table(tables.short_refs(items), ctx.color))
     return EXIT_OK
 
 
@@ -111,6 +132,8 @@ def _explain(ctx: Context, args: argparse.Namespace) -> int:
             return ctx.fail(f"{len(found)} devices match {key}: {refs}; name one by its full ref")
     if ctx.json:
         ctx.dump(found[0])
+    elif ctx.output == "name":
+        ctx.out.write(f"{found[0].get('ref')}\n")
     else:
         ctx.out.write(tables.explain_text(found[0], ctx.color))
     return EXIT_OK
@@ -128,7 +151,8 @@ def _short_match(d: Mapping[str, Any], parts: list[str]) -> bool:
 def _not_found(ctx: Context, key: str, items: Sequence[Mapping[str, Any]]) -> int:
     ctx.err.write(
         f"kvdev: no described device matches {key!r} "
-        "(tried: claim/request/device, full ref, interface name or altname, MAC, guest PCI)\n"
+        "(tried: claim/request/device, full ref, interface name or altname, MAC, guest PCI, "
+        "device name)\n"
     )
     if items:
         ctx.err.write("described devices:\n")
@@ -166,6 +190,17 @@ def _reconcile(ctx: Context, _args: argparse.Namespace) -> int:
             if d.get("phase") != "Configured"
         )
     return EXIT_OK if body.get("converged") else EXIT_NOT_READY
+
+
+def _yaml(body: Mapping[str, Any]) -> str:
+    """``-o yaml``: PyYAML, when installed (the guest's own dependencies do not need it)."""
+    try:
+        import yaml  # noqa: PLC0415 - optional: only -o yaml needs it
+    except ImportError as e:
+        msg = "-o yaml needs PyYAML (python3-yaml, which the package suggests); -o json is the same"
+        raise AgentError(msg) from e
+    text: str = yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
+    return text
 
 
 class _Waiter:

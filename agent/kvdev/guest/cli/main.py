@@ -4,7 +4,7 @@ It owns the command line: the parser (global options, every command's help, exam
 codes) and the entry point. The commands that ask the running agent over its socket (status,
 devices, explain, plan, wait, reconcile) are in ``commands``, their socket client is
 ``client`` and their renderings ``kvdev.guest.views.tables``; ``metadata validate`` (offline,
-no agent) is ``validate``. Exit codes are
+no agent) is ``validate``; ``collect`` (a support tarball) is ``collect``. Exit codes are
 a contract: 0 success, 1 not converged / not found / timed out, 2 usage error, invalid input,
 or the agent unreachable or answering an error.
 """
@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kvdev import __version__
-from kvdev.guest.cli import commands, validate
+from kvdev.guest.cli import collect, commands, validate
 from kvdev.guest.cli.client import DEFAULT_SOCKET, SOCKET_ENV, default_socket
+from kvdev.guest.cli.commands import OUTPUTS
 
 EXIT_OK = 0
 
@@ -39,12 +40,15 @@ Global options may come before or after the command.
 
 examples:
   kvdev status                                  # converged? exit 0 if so, 1 if not
-  kvdev devices                                 # one row per described device
+  kvdev devices                                 # one row per described device (100 columns)
+  kvdev devices -o wide                         # ... with every column
   kvdev explain eth1                            # why eth1's device matched, what is left
   kvdev explain vm1-devices/nic-1/vf-1           # by claim/request/device
   kvdev wait --timeout 120 && start-workload    # boot ordering
-  kvdev --json devices | jq -r '.items[] | select(.phase != "Configured") | .ref'
+  kvdev -o json devices | jq -r '.items[] | select(.phase != "Configured") | .ref'
+  kvdev devices -o name                         # one full ref per line, for scripts
   kvdev metadata validate ./tree                # offline, no agent needed
+  sudo kvdev collect                            # one support tarball for a bug report
 
 {_EXIT_CODES}
 Run 'kvdev COMMAND --help' for a command's options and examples.
@@ -70,13 +74,18 @@ exit status: 0 converged, 1 not converged (or no first pass yet), 2 agent not re
     "devices": (
         "a table of the described devices and their guest interfaces",
         (
-            "One row per described device: phase, interface, guest PCI address, kernel driver, "
-            "NUMA node, MAC, addresses, RX/TX bytes and link speed."
+            "One row per described device: its short ref (claim/request/device, the full ref "
+            "when two devices share one), phase, interface, guest PCI address, MAC and "
+            "addresses, fitting 100 columns; -o wide adds the full ref, kernel driver, NUMA "
+            "node, RX/TX bytes and link speed."
         ),
         """\
 examples:
   kvdev devices
-  kvdev devices --json | jq -r '.items[] | [.ref, .phase] | @tsv'
+  kvdev devices -o wide
+  kvdev devices -o name                # full refs, one per line
+  kvdev devices -o json | jq -r '.items[] | [.ref, .phase] | @tsv'
+  kvdev devices -o yaml
 
 exit status: 0 listed, 2 agent not reachable or not ready.
 """,
@@ -96,13 +105,16 @@ DEVICE is one of:
   an interface name or altname     e.g. eth1, data0, vm1-devices.nic-1.vf-1
   a MAC address                    e.g. 02:00:00:3b:02:01
   a guest PCI address              e.g. 0000:07:00.0 or 07:00.0
+  a device name                    e.g. vf-1 (when no other claim has a device of that name)
 
 examples:
   kvdev explain eth1
+  kvdev explain vf-1
   kvdev explain vm1-devices/nic-1/sriov.example.com/node-a/vf-1
   kvdev explain --json 02:00:00:3b:02:01 | jq .evidence
 
-exit status: 0 found, 1 no such device, 2 agent not reachable or DEVICE names several.
+exit status: 0 found, 1 no such device, 2 agent not reachable or DEVICE names several
+(the message lists their full refs).
 """,
     ),
     "plan": (
@@ -179,7 +191,20 @@ def _global_options(*, with_timeout: bool, suppress: bool) -> argparse.ArgumentP
         help=f"the agent's socket (default: ${SOCKET_ENV}, else {DEFAULT_SOCKET})",
     )
     g.add_argument(
-        "--json", action="store_true", default=default(value=False), help="print the agent's JSON"
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=default(None),
+        help="json or yaml: the agent's answer as it came; wide: every column (devices); "
+        "name: one ref per line (devices, explain); default: a table that fits 100 columns",
+    )
+    g.add_argument(
+        "--json",
+        dest="output",
+        action="store_const",
+        const="json",
+        default=argparse.SUPPRESS,
+        help="the same as -o json",
     )
     g.add_argument(
         "--color",
@@ -238,6 +263,12 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="SECONDS",
                 help="give up after this long, exit 1 (default: 60)",
             )
+    collect.add_parser(
+        commands_,
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands_.choices["collect"].set_defaults(func=_collect)
     meta = commands_.add_parser(
         "metadata",
         help="work with DRA device metadata files offline",
@@ -255,6 +286,10 @@ def _use_color(choice: str, stream: TextIO) -> bool:
 
 def _agent(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return commands.run(args, out, err, color=_use_color(args.color, out))
+
+
+def _collect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return collect.run(args, out, err)
 
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kvdev.errors import Problem, Severity
 from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
-from kvdev.guest.core.observed import GuestDevice, Link, NetState
+from kvdev.guest.core.observed import GuestDevice, Link, NetState, Route
 from kvdev.guest.core.planning import Desired, Plan
 from kvdev.guest.core.steps import Step, StepResult
 
@@ -63,6 +63,7 @@ class DeviceStatus:
     guest: GuestDevice | None = None  # the bound guest device: driver, NUMA node, /dev nodes
     observed: Link | None = None  # the bound NIC's link as netlink last saw it
     observed_addresses: tuple[str, ...] = ()
+    observed_routes: tuple[Route, ...] = ()  # main-table routes through the bound NIC
     pod_claim_name: str | None = None
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
 
@@ -196,6 +197,9 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
             a.address
             for a in (state.addresses if state else ())
             if nic and a.ifindex == nic.ifindex
+        ),
+        observed_routes=tuple(
+            r for r in (state.routes if state else ()) if nic and r.ifindex == nic.ifindex
         ),
         warnings=tuple(by.warnings.get(ref, ())),
     )

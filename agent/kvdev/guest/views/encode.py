@@ -82,6 +82,10 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
             "operState": lk.oper_state,
             "altnames": list(lk.altnames),
             "addresses": list(d.observed_addresses),
+            "routes": [
+                {"destination": r.destination, "gateway": r.gateway, "metric": r.metric}
+                for r in d.observed_routes
+            ],
         }
     return out
 

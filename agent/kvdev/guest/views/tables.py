@@ -3,10 +3,11 @@
 Pure: JSON-ready dicts in (exactly as ``GET /v1/status``, ``/v1/devices`` and ``/v1/plan``
 answer them and ``encode`` makes them), text out. It owns the human renderings of
 ``kvdev status``, ``devices``, ``explain`` and ``plan`` and of ``kvdev-agent --once``
-(``pass_text``), and ``find_devices``, the lookup behind ``explain`` by ref, interface name,
-altname, MAC or guest PCI address. Every device table is drawn from one set of columns
-(``COLUMNS``), so a header is spelled, and a cell computed, one way everywhere. Missing or null
-fields print as ``-``: the API may add fields and an older agent may lack some.
+(``pass_text``), and ``find_devices``, the lookup behind ``explain`` by ref, interface
+name, altname, MAC, guest PCI address or bare device name. Every device table is drawn from
+one set of columns (``COLUMNS``), so a header is spelled, and a cell computed, one way
+everywhere. Missing or null fields print as ``-``: the API may add fields and an older agent
+may lack some.
 """
 
 from __future__ import annotations
@@ -210,10 +211,12 @@ COLUMNS: Final[Mapping[str, Callable[[Json], str]]] = {
     "SPEED": lambda d: human_speed(_get(d, "interfaceStats", "speedMbps")),
     "DETAIL": _detail,
 }
-DEVICES_COLUMNS: Final = (
+WIDE_COLUMNS: Final = (
     *("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "DRIVER", "NUMA", "MAC", "ADDRESSES"),
     *("RX/TX", "SPEED"),
 )
+# kvdev devices' default: 100 columns for short refs, one address and the usual names
+DEVICES_COLUMNS: Final = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "ADDRESSES")
 PASS_COLUMNS: Final = ("DEVICE", "PHASE", "INTERFACE", "GUEST PCI", "MAC", "MATCHED BY", "DETAIL")
 
 
@@ -231,6 +234,21 @@ def devices_table(
         for n, d in enumerate(items, start=1):
             colors[n] = [""] * at + [_phase_code(str(d.get("phase")))]
     return table(rows, colors)
+
+
+def short_refs(items: Sequence[Json]) -> list[Json]:
+    """``items`` with each ref as ``claim/request/device``, the form ``explain`` takes.
+
+    Two devices that share a short form keep their full refs.
+    """
+
+    def short(d: Json) -> str:
+        return f"{_s(d.get('claim'))}/{_s(d.get('request'))}/{_s(d.get('device'))}"
+
+    seen: dict[str, int] = {}
+    for d in items:
+        seen[short(d)] = seen.get(short(d), 0) + 1
+    return [{**d, "ref": short(d)} if seen[short(d)] == 1 else d for d in items]
 
 
 def pass_text(body: Json, color: bool = False) -> str:
@@ -263,12 +281,28 @@ def _lookup_keys(d: Json) -> tuple[tuple[str, set[object]], ...]:
     names |= {_get(d, "desired", "altname"), *(_get(d, "observed", "altnames") or ())}
     macs = {d.get("mac"), _get(d, "observed", "mac"), _get(d, "observed", "permanentMac")}
     pcis = {d.get("guestPciAddress"), _get(d, "guest", "pciAddress")}
-    return (("ref", {d.get("ref")}), ("interface name", names), ("MAC", macs), ("PCI", pcis))
+    return (
+        ("ref", {d.get("ref")}),
+        ("interface name", names),
+        ("MAC", macs),
+        ("PCI", pcis),
+        ("device name", {d.get("device")}),
+    )
 
 
 def find_devices(items: Iterable[Json], key: str) -> tuple[list[Json], str]:
-    """The devices ``key`` names, and how: by ref, interface name or altname, MAC or PCI."""
-    wanted = {"ref": key, "interface name": key, "MAC": _norm_mac(key), "PCI": _norm_pci(key)}
+    """The devices ``key`` names, and how: by ref, interface name or altname, MAC, PCI, name.
+
+    The name is the bare device name of its claim (``vf-1``); several claims may share one,
+    and the caller says so.
+    """
+    wanted = {
+        "ref": key,
+        "interface name": key,
+        "MAC": _norm_mac(key),
+        "PCI": _norm_pci(key),
+        "device name": key,
+    }
     items = list(items)
     for how, value in wanted.items():
         found = [d for d in items if value in dict(_lookup_keys(d))[how] - {None}]
@@ -311,15 +345,20 @@ def _step_text(step: Json) -> tuple[str, str, str, str]:
     return (_s(step.get("type")), _s(step.get("ifname")), what, _s(step.get("reason")))
 
 
+def _route(r: Json) -> str:
+    """``10.3.0.0/16 via 10.1.0.1`` (the metric is not compared: the kernel may add one)."""
+    return str(r.get("destination")) + (f" via {r['gateway']}" if r.get("gateway") else "")
+
+
 def _state_rows(d: Json) -> list[tuple[str, str, str, str]]:
     """(field, desired, observed, mark) for what planning wants against what netlink saw."""
     want, seen = d.get("desired") or {}, d.get("observed") or {}
     if not want and not seen:
         return []
-    routes = [
-        r["destination"] + (f" via {r['gateway']}" if r.get("gateway") else "")
-        for r in want.get("routes") or []
-    ]
+    routes = [_route(r) for r in want.get("routes") or []]
+    # An older agent reports no observed routes (None): nothing to compare, no mark.
+    seen_routes = None if "routes" not in seen else [_route(r) for r in seen["routes"] or []]
+    absent = set(routes) - set(seen_routes or [])
 
     def differs(a: object, b: object) -> bool:
         return a is not None and b is not None and a != b
@@ -331,7 +370,7 @@ def _state_rows(d: Json) -> list[tuple[str, str, str, str]]:
         ("altname", altname, altnames, lambda a, b: bool(a) and a not in b),
         ("mtu", want.get("mtu"), seen.get("mtu"), differs),
         ("addresses", want.get("addresses"), seen.get("addresses"), lambda *_: bool(missing)),
-        ("routes", routes, None, lambda *_: False),
+        ("routes", routes, seen_routes, lambda *_: seen_routes is not None and bool(absent)),
         ("up", True if want else None, seen.get("up"), differs),
     ]
     return [(f, _s(a), _s(b), "differs" if test(a, b) else "") for f, a, b, test in rows]

@@ -12,7 +12,8 @@ How the domain XML is joined to the metadata, per described device, first hit wi
 ``<hostdev>`` whose source PCI address is the device's ``resource.kubernetes.io/pciBusID`` (or
 the driver's own PCI attribute), ``<interface>`` whose ``<mac>`` is ``networkData.hardwareAddress``,
 ``<interface type='hostdev'>`` whose source is the pciBusID. A device with no hit, or a hit
-without a guest PCI address, is left unpinned (the agent then matches it by MAC) and reported.
+without a guest PCI address, is left unpinned (the agent then matches it by MAC, or a device
+without one by a vendor:device ID no other device shares) and reported.
 
 Must not: do I/O (the writer is ``bundlewriter``), or change a metadata file's bytes.
 """
@@ -112,7 +113,7 @@ class Bundle:
 
     @property
     def unpinned(self) -> tuple[BundleDevice, ...]:
-        """Devices the bundle gives no guest PCI address (matched by MAC in the guest)."""
+        """Devices the bundle gives no guest PCI address (matched by MAC or unique ID)."""
         return tuple(d for d in self.devices if d.guest_pci is None)
 
 

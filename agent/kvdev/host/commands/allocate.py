@@ -36,6 +36,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_output_argument,
     parse_feature_gates,
     print_objects,
 )
@@ -110,13 +111,7 @@ def register(commands: Commands) -> None:
     )
     add_files_argument(alloc)
     alloc.add_argument("--node", required=True, metavar="NAME", help="the node to allocate on")
-    alloc.add_argument(
-        "-o",
-        "--output",
-        choices=("yaml", "json"),
-        default="yaml",
-        help="output format (default: yaml)",
-    )
+    add_output_argument(alloc)
     alloc.add_argument(
         "--explain",
         action="store_true",

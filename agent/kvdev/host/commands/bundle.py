@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,7 +20,7 @@ from kvdev.errors import KvdevError, PermanentError, RetryableError, SchemaError
 from kvdev.host.bundle import build, source, writer
 from kvdev.host.bundle.domainxml import parse_domain
 from kvdev.host.bundle.plan import load_plan
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser
+from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, add_output_argument
 
 EXIT_IO = 1
 
@@ -81,9 +81,7 @@ def register(commands: Commands) -> None:
     plan.add_argument("--domain-xml", type=Path, metavar="FILE", help="libvirt domain XML")
     plan.add_argument("--guest-plan", type=Path, metavar="FILE", help="a GuestPlan file")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
-    p.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="summary format"
-    )
+    add_output_argument(p, ("text", "json"), "text", "the summary in lines")
     p.set_defaults(run=_run)
 
 
@@ -173,6 +171,25 @@ def summary(result: build.Bundle, published: writer.Published) -> dict[str, Any]
     }
 
 
+def unpinned_lines(unpinned: Sequence[build.BundleDevice]) -> list[str]:
+    """What the agent matches each unpinned device by.
+
+    Its MAC when it has one, else only a PCI vendor:device ID no other device shares (so a
+    GPU is matched only when it is the only one of its kind).
+    """
+    by_mac = [d.ref for d in unpinned if d.mac]
+    by_id = [d.ref for d in unpinned if not d.mac]
+    lines = []
+    if by_mac:
+        lines.append(f"unpinned, the agent matches them by MAC: {', '.join(by_mac)}")
+    if by_id:
+        lines.append(
+            "unpinned, no MAC: the agent matches them only by a PCI vendor:device ID no other "
+            "device shares (pin them with --domain-xml or --guest-plan): " + ", ".join(by_id)
+        )
+    return lines
+
+
 def text_summary(result: build.Bundle, published: writer.Published) -> str:
     """The ``-o text`` summary: a table, then the unpinned devices and unused plan items."""
     rows = [("DEVICE", "GUEST PCI", "MATCHED BY", "FROM", "TAG")]
@@ -184,9 +201,7 @@ def text_summary(result: build.Bundle, published: writer.Published) -> str:
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
     ]
-    if result.unpinned:
-        refs = ", ".join(d.ref for d in result.unpinned)
-        lines.append(f"unpinned (the agent matches them by MAC): {refs}")
+    lines.extend(unpinned_lines(result.unpinned))
     lines.extend(f"unused: {u}" for u in result.unused)
     state = "published" if published.changed else "unchanged"
     pinned = len(result.devices) - len(result.unpinned)

@@ -21,6 +21,13 @@ EXIT_OK = 0
 EXIT_UNSCHEDULABLE = 1
 EXIT_INVALID = 2
 
+OBJECT_OUTPUTS = ("yaml", "json", "name")  # -o of the commands that print objects
+
+FILES_HELP = (
+    "a YAML/JSON file of objects, a directory (its *.yaml, *.yml, *.json files, sorted) or - "
+    "(standard input); repeat for several"
+)
+
 GATES = ", ".join(sorted(f.name for f in fields(Features)))
 
 Run = Callable[[argparse.Namespace, TextIO, TextIO], int]
@@ -48,7 +55,7 @@ def add_files_argument(parser: argparse.ArgumentParser, *, required: bool = True
         action="append",
         required=required,
         metavar="FILE",
-        help="a YAML/JSON file of objects; repeat for several files",
+        help=FILES_HELP,
     )
 
 
@@ -70,9 +77,44 @@ def parse_feature_gates(text: str) -> Features:
         raise UsageError(f"--feature-gates: {e} (known: {GATES})") from e
 
 
+def add_output_argument(
+    parser: argparse.ArgumentParser,
+    choices: Sequence[str] = OBJECT_OUTPUTS,
+    default: str = "yaml",
+    what: str = "",
+) -> None:
+    """``-o/--output`` (one convention with ``kvdev``'s) and ``--json``, an alias of ``-o json``."""
+    names = {"yaml": "YAML documents", "json": "a JSON v1 List", "name": "kind.group/name lines"}
+    shown = "; ".join(f"{c}: {names.get(c, what)}" for c in choices)
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=choices,
+        default=default,
+        help=f"{shown} (default: {default})",
+    )
+    parser.add_argument(
+        "--json",
+        dest="output",
+        action="store_const",
+        const="json",
+        help="the same as -o json",
+    )
+
+
+def object_name(obj: dict[str, Any]) -> str:
+    """``resourceclaim.resource.k8s.io/vm1``, as ``kubectl get -o name`` prints it."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    kind = str(obj.get("kind", "")).lower()
+    name = (obj.get("metadata") or {}).get("name", "")
+    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
+
+
 def print_objects(objects: Sequence[dict[str, Any]], output: str, out: TextIO) -> None:
-    """``-o yaml``: one document per object; ``-o json``: a v1 List of them."""
-    if output == "json":
+    """``-o yaml``: one document per object; ``-o json``: a v1 List of them; ``-o name``."""
+    if output == "name":
+        out.writelines(f"{object_name(o)}\n" for o in objects)
+    elif output == "json":
         items = {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": list(objects)}
         out.write(json.dumps(items, indent=2) + "\n")
     elif objects:

@@ -27,7 +27,15 @@ from typing import Any, TextIO
 import yaml
 
 from kvdev.errors import KvdevError, Problem, SchemaError, Severity
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, print_objects
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    FILES_HELP,
+    Commands,
+    Parser,
+    add_output_argument,
+    print_objects,
+)
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
 from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
@@ -96,11 +104,9 @@ def register(commands: Commands) -> None:
         dest="files",
         action="append",
         metavar="FILE",
-        help="with --once: a YAML/JSON file of objects; repeat for several files",
+        help=f"with --once: {FILES_HELP}",
     )
-    sub.add_argument(
-        "-o", "--output", choices=("yaml", "json"), default="yaml", help="--once: (default: yaml)"
-    )
+    add_output_argument(sub)
     sub.add_argument("--kubeconfig", type=Path, metavar="FILE", help="live: this kubeconfig file")
     sub.add_argument(
         "--leader-elect",
@@ -207,8 +213,8 @@ _LiteralDumper.add_representer(str, _str)
 
 
 def print_configmaps(bodies: Sequence[dict[str, Any]], output: str, out: TextIO) -> None:
-    """-o json: a v1 List; -o yaml: one document each, streams as literal blocks."""
-    if output == "json":
+    """-o json: a v1 List; -o name; -o yaml: one document each, streams as literal blocks."""
+    if output in {"json", "name"}:
         print_objects(bodies, output, out)
     elif bodies:
         out.write(yaml.dump_all(bodies, Dumper=_LiteralDumper, sort_keys=False, width=1 << 16))

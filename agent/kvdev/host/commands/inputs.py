@@ -1,9 +1,14 @@
-"""Read Kubernetes object files for the host side (the I/O half of ``kvdev.host.k8s``)."""
+"""Read Kubernetes object files for the host side (the I/O half of ``kvdev.host.k8s``).
+
+It owns what ``-f`` names, as kubectl reads it: a file, ``-`` (standard input, once) or a
+directory (its ``*.yaml``, ``*.yml`` and ``*.json`` files, in name order, not recursing).
+"""
 
 from __future__ import annotations
 
+import sys
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,7 +20,11 @@ from kvdev.schema.base import Document
 _O = TypeVar("_O", bound=Document)
 
 
-def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
+Progress = Callable[[str, int, int], None]
+"""Told after each file read: its name, its size in bytes, the objects loaded so far."""
+
+
+def load_files(paths: Iterable[str | Path], progress: Progress | None = None) -> list[K8sObject]:
     """Load every object of every file, in order; errors of all files are reported together.
 
     Raises:
@@ -29,6 +38,8 @@ def load_files(paths: Iterable[str | Path]) -> list[K8sObject]:
             objects.extend(load(text, str(path)))
         except SchemaError as e:
             errors.extend(e.problems)
+        if progress is not None:
+            progress(str(path), len(text.encode()), len(objects))
     if errors:
         raise SchemaError(errors)
     return objects
@@ -58,13 +69,48 @@ def load_files_of(
     return objects
 
 
-def _texts(paths: Iterable[str | Path], errors: list[Problem]) -> Iterable[tuple[str | Path, str]]:
+SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+
+
+def expand(paths: Iterable[str | Path]) -> list[str | Path]:
+    """The files ``-f`` names: a directory becomes its object files, sorted; ``-`` stays.
+
+    Raises:
+        TransientReadError: a path that does not exist, or a directory with no object file.
+    """
+    out: list[str | Path] = []
     for path in paths:
+        if str(path) == STDIN:
+            out.append(STDIN)
+            continue
+        p = Path(path)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file())
+            if not found:
+                msg = f"{path}: a directory with no {', '.join('*' + s for s in SUFFIXES)} file"
+                raise TransientReadError(msg)
+            out.extend(found)
+        elif not p.exists():
+            raise TransientReadError(f"{path}: no such file or directory")
+        else:
+            out.append(p)
+    return out
+
+
+def _read(path: str | Path) -> str:
+    if str(path) == STDIN:
+        return sys.stdin.buffer.read().decode("utf-8")
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _texts(paths: Iterable[str | Path], errors: list[Problem]) -> Iterable[tuple[str | Path, str]]:
+    for path in expand(paths):
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = _read(path)
         except OSError as e:
             raise TransientReadError(f"{path}: {e.strerror or e}") from e
         except UnicodeDecodeError as e:
             errors.append(Problem(f"not UTF-8 text: {e.reason}", str(path)))
             continue
-        yield path, text
+        yield ("<stdin>" if str(path) == STDIN else path), text

@@ -20,7 +20,14 @@ import yaml
 from pydantic import ValidationError
 
 from kvdev.errors import KvdevError, Problem, SchemaError
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, add_files_argument
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_files_argument,
+    add_output_argument,
+)
 from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.publish import writer
@@ -29,6 +36,7 @@ from kvdev.schema.metadata import NetworkDeviceData
 from kvdev.schema.stream import problems_from
 
 EXIT_IO = 1
+EXIT_NOTHING = 1  # prepare/update: no claim has a device of --driver (a typo, most likely)
 
 _COMMON = """\
 input:
@@ -46,7 +54,8 @@ files (upstream's KEP-5304 layout):
 """
 
 _EXIT = """\
-exit status: 0 ok, 1 a file could not be written or removed (disk full, read-only, ...),
+exit status: 0 ok, 1 a file could not be written or removed (disk full, read-only, ...) or
+  (prepare, update) no claim has a device of --driver (a warning names the claims' drivers),
   2 usage error or invalid input (names the object and field).
 """
 
@@ -126,9 +135,7 @@ def register(commands: Commands) -> None:
         add_layout_arguments(sub)
         if name != "unprepare":
             add_network_argument(sub)
-        sub.add_argument(
-            "-o", "--output", choices=("text", "json"), default="text", help="(default: text)"
-        )
+        add_output_argument(sub, ("text", "json"), "text", "one line per claim")
         sub.set_defaults(run=_run, verb=name)
 
 
@@ -202,6 +209,29 @@ def network_for(
     return network_from_status(claim) | explicit
 
 
+def drivers_of(claims: Sequence[ResourceClaim]) -> set[str]:
+    """The drivers of the devices allocated to ``claims``."""
+    return {
+        r.driver
+        for c in claims
+        if c.status and c.status.allocation and c.status.allocation.devices
+        for r in c.status.allocation.devices.results or ()
+    }
+
+
+def _uses(claims: Sequence[ResourceClaim], driver: str, verb: str, err: TextIO) -> bool:
+    """Whether a claim has a device of ``driver``; if none has, a warning naming theirs."""
+    used = drivers_of(claims)
+    if driver in used:
+        return True
+    named = ", ".join(sorted(used)) or "none: no claim is allocated"
+    err.write(
+        f"kvdev-host: {verb}: warning: no claim in the input has a device of driver "
+        f"{driver} (the claims' drivers: {named}); nothing written\n"
+    )
+    return False
+
+
 def report_error(verb: str, error: KvdevError, err: TextIO) -> int:
     """Print an error; its exit status (2 invalid input, 1 I/O)."""
     if isinstance(error, SchemaError):
@@ -239,6 +269,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise SchemaError([Problem("no ResourceClaim in the input files")])
         if verb == "unprepare":
             return _unprepare(claims, layout, args.output, out)
+        if not _uses(claims, args.driver, verb, err):
+            return EXIT_NOTHING
         explicit = read_network_data(args.network_data, args.driver)
         networks = [network_for(claim, explicit) for claim in claims]
         for claim, network in zip(claims, networks, strict=True):  # check all before writing
@@ -255,20 +287,24 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             done.append(prepared)
     except KvdevError as e:
         return report_error(verb, e, err)
-    if args.output == "json":
+    _print_prepared(done, args.output, out)
+    return EXIT_OK
+
+
+def _print_prepared(done: Sequence[writer.Prepared], output: str, out: TextIO) -> None:
+    if output == "json":
         body = {
             "apiVersion": "kvdev.io/v1alpha1",
             "kind": "PreparedClaimList",
             "items": [_prepared_json(p) for p in done],
         }
         out.write(json.dumps(body, indent=2) + "\n")
-    else:
-        for p in done:
-            for d in p.devices:
-                ids = " ".join(d.cdi_device_ids)
-                out.write(f"{p.namespace}/{p.name}\t{','.join(d.requests)}\t")
-                out.write(f"{d.pool}/{d.device}\t{ids}\n")
-    return EXIT_OK
+        return
+    for p in done:
+        for d in p.devices:
+            ids = " ".join(d.cdi_device_ids)
+            out.write(f"{p.namespace}/{p.name}\t{','.join(d.requests)}\t")
+            out.write(f"{d.pool}/{d.device}\t{ids}\n")
 
 
 def _unprepare(

@@ -2,11 +2,12 @@
 
 Reads Kubernetes objects from files, runs the pure scheduler (``kvdev.host.scheduling``)
 and prints the placed pods (``spec.nodeName`` set) and the claims it changed (with
-``status.allocation`` and ``reservedFor``); a progress bar on stderr when stderr is a
-terminal; a summary on stderr at the end. With ``--events``, a stream of watch events is
-replayed after the first placement (``scheduling.events``), unschedulable pods retried as the
-queueing hints say (or all of them: ``--no-hints``; both: ``--compare``). Exit 0 every pod
-placed, 1 some unschedulable, 2 usage error or invalid input.
+``status.allocation`` and ``reservedFor``); the loading and a progress bar on stderr when
+stderr is a terminal (or with ``--progress``); a summary on stderr at the end. With
+``--events``, a stream of watch events is replayed after the first placement
+(``scheduling.events``), unschedulable pods retried as the queueing hints say (or all of
+them: ``--no-hints``; both: ``--compare``). Exit 0 every pod placed, 1 some unschedulable,
+2 usage error or invalid input.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_output_argument,
     parse_feature_gates,
     print_objects,
 )
@@ -75,7 +77,8 @@ output:
   The placed pods (spec.nodeName, status.resourceClaimStatuses for template claims) and
   the claims the run allocated or reserved, as -o yaml documents (default) or a -o json
   v1 List, with every field of the input kept. --summary-only prints no objects.
-  stderr: a progress bar when it is a terminal, then the summary: pods placed,
+  stderr: on a terminal (or with --progress) the files as they load and a progress bar;
+  then the summary: pods placed,
   unschedulable pods per reason ("0/N nodes are available: ..."), claims per second.
 
 feature gates (all on by default): {GATES}
@@ -117,9 +120,7 @@ def register(commands: Commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_files_argument(sub)
-    sub.add_argument(
-        "-o", "--output", choices=("yaml", "json"), default="yaml", help="default: yaml"
-    )
+    add_output_argument(sub)
     sub.add_argument("--summary-only", action="store_true", help="print only the summary (stderr)")
     sub.add_argument(
         "--feature-gates",
@@ -149,7 +150,38 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="with --events: replay with and without queueing hints, print both summaries",
     )
+    sub.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the loading and placing progress on stderr even when it is no terminal "
+        "(default: only on a terminal)",
+    )
     sub.set_defaults(run=_run)
+
+
+class _Loading:
+    """``-f`` files as they are read (stderr): a large input takes half a run to load."""
+
+    def __init__(self, err: TextIO, files: int) -> None:
+        self.err, self.files, self.read = err, files, 0
+        self.start = time.perf_counter()
+        err.write(f"kvdev-host: schedule: loading {files} file argument(s)\n")
+        err.flush()
+
+    def __call__(self, path: str, size: int, objects: int) -> None:
+        self.read += 1
+        took = time.perf_counter() - self.start
+        self.err.write(
+            f"kvdev-host: schedule: read {path} ({size / 2**20:.1f} MiB): "
+            f"{objects} objects so far, {took:.1f} s\n"
+        )
+        self.err.flush()
+
+    def done(self, objects: int) -> None:
+        """The last line: every file loaded."""
+        took = time.perf_counter() - self.start
+        self.err.write(f"kvdev-host: schedule: loaded {objects} objects in {took:.1f} s\n")
+        self.err.flush()
 
 
 class _Bar:
@@ -234,6 +266,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         filter_timeout=args.filter_timeout,
         events=args.events,
         hints="both" if args.compare else "off" if args.no_hints else "on",
+        progress=args.progress,
         out=out,
         err=err,
     )
@@ -251,14 +284,19 @@ def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
     filter_timeout: str = "10s",
     events: str | None = None,
     hints: str = "on",
+    progress: bool = False,
 ) -> int:
     """``kvdev-host schedule``; returns the exit status."""
+    show_progress = progress or err.isatty()
     try:
         clock = filter_clock(filter_timeout)
         features = parse_feature_gates(feature_gates)
+        loading = _Loading(err, len(files)) if show_progress else None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            objects = load_files(files)
+            objects = load_files(files, loading)
+        if loading is not None:
+            loading.done(len(objects))
         # The input lives as long as the run: keep the garbage collector from walking it
         # again on every collection (that was half of a big schedule's time).
         gc.freeze()
@@ -282,13 +320,13 @@ def run_schedule(  # noqa: PLR0913 - the command's options, keyword-only
             out=out,
             err=err,
         )
-    progress = _Bar(err) if err.isatty() else None
+    bar = _Bar(err) if show_progress else None
     start = time.perf_counter()
     result = schedule(
         objects,
         features=features,
         selector_cache=selector_cache,
-        progress=progress,
+        progress=bar,
         clock=clock,
     )
     seconds = time.perf_counter() - start

@@ -12,7 +12,14 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from kvdev.errors import KvdevError, Problem, SchemaError
-from kvdev.host.commands.common import EXIT_OK, Commands, Parser, add_files_argument, print_objects
+from kvdev.host.commands.common import (
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_files_argument,
+    add_output_argument,
+    print_objects,
+)
 from kvdev.host.commands.prepare import (
     add_network_argument,
     network_for,
@@ -54,9 +61,7 @@ def register(commands: Commands) -> None:
     add_files_argument(sub)
     sub.add_argument("--driver", required=True, metavar="NAME", help="the DRA driver name")
     add_network_argument(sub)
-    sub.add_argument(
-        "-o", "--output", choices=("yaml", "json"), default="yaml", help="(default: yaml)"
-    )
+    add_output_argument(sub)
     sub.set_defaults(run=_run)
 
 
