@@ -33,28 +33,8 @@ FIXTURES = sorted(
     for d in ("allocator", "allocator-extra", "allocator-upstream")
     for p in (DATA / d).glob("*.yaml")
 )
-# Differences the oracle found on its first run, not settled yet (kvdev to be fixed): strict xfail.
-UNSETTLED = {
-    "414-distinct-attribute-count-3-upstream-quirk",
-    "C01-different-groups-take-another-gpu",
-    "C03-same-group-allocated-together",
-    "C04-partition-without-groups-compatible",
-    "C05-allocated-partition-constrains-new-picks",
-    "C06-gate-off-ignores-groups",
-    "C09-backtracking-restores-groups",
-    "C10-groups-across-claims-of-one-run",
-    "C11-groups-per-counter-set-only",
-    "D04-derived-attributes-gate-off-are-ignored",
-    "D06-derived-attribute-must-be-a-scalar",
-    "C1-quirk711-counter-leak-on-taint-unschedulable",
-    "C2-quirk711-counter-leak-other-device",
-    "C3-quirk711-counter-leak-on-constraint-rejection",
-    "C4-quirk711-all-mode-unschedulable-not-constraint-error",
-    "D1-quirk414-distinct-count3",
-    "D2-quirk414-distinct-across-requests-shared-device",
-    "E1-all-mode-drops-shared-device-without-remaining-capacity",
-    "M-all-mode-shared-device-capacity-before-constraint",
-}
+# Differences the oracle has found and kvdev has not settled yet: strict xfail (none today).
+UNSETTLED: set[str] = set()
 RANDOM_CASES = int(os.environ.get("ORACLE_CASES", "300"))
 
 
