@@ -76,7 +76,7 @@ def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bo
             continue
         if tol.key and tol.key != taint.key:
             continue
-        if (tol.operator or "Equal") == "Equal" and (tol.value or "") != (taint.value or ""):
+        if tol.operator == "Equal" and (tol.value or "") != (taint.value or ""):
             continue
         return True
     return False
