@@ -48,7 +48,7 @@ REASONS: Mapping[str, str] = {
     "selector-error": "a selector expression failed",
     "capacity": "not enough capacity",
     "counters": "not enough shared counters",
-    "compatibility-group": "no compatibility group in common with the device's other partitions",
+    "compatibility-group": "its compatibility groups do not go with the device's other partitions",
     "taint": "a taint is not tolerated",
     "constraint": "a claim constraint is not satisfied",
 }
