@@ -26,6 +26,19 @@ Cases:
   taken, so every 4-subset of the 16 GPUs of NUMA node 0 is tried (C(16,4) = 1,820) before
   NUMA node 1 fits.
 * ``S01``, ``S02``: the corpus' scale fixtures (tests/data/allocator).
+
+``--side-by-side [--repeat N]`` puts upstream's own allocator next to kvdev in one run, on the
+same inputs: ``build/upstream/bin/allocate`` (``make upstream``: v0.37.2's
+``structured.NewAllocator`` + ``Allocate``, GOMAXPROCS=1) reads the same documents and, with
+``--bench-repeat 1``, times one run after a warm-up (CPU seconds of NewAllocator + Allocate
+only: no decoding, no process start; its CEL cache lives across the two runs, as the
+scheduler's does). Per repetition the three are interleaved: kvdev with caches off
+(``allocate(slices=...)``), kvdev with caches on (a ``PoolIndex`` and one ``Selection`` built
+before, kept across calls, as ``kvdev-host schedule`` keeps them), the oracle. Printed: the
+medians per claim and the ratios to Go. Cases: 1 claim and 8 claims on one node of 1,000 x 8
+GPUs, first fit of 400 one-GPU claims over the 1,000 nodes (Go: ``--first-fit``, each claim
+alone on the first Node that fits), NUMA-aligned 4 of 16, and the 1,000-node schedule loop
+(``schedule()`` of 400 pods against Go's first-fit loop over the same nodes).
 """
 
 from __future__ import annotations
@@ -34,9 +47,13 @@ import argparse
 import cProfile
 import gc
 import importlib.util
+import json
+import os
 import pstats
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -222,23 +239,30 @@ def _schedule_400(cluster: Cluster) -> Callable[[], object]:
     return run
 
 
-def _numa() -> Callable[[], object]:
-    node = NodeInfo("node-a")
+def _numa_inputs() -> tuple[NodeInfo, list[K8sObject], list[K8sObject], K8sObject, list[Any]]:
+    """Node, classes, slices, the claim, the NIC in use (NUMA node 0's)."""
     nics = [{"name": f"nic-{i}", "attributes": {NUMA: {"int": i}}} for i in range(2)]
     slices = [
         _slice("node-a", GPU, _gpus(32, lambda g: g // 16)),
         _slice("node-a", NIC, nics),
     ]
+    nic = {"deviceClassName": NIC, "allocationMode": "ExactCount", "count": 1}
     claim = _claim(
         "job",
-        [
-            _gpu_request("gpus", 4),
-            {"name": "nic", "exactly": {"deviceClassName": NIC, "allocationMode": "ExactCount"}},
-        ],
+        [_gpu_request("gpus", 4), {"name": "nic", "exactly": nic}],
         [{"matchAttribute": NUMA}],
     )
-    classes = [_class(GPU), _class(NIC)]
-    held = [(NIC, f"node-a-{NIC}", "nic-0")]
+    return (
+        NodeInfo("node-a"),
+        [_class(GPU), _class(NIC)],
+        slices,
+        claim,
+        [(NIC, f"node-a-{NIC}", "nic-0")],
+    )
+
+
+def _numa() -> Callable[[], object]:
+    node, classes, slices, claim, held = _numa_inputs()
 
     def run() -> object:
         out = allocate(node, [claim], classes=classes, slices=slices, allocated_devices=held)
@@ -325,13 +349,193 @@ def measure(case: Case, repeat: int) -> list[float]:
     return times
 
 
+ORACLE = REPO / "build" / "upstream" / "bin" / "allocate"
+
+
+@dataclass
+class Side:
+    """One side-by-side case: the documents, the node, the oracle's flags, claims per run."""
+
+    name: str
+    docs: list[dict[str, Any]]
+    node: str
+    per: int
+    off: Callable[[], object]  # kvdev, caches off
+    on: Callable[[], object]  # kvdev, caches on
+    flags: tuple[str, ...] = ()
+
+
+def _dicts(objs: list[K8sObject]) -> list[dict[str, Any]]:
+    return [o.to_json_dict() for o in objs]
+
+
+def _held_claim(driver: str, pool: str, device: str) -> K8sObject:
+    return _obj(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "in-use", "namespace": "bench"},
+            "spec": {
+                "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": driver}}]}
+            },
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "r", "driver": driver, "pool": pool, "device": device}
+                        ]
+                    }
+                }
+            },
+        }
+    )
+
+
+def _cached_call(
+    node: NodeInfo,
+    claims: list[K8sObject],
+    classes: list[K8sObject],
+    slices: list[K8sObject],
+    held: list[tuple[str, str, str]] | None = None,
+) -> Callable[[], object]:
+    features = Features()
+    pools = PoolIndex(slices, features).pools_for(node)
+    selection = Selection(features)
+
+    def run() -> object:
+        out = allocate(
+            node,
+            claims,
+            classes=classes,
+            pools=pools,
+            selection=selection,
+            allocated_devices=held or (),
+            features=features,
+        )
+        assert isinstance(out, Allocated), out
+        return out
+
+    return run
+
+
+def side_cases() -> list[Side]:
+    """The five side-by-side cases of the module docstring."""
+    big = cluster_1000x8()
+    node = big.nodes[500]
+    one = [_claim("c", [_gpu_request()])]
+    eight = [_claim(f"c{i}", [_gpu_request()]) for i in range(8)]
+    nodes = [
+        _obj({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name}}) for n in big.nodes
+    ]
+    four_hundred = [_claim(f"c{i:03d}", [_gpu_request()]) for i in range(400)]
+    ff_docs = _dicts([*big.classes, *big.slices, *nodes, *four_hundred])
+    numa_node, numa_classes, numa_slices, numa_claim, held = _numa_inputs()
+    schedule_run = _schedule_400(big)
+    return [
+        *(
+            Side(
+                name,
+                _dicts([*big.classes, *big.slices, *claims]),
+                node.name,
+                1,
+                _one_call(big, claims),
+                _cached_call(node, claims, big.classes, big.slices),
+            )
+            for name, claims in (("1 claim", one), ("8 claims", eight))
+        ),
+        Side(
+            "first-fit 400 claims",
+            ff_docs,
+            big.nodes[0].name,
+            400,
+            _first_fit(big, cached=False),
+            _first_fit(big, cached=True),
+            ("--first-fit",),
+        ),
+        Side(
+            "NUMA-aligned 4 of 16",
+            _dicts([*numa_classes, *numa_slices, _held_claim(*held[0]), numa_claim]),
+            "node-a",
+            1,
+            _numa(),
+            _cached_call(numa_node, [numa_claim], numa_classes, numa_slices, held),
+        ),
+        Side(
+            "1000-node schedule loop",
+            ff_docs,
+            big.nodes[0].name,
+            400,
+            schedule_run,
+            schedule_run,
+            ("--first-fit",),
+        ),
+    ]
+
+
+def _oracle_sample(path: Path, case: Side) -> float:
+    """One timed run of the oracle (after its own warm-up), CPU seconds."""
+    done = subprocess.run(
+        [str(ORACLE), "-f", str(path), "--node", case.node, "--bench-repeat", "1", *case.flags],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GOMAXPROCS": "1"},
+    )
+    out = json.loads(done.stdout)
+    assert out["placed"] == (case.per if case.per > 1 else out["placed"] or -1), out
+    return float(out["samples"][0])
+
+
+def _cpu(run: Callable[[], object]) -> float:
+    start = time.process_time()
+    run()
+    return time.process_time() - start
+
+
+def side_by_side(repeat: int, only: list[str] | None) -> None:
+    """Print the side-by-side table (module docstring): medians in ms per claim, ratios."""
+    if not ORACLE.exists():
+        raise SystemExit(f"{ORACLE}: missing, run `make upstream`")
+    print(
+        f"side by side, {repeat} interleaved repetitions, medians per claim, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    print("| case | Go v0.37.2 | kvdev caches off | ratio | kvdev caches on | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in side_cases():
+            if only and case.name not in only:
+                continue
+            path = Path(tmp) / "objects.json"
+            path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": case.docs}))
+            gc.freeze()
+            case.off()
+            case.on()
+            go, off, on = [], [], []
+            for _ in range(repeat):
+                off.append(_cpu(case.off))
+                on.append(_cpu(case.on))
+                go.append(_oracle_sample(path, case))
+            g, f, n = (statistics.median(x) * 1000 / case.per for x in (go, off, on))
+            print(
+                f"| {case.name} | {g:.3f} ms | {f:.3f} ms | {f / g:.2f}x | {n:.3f} ms | "
+                f"{n / g:.2f}x |",
+                flush=True,
+            )
+
+
 def main() -> int:
     """Print one line per case: kvdev's median and best, the Go figure, the ratio."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", action="append", help="run only the named case(s)")
     parser.add_argument("--profile", help="cProfile one run of the named case")
+    parser.add_argument("--side-by-side", action="store_true", help="kvdev next to the oracle")
     args = parser.parse_args()
+    if args.side_by_side:
+        side_by_side(args.repeat, args.only)
+        return 0
     every = cases()
     if args.profile:
         case = next(c for c in every if c.name == args.profile)

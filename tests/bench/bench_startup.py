@@ -7,6 +7,9 @@ best CPU time (user + system, from the children's rusage), and where the import 
 (``-X importtime``: the ten slowest modules, cumulative). Twice: with compiled bytecode (as
 an installed package has it; the cache goes to a temporary PYTHONPYCACHEPREFIX) and without
 (PYTHONDONTWRITEBYTECODE, as some sandboxes run: every module is compiled on every start).
+Next to them, the same ``allocate`` by the oracle binary (``build/upstream/bin/allocate``,
+upstream's v0.37.2 allocator, ``make upstream``; GOMAXPROCS=1) when it is built, as a whole
+process too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+ORACLE = Path(__file__).resolve().parents[2] / "build" / "upstream" / "bin" / "allocate"
 
 SMALL = """\
 apiVersion: v1
@@ -76,10 +81,16 @@ def main() -> int:
         compiled = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         compiled["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         source = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        runs = (("python -c pass", [sys.executable, "-c", "pass"]), ("allocate", allocate))
+        runs = [("python -c pass", [sys.executable, "-c", "pass"]), ("allocate", allocate)]
+        if ORACLE.exists():
+            oracle = [str(ORACLE), *allocate[4:]]
+            runs.append(("oracle allocate", oracle))
         for mode, env in (("bytecode", compiled), ("no bytecode", source)):
             for label, cmd in runs:
-                walls, cpus = _times(cmd, args.repeat, env)
+                if label.startswith("oracle") and mode != "bytecode":
+                    continue  # no bytecode to speak of
+                mine = {**env, "GOMAXPROCS": "1"} if label.startswith("oracle") else env
+                walls, cpus = _times(cmd, args.repeat, mine)
                 print(
                     f"{mode:12} {label:15} wall best {min(walls):.3f} s, median "
                     f"{statistics.median(walls):.3f} s; CPU best {min(cpus):.3f} s "

@@ -6,7 +6,7 @@ import pytest
 
 from kvdev.host.allocation.capacity import fits as capacity_fits
 from kvdev.host.allocation.capacity import need, parse_capacity
-from kvdev.host.allocation.constraints import Distinct, Match
+from kvdev.host.allocation.constraints import EMPTY_LIST, Distinct, Match
 from kvdev.host.allocation.counters import Counters
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.pools import NodeInfo, Pool, _candidates, term_matches
@@ -129,13 +129,30 @@ def test_distinct_compares_with_every_earlier_value():
     assert not con.add("c", None)
 
 
-def test_distinct_remembers_the_last_device_of_a_request_only():
-    """Upstream's memory (fixture 414): the third device is compared with the second only."""
-    con = Distinct("d.example.com/numa", frozenset(), lists=True)
+def test_distinct_compares_with_every_device_of_the_same_request():
+    """Upstream v1.37.2 keeps every device's value (fixture 414): the third meets the first."""
+    con = Distinct("d.example.com/numa", frozenset(), lists=False)
     assert con.add("r", ("int", False, frozenset({0})))
     assert con.add("r", ("int", False, frozenset({1})))
-    assert con.add("r", ("int", False, frozenset({0})))  # the API's rule would refuse it
-    assert not con.documented(("int", False, frozenset({0})))
+    assert not con.add("r", ("int", False, frozenset({0})))
+    con.remove("r")  # backtracking pops the last device only
+    assert not con.add("r", ("int", False, frozenset({0})))
+    assert con.add("r", ("int", False, frozenset({2})))
+
+
+def test_list_match_restores_its_intersection_when_backtracking():
+    con = Match("d.example.com/x", frozenset(), lists=True)
+    assert con.add("r", ("string", True, frozenset({"a", "b"})))
+    assert con.add("r", ("string", True, frozenset({"b"})))
+    con.remove("r")
+    assert con.add("r", ("string", True, frozenset({"a"})))
+
+
+def test_an_empty_list_value_is_no_value_in_list_mode():
+    """Upstream's attributeAsSet gives nil for an empty list: no list-mode constraint admits it."""
+    assert not Match("d.example.com/x", frozenset(), lists=True).add("r", EMPTY_LIST)
+    assert not Distinct("d.example.com/x", frozenset(), lists=True).add("r", EMPTY_LIST)
+    assert Match("d.example.com/x", frozenset(), lists=False).add("r", EMPTY_LIST)
 
 
 def test_constraint_scope_by_parent_or_subrequest():

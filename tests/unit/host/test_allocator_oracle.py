@@ -33,29 +33,21 @@ FIXTURES = sorted(
     for d in ("allocator", "allocator-extra", "allocator-upstream")
     for p in (DATA / d).glob("*.yaml")
 )
-# Differences the oracle found on its first run, not settled yet (kvdev to be fixed): strict xfail.
-UNSETTLED = {
-    "414-distinct-attribute-count-3-upstream-quirk",
-    "C01-different-groups-take-another-gpu",
-    "C03-same-group-allocated-together",
-    "C04-partition-without-groups-compatible",
-    "C05-allocated-partition-constrains-new-picks",
-    "C06-gate-off-ignores-groups",
-    "C09-backtracking-restores-groups",
-    "C10-groups-across-claims-of-one-run",
-    "C11-groups-per-counter-set-only",
-    "D04-derived-attributes-gate-off-are-ignored",
-    "D06-derived-attribute-must-be-a-scalar",
-    "C1-quirk711-counter-leak-on-taint-unschedulable",
-    "C2-quirk711-counter-leak-other-device",
-    "C3-quirk711-counter-leak-on-constraint-rejection",
-    "C4-quirk711-all-mode-unschedulable-not-constraint-error",
-    "D1-quirk414-distinct-count3",
-    "D2-quirk414-distinct-across-requests-shared-device",
-    "E1-all-mode-drops-shared-device-without-remaining-capacity",
-    "M-all-mode-shared-device-capacity-before-constraint",
-}
+# Differences the oracle has found and kvdev has not settled yet: strict xfail (none today).
+UNSETTLED: set[str] = set()
 RANDOM_CASES = int(os.environ.get("ORACLE_CASES", "300"))
+
+
+# The filter timeout (10 s, kube-scheduler's) measures a machine's speed, not the input: where
+# one side runs out of time and the other answers, that side is asked again with this much
+# time (upstream's exhaustive search needs 50-100 s on some generated cases that kvdev proves
+# hopeless at once) and the answers compare as usual.
+PATIENCE = os.environ.get("ORACLE_PATIENCE", "300s")
+
+
+def _timed_out(verdict):
+    code, printed, _ = verdict
+    return code == 2 and printed.get("reason") == "filter-timeout"
 
 
 fixtures = fixture_runner()
@@ -65,11 +57,16 @@ def _gates(c):
     return ",".join(f"{k}={str(v).lower()}" for k, v in (c.get("features") or {}).items())
 
 
-def oracle(cases):
+def oracle(cases, filter_timeout="10s"):
     """The oracle's (exit, parsed stdout) for each case, from one ``--batch`` process."""
     stream = "".join(
         json.dumps(
-            {"node": c["node"]["name"], "featureGates": _gates(c), "documents": documents(c)}
+            {
+                "node": c["node"]["name"],
+                "featureGates": _gates(c),
+                "filterTimeout": filter_timeout,
+                "documents": documents(c),
+            }
         )
         + "\n"
         for c in cases
@@ -92,7 +89,7 @@ def oracle(cases):
     return out
 
 
-def kvdev(c, tmp_path):
+def kvdev(c, tmp_path, filter_timeout="10s"):
     """kvdev-host allocate -o json on the case's documents (in-process, through the command)."""
     path = tmp_path / "objects.json"
     listed = {"apiVersion": "v1", "kind": "List", "items": documents(c)}
@@ -106,6 +103,7 @@ def kvdev(c, tmp_path):
         feature_gates=_gates(c),
         out=out,
         err=err,
+        filter_timeout=filter_timeout,
     )
     return code, json.loads(out.getvalue()), err.getvalue()
 
@@ -166,16 +164,13 @@ def fixture_verdicts():
 )
 def test_fixture_as_upstream_allocates(path, fixture_verdicts, tmp_path):
     c = yaml.safe_load(path.read_text(encoding="utf-8"))
-    problem = differences(kvdev(c, tmp_path), fixture_verdicts[path])
+    mine, theirs = kvdev(c, tmp_path), fixture_verdicts[path]
+    if _timed_out(theirs) and not _timed_out(mine):  # a slow machine, not an answer (PATIENCE)
+        (theirs,) = oracle([c], PATIENCE)
+    if _timed_out(mine) and not _timed_out(theirs):
+        mine = kvdev(c, tmp_path, PATIENCE)
+    problem = differences(mine, theirs)
     assert problem is None, problem
-
-
-# The first run (SEED=1, 300 cases) found 5 differences, not settled yet: a filter-timeout kvdev
-# reports as invalid-pool, two cases kvdev finds unschedulable where upstream allocates, a
-# binding-conditions device order and a CEL runtime error upstream treats as no match. Until they
-# are, the batch fails when more than this share of cases differ (or on any oracle or kvdev
-# crash), and prints every difference it found; settling them brings this to zero.
-UNSETTLED_SHARE = 0.05
 
 
 def test_random_cases_as_upstream_allocates(tmp_path, capsys):
@@ -184,15 +179,27 @@ def test_random_cases_as_upstream_allocates(tmp_path, capsys):
         print(f"\nallocator oracle: {RANDOM_CASES} random cases, SEED={seed}")
     cases = [case(seed + i) for i in range(RANDOM_CASES)]
     verdicts = oracle(cases)
+    mine = [kvdev(c, tmp_path) for c in cases]
+    slow = [i for i, v in enumerate(verdicts) if _timed_out(v) and not _timed_out(mine[i])]
+    for i, v in zip(slow, oracle([cases[i] for i in slow], PATIENCE), strict=True):
+        verdicts[i] = v
+    for i, m in enumerate(mine):
+        if _timed_out(m) and not _timed_out(verdicts[i]):
+            mine[i] = kvdev(cases[i], tmp_path, PATIENCE)
     found = []
-    for i, (c, theirs) in enumerate(zip(cases, verdicts, strict=True)):
-        problem = differences(kvdev(c, tmp_path), theirs)
+    for i, (m, theirs) in enumerate(zip(mine, verdicts, strict=True)):
+        problem = differences(m, theirs)
         if problem is not None:
             found.append(f"case seed {seed + i}: {problem[:400]}")
     report = f"SEED={seed}: {len(found)} of {len(cases)} differ:\n" + "\n".join(found[:20])
     with capsys.disabled():
         print(report if found else f"SEED={seed}: no difference")
-    assert len(found) <= UNSETTLED_SHARE * len(cases), report
+        if slow:
+            print(
+                f"SEED={seed}: asked upstream again with {PATIENCE}: seeds",
+                [seed + i for i in slow],
+            )
+    assert not found, report
 
 
 def test_the_oracle_speaks_kvdevs_command_line(tmp_path):
@@ -211,3 +218,17 @@ def test_the_oracle_speaks_kvdevs_command_line(tmp_path):
     )
     assert bad.returncode == 2
     assert json.loads(bad.stdout)["reason"] == "usage"
+
+
+def test_objects_read_with_the_api_servers_defaults(tmp_path):
+    """A toleration written without operator is Equal, as the API server stores it, in the
+    allocation too (upstream's SetObjectDefaults_ResourceClaim, applied by the oracle)."""
+    c = yaml.safe_load((DATA / "allocator" / "001-basic-single-device.yaml").read_text())
+    request = c["claims"][0]["spec"]["devices"]["requests"][0]["exactly"]
+    request["tolerations"] = [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    mine, (theirs,) = kvdev(c, tmp_path), oracle([c])
+    assert differences(mine, theirs) is None
+    (result,) = _allocations(mine[1])["single-gpu"]["devices"]["results"]
+    assert result["tolerations"] == [
+        {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}
+    ]

@@ -126,23 +126,6 @@ def test_the_search_limit_is_gone():
             assert isinstance(outcome, Unschedulable), outcome
 
 
-@pytest.mark.parametrize(
-    ("prefix", "words"),
-    [
-        ("C1", "rejected for request r1 by a taint; the counters stay taken"),
-        ("C4", "shared counters taken by candidates rejected earlier were never given back"),
-        ("D1", "distinctAttribute remembers only the last device of each request"),
-        ("M", "not enough capacity left; its constraint entries, its in-use mark"),
-    ],
-)
-def test_where_the_scheduler_deviates_from_its_api_the_outcome_says_so(prefix, words):
-    path = next(p for p in FILES if p.stem.startswith(prefix))
-    outcome = fixtures.run_case(_load(path))
-    notes = " | ".join(outcome.notes)
-    assert "as the 1.37 scheduler does" in notes
-    assert words in notes
-
-
 def _steps_clock(limit):
     """A clock that moves one second per reading, read every step: at most ``limit`` steps."""
     ticks = iter(range(10**9))

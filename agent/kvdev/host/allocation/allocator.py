@@ -140,7 +140,7 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
         return Unschedulable(notes, search.stopped)
     return Allocated(
         {
-            plan.claim.metadata.name: allocation_result(plan, picks, node, feats, search.groups)
+            plan.claim.metadata.name: allocation_result(plan, picks, node, feats)
             for plan, picks in zip(search.plans, search.results, strict=True)
         },
         notes,

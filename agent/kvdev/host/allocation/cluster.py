@@ -91,11 +91,13 @@ def _node(name: str, nodes: Sequence[Node]) -> NodeInfo:
 def _add_in_use(state: ClusterState, allocation: AllocationResult) -> None:
     for r in (allocation.devices.results if allocation.devices else None) or []:
         ident = (r.driver, r.pool, r.device)
+        if r.admin_access:
+            continue  # the scheduler's DRA manager: admin access holds nothing
         if r.share_id:
             used = state.allocated_capacity.setdefault(ident, {})
             for k, v in (r.consumed_capacity or {}).items():
                 used[k] = used.get(k, Fraction(0)) + parse_quantity(str(v))
-        elif not r.admin_access:
+        else:
             state.allocated_devices.add(ident)
 
 

@@ -3,18 +3,15 @@
 Owns the attribute lookup (exact key, or the short name when the domain is the device's
 driver; a request's derived attribute of that name shadows both), value normalisation
 (``Value``: kind, list flag, value set) and the two constraint objects the search mutates as
-it picks and backtracks. They keep exactly what the upstream allocator keeps:
+it picks and backtracks. They keep what upstream's v1.37.2 allocator keeps (structured/
+internal/experimental: matchAttributeConstraint, distinctAttributeConstraint):
 
-* ``Match`` counts its devices and remembers the first device's attribute (scalar mode) or a
-  running intersection (``DRAListTypeAttributes``). Removing a device only lowers the count:
-  the intersection is not widened again until the count is back at zero.
-* ``Distinct`` remembers one attribute *per request name* (a subrequest counts as its parent):
-  adding a device overwrites its request's entry, removing one deletes the entry, even when
-  other devices of that request are still picked (class D, fixture 414: with count 3 the third
-  device is compared only with the second; across two requests sharing a device likewise).
+* ``Match`` counts its devices and remembers the first device's attribute (scalar mode) or,
+  with ``DRAListTypeAttributes``, a stack of running intersections: each device pushes the
+  narrowed set and removing it pops it, so backtracking restores the intersection.
+* ``Distinct`` keeps the attribute of every device it admitted, in order (a stack): a new
+  device must differ from each (pairwise disjoint in list mode); removing pops the last.
 
-Both also keep the values of the devices actually picked, so the search can tell when the
-remembered state, not the documented rule, decided (``--explain`` says so).
 """
 
 from __future__ import annotations
@@ -37,6 +34,9 @@ _KIND = {
     "version": ("version", False),
     "versions": ("version", True),
 }
+
+
+EMPTY_LIST: Value = ("", True, frozenset())  # an empty list: a value of no known type
 
 
 def to_value(key: str, raw: object) -> Value | None:
@@ -79,10 +79,9 @@ class Match:
     requests: frozenset[str]
     lists: bool
     first: Value | None = None  # scalar mode
-    common: tuple[str, frozenset[object]] | None = None  # list mode: running intersection
+    # list mode: the running intersection after each device admitted (a stack)
+    common: list[tuple[str, frozenset[object]]] = field(default_factory=list)
     count: int = 0
-    picked: list[Value] = field(default_factory=list)  # values of the devices picked
-    stale: bool = False  # the intersection is narrower than the picked devices' (list mode)
 
     def applies(self, base: str, sub: str) -> bool:
         """Whether the constraint covers a (sub)request."""
@@ -90,14 +89,14 @@ class Match:
 
     def accepts(self, value: Value | None) -> bool:
         """Whether ``add`` would admit the value (nothing changes)."""
-        if value is None:
+        if value is None or (self.lists and not value[2]):
             return False
         if self.count == 0:
             return True
         kind, is_list, values = value
         if self.lists:
-            common = self.common
-            return common is not None and common[0] == kind and bool(common[1] & values)
+            common = self.common[-1]
+            return common[0] == kind and bool(common[1] & values)
         first = self.first
         return (
             first is not None
@@ -112,51 +111,32 @@ class Match:
 
         Only for requests the constraint ``applies`` to, as ``remove``.
         """
-        if value is None:
+        if value is None or (self.lists and not value[2]):
             return False
         kind, is_list, values = value
         if self.count == 0:
-            self.stale = False
             if self.lists:
-                self.common = (kind, values)
+                self.common.append((kind, values))
             else:
                 self.first = value
         elif self.lists:
-            assert self.common is not None
-            if self.common[0] != kind or not self.common[1] & values:
+            top = self.common[-1]
+            if top[0] != kind or not top[1] & values:
                 return False
-            self.common = (kind, self.common[1] & values)
+            self.common.append((kind, top[1] & values))
         else:
             first = self.first
             assert first is not None
             if is_list or first[1] or first[0] != kind or first[2] != values:
                 return False
         self.count += 1
-        self.picked.append(value)
         return True
 
     def remove(self, base: str) -> None:  # noqa: ARG002 - same call as Distinct.remove
-        """Forget one device of a covered request (the count only)."""
+        """Forget the last device of a covered request (list mode: pop its intersection)."""
         self.count -= 1
-        self.picked.pop()
-        if self.lists and self.count and self.common is not None:
-            # Stale when the remembered intersection is narrower than the picked devices' own.
-            true: frozenset[object] | None = None
-            for _, _, vals in self.picked:
-                true = vals if true is None else true & vals
-            self.stale = true is not None and true != self.common[1]
-
-    def documented(self, value: Value | None) -> bool:
-        """Whether the value fits the devices actually picked (the API's rule)."""
-        if value is None:
-            return False
-        kind, _, values = value
-        common: frozenset[object] | None = None
-        for k, _, vals in self.picked:
-            if k != kind:
-                return False
-            common = vals if common is None else common & vals
-        return common is None or bool(common & values)
+        if self.lists:
+            self.common.pop()
 
 
 @dataclass(slots=True, eq=False)
@@ -166,37 +146,27 @@ class Distinct:
     attribute: str
     requests: frozenset[str]
     lists: bool
-    remembered: dict[str, Value] = field(default_factory=dict)  # per request name
-    count: int = 0
-    picked: list[Value] = field(default_factory=list)
+    picked: list[Value] = field(default_factory=list)  # every device admitted, in order
 
     def applies(self, base: str, sub: str) -> bool:
         """Whether the constraint covers a (sub)request."""
         return _applies(self.requests, base, sub)
 
-    @property
-    def stale(self) -> bool:
-        """Fewer values are remembered than devices picked (one request has several)."""
-        return len(self.remembered) < self.count
-
     def accepts(self, value: Value | None) -> bool:
         """Whether ``add`` would admit the value (nothing changes)."""
-        return value is not None and (not self.count or self._differs(value))
+        return value is not None and not (self.lists and not value[2]) and self._differs(value)
 
-    def add(self, base: str, value: Value | None) -> bool:
-        """Admit a device of request ``base`` with ``value`` if it differs from what is kept."""
-        if value is None:
+    def add(self, base: str, value: Value | None) -> bool:  # noqa: ARG002 - as Match.add
+        """Admit a device with ``value`` if it differs from every device admitted so far."""
+        if not self.accepts(value):
             return False
-        if self.count and not self._differs(value):
-            return False
-        self.remembered[base] = value
-        self.count += 1
+        assert value is not None
         self.picked.append(value)
         return True
 
     def _differs(self, value: Value) -> bool:
         kind, is_list, values = value
-        for k, other_list, other in self.remembered.values():
+        for k, other_list, other in self.picked:
             if self.lists:
                 if k == kind and values & other:
                     return False
@@ -206,18 +176,9 @@ class Distinct:
                 return False
         return True
 
-    def remove(self, base: str) -> None:
-        """Forget the request's remembered value (all of it) and one device."""
-        self.remembered.pop(base, None)
-        self.count -= 1
+    def remove(self, base: str) -> None:  # noqa: ARG002 - as Match.remove
+        """Forget the last device admitted."""
         self.picked.pop()
-
-    def documented(self, value: Value | None) -> bool:
-        """Whether the value differs from every device actually picked (the API's rule)."""
-        if value is None:
-            return False
-        kind, _, values = value
-        return not any(k == kind and vals & values for k, _, vals in self.picked)
 
 
 Constraint = Match | Distinct

@@ -1,17 +1,16 @@
 """Shared counters of partitionable devices (KEP-4815): the run's bookkeeping, as upstream keeps it.
 
 Owns what is available per counter set (the pool's counter sets minus what already
-allocated devices of the pool take) and what the run's picks consume, with upstream's rules:
+allocated devices of the pool take) and what the run's picks consume, with the rules of
+upstream's v1.37.2 allocator (checkAvailableCounters, deallocateCountersForDevice):
 
-* Both are keyed by the pool *name* (not driver and name); what is available is computed the
-  first time a device of a pool of that name is checked.
+* Both are keyed by the pool (driver and name); what is available is computed the first
+  time a device of the pool is checked.
 * A check adds the device's consumption first, then fails if *any* counter of the pool's
   counter sets is over (a counter already over, by allocated devices, fails every device), and
-  only then takes the consumption back.
-* A device that passes keeps its consumption until the search backtracks over it. When a later
-  check of the same candidate rejects it (a taint, a constraint, capacity), nobody gives the
-  counters back (class C, fixture 711: "as the 1.37 scheduler does"); ``leaked`` keeps what
-  was left behind that way, so a rejection it causes can be explained.
+  then takes the consumption back.
+* A device that passes keeps its consumption until the search rejects it by a later check
+  or backtracks over it: both give it back (``release``).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from fractions import Fraction
 
-from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
+from kvdev.host.allocation.pools import Candidate, DeviceID, Pool, PoolID
 from kvdev.host.k8s.quantity import parse_quantity
 
 Sets = dict[str, dict[str, Fraction]]  # counter set -> counter -> amount
@@ -30,9 +29,8 @@ class Counters:
 
     def __init__(self, *allocated: Collection[DeviceID]) -> None:
         self._allocated = allocated  # devices in use before the run (exclusive, shared)
-        self.available: dict[str, Sets] = {}
-        self.consumed: dict[str, Sets] = {}
-        self.leaked: dict[str, Sets] = {}
+        self.available: dict[PoolID, Sets] = {}
+        self.consumed: dict[PoolID, Sets] = {}
 
     def _compute(self, pool: Pool) -> Sets:
         out = {name: dict(counters) for name, counters in pool.counter_sets.items()}
@@ -51,7 +49,7 @@ class Counters:
 
     def take(self, candidate: Candidate) -> bool:
         """Add the device's consumption; False (and nothing taken) when a counter is over."""
-        key = candidate.pool.name
+        key = candidate.pool.id
         available = self.available.get(key)
         if available is None:
             available = self._compute(candidate.pool)
@@ -67,27 +65,8 @@ class Counters:
         return True
 
     def release(self, candidate: Candidate) -> None:
-        """Give the device's consumption back (the search backtracks over it)."""
-        _add(self.consumed.setdefault(candidate.pool.name, {}), candidate.need, -1)
-
-    def leak(self, candidate: Candidate) -> None:
-        """Remember that a rejected candidate kept its consumption (nothing is given back)."""
-        _add(self.leaked.setdefault(candidate.pool.name, {}), candidate.need, 1)
-
-    def fits_without_leaks(self, candidate: Candidate) -> bool:
-        """Whether the device would have fitted had rejected candidates given counters back."""
-        key = candidate.pool.name
-        available = self.available.get(key, {})
-        used = self.consumed.get(key, {})
-        leaked = self.leaked.get(key, {})
-        for set_name, counters in available.items():
-            mine, lost = used.get(set_name, {}), leaked.get(set_name, {})
-            extra = candidate.need.get(set_name, {})
-            for counter, amount in counters.items():
-                total = mine.get(counter, 0) - lost.get(counter, 0) + extra.get(counter, 0)
-                if amount < total:
-                    return False
-        return True
+        """Give the device's consumption back (rejected by a later check, or backtracked)."""
+        _add(self.consumed.setdefault(candidate.pool.id, {}), candidate.need, -1)
 
 
 def _add(into: Sets, need: Mapping[str, Mapping[str, Fraction]], sign: int) -> None:

@@ -7,8 +7,8 @@ the same pool and node rules. Each device is judged on its own against the devic
 use by existing claims, not against the other picks of the same run; a device reported as
 fitting may still lose to another claim's or request's pick, and constraints are judged
 against an empty memory (a missing attribute shows, a mismatch between two picks does not).
-What only the search itself can see (a scheduler quirk that decided a rejection) comes with
-the outcome as ``notes``; the command prints both.
+What only the search itself can tell (that it stopped early, proven hopeless) comes with the
+outcome as ``notes``; the command prints both.
 
 Pure: data in, data out.
 """
@@ -48,7 +48,7 @@ REASONS: Mapping[str, str] = {
     "selector-error": "a selector expression failed",
     "capacity": "not enough capacity",
     "counters": "not enough shared counters",
-    "compatibility-group": "no compatibility group in common with the device's other partitions",
+    "compatibility-group": "its compatibility groups do not go with the device's other partitions",
     "taint": "a taint is not tolerated",
     "constraint": "a claim constraint is not satisfied",
 }

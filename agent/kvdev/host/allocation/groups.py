@@ -1,50 +1,59 @@
 """Device compatibility groups (KEP-5963): what a device declares, and the rolling intersection.
 
-Per counter set (the shared physical device), every device drawing from it must share at
-least one group with all the others; ``narrow`` keeps the running intersection and says
-when a device would empty it. Pure.
+Per counter set of a pool (the shared physical device), the devices drawing from it must have
+compatible groups, by the rules of upstream's v1.37.2 allocator (structured/internal/
+experimental compatibility_groups.go): the running state of a counter set is absent (no device
+placed yet: anything goes), ``NO_GROUPS`` (every device placed declared none: only devices
+without groups may join) or the intersection of the groups declared (a device must share one
+of them; one without groups may not join). ``narrow`` folds a device in, or says it may not
+join. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.pools import PoolID
 from kvdev.host.k8s.resource import Device
 
 GroupKey = tuple[str, str, str]  # (driver, pool, counter set)
+NO_GROUPS: frozenset[str] = frozenset()  # the state "every device placed declared no groups"
+Groups = Mapping[GroupKey, frozenset[str]]
 
 
-def device_groups(
-    pool: PoolID, device: Device, features: Features
-) -> dict[GroupKey, frozenset[str]]:
-    """The compatibility groups a device declares, per counter set it draws from (KEP-5963).
-
-    A ``consumesCounters`` entry without groups is compatible with everything and is left
-    out. With ``DRADeviceCompatibilityGroups`` off the field is ignored altogether.
-    """
-    if not features.DRADeviceCompatibilityGroups:
-        return {}
-    out: dict[GroupKey, frozenset[str]] = {}
-    for use in device.consumes_counters or []:
-        if use.compatibility_groups:
-            key = (*pool, use.counter_set)
-            groups = frozenset(use.compatibility_groups)
-            out[key] = out[key] & groups if key in out else groups
-    return out
+def device_groups(pool: PoolID, device: Device) -> list[tuple[GroupKey, frozenset[str]]]:
+    """The groups a device declares, per ``consumesCounters`` entry (empty: none declared)."""
+    return [
+        ((*pool, use.counter_set), frozenset(use.compatibility_groups or ()))
+        for use in device.consumes_counters or []
+    ]
 
 
-def narrow(
-    groups: Mapping[GroupKey, frozenset[str]], declared: Mapping[GroupKey, frozenset[str]]
-) -> Mapping[GroupKey, frozenset[str]] | None:
-    """The rolling intersections after adding a device, or None when one becomes empty."""
+def _fold(groups: dict[GroupKey, frozenset[str]], key: GroupKey, mine: frozenset[str]) -> None:
+    """Fold one declaration in without checking (upstream's ``add``)."""
+    cur = groups.get(key)
+    if cur is None:
+        groups[key] = mine
+    elif cur and mine:
+        groups[key] = cur & mine
+
+
+def baseline(
+    declared: list[tuple[GroupKey, frozenset[str]]], into: dict[GroupKey, frozenset[str]]
+) -> None:
+    """Fold an already allocated device's declarations into the starting state."""
+    for key, mine in declared:
+        _fold(into, key, mine)
+
+
+def narrow(groups: Groups, declared: list[tuple[GroupKey, frozenset[str]]]) -> Groups | None:
+    """The rolling state after adding a device, or None when it may not join a counter set."""
     if not declared:
         return groups
     merged = dict(groups)
-    for key, mine in declared.items():
-        common = merged[key] & mine if key in merged else mine
-        if not common:
+    for key, mine in declared:
+        cur = merged.get(key)
+        if cur is not None and (bool(mine) != bool(cur) or (mine and not cur & mine)):
             return None
-        merged[key] = common
+        _fold(merged, key, mine)
     return merged

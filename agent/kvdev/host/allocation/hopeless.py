@@ -18,15 +18,15 @@ early cannot change what upstream would print:
 
 * no allocationMode All request is covered by a constraint (such a request can end the run
   with an error instead);
-* every selector (and derived attribute) of every request evaluates on every device without
-  an error (a CEL error upstream would reach would end the run with that error);
+* every selector of every request, and every derived attribute a constraint compares,
+  evaluates on every device without an error (a CEL error upstream would reach would end the
+  run with that error);
 * for the last two proofs, no candidate is both multi-allocatable and counter-consuming (then
   a device shared by an earlier claim skips its counter check, and claims are no longer
   independent).
 
-Under these, whatever an earlier claim picks or leaves behind (upstream's counters that are
-not given back, constraint entries left by an All request) only makes a later claim harder,
-so "impossible alone" or "impossible by counting" holds in every state the search can reach.
+Under these, whatever an earlier claim picks only makes a later claim harder, so "impossible
+alone" or "impossible by counting" holds in every state the search can reach.
 """
 
 from __future__ import annotations
@@ -51,15 +51,27 @@ def _no_errors(search: Search) -> bool:
                 if alt.all_mode and alt.applicable:
                     return False
                 try:
-                    for pos in range(len(search.candidates)):
-                        if not pos & 0x3FF:
-                            search.check_deadline()
-                        search.selectable(alt, pos)
+                    _evaluate(search, alt)
                 except AllocationFailedError as e:
                     if e.keyword == "filter-timeout":
                         raise
                     return False
     return True
+
+
+def _evaluate(search: Search, alt: Request) -> None:
+    """Evaluate ``alt``'s selectors, and the derived attributes constraints compare, everywhere.
+
+    Raises:
+        AllocationFailedError: one fails, or the filter timeout passed.
+    """
+    derived = [c for c in alt.applicable if c.attribute in alt.derived_names]
+    for pos in range(len(search.candidates)):
+        if not pos & 0x3FF:
+            search.check_deadline()
+        if search.selectable(alt, pos):
+            for con in derived:
+                search.value(con, alt, pos)
 
 
 def _could(search: Search, alt: Request) -> list[int]:

@@ -26,8 +26,9 @@ from kvdev.host.allocation.cel import (
     Semver,
     compile_selector,
     device_view,
+    reads_device,
 )
-from kvdev.host.allocation.constraints import Constraint, Distinct, Match, Value
+from kvdev.host.allocation.constraints import EMPTY_LIST, Constraint, Distinct, Match, Value
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.pools import Candidate, DeviceID
 from kvdev.host.k8s.claim import (
@@ -57,8 +58,7 @@ class Request:
     """One alternative of a claim request: the request itself or one firstAvailable entry.
 
     Per-run caches, by candidate position (filled by the search): ``sel`` selectable (None:
-    not checked yet), ``need`` capacity need (False: unusable), ``taint`` blocked by a taint,
-    ``derived`` the derived attribute values.
+    not checked yet), ``need`` capacity need (False: unusable), ``taint`` blocked by a taint.
     """
 
     name: str  # as reported in results: ``req`` or ``req/sub``
@@ -74,12 +74,12 @@ class Request:
     tolerations: tuple[DeviceToleration, ...]
     capacity: Mapping[str, Fraction] | None  # requested amounts by capacity key as written
     derived: tuple[tuple[str, str], ...] = ()  # (name, expression)
+    derived_names: frozenset[str] = frozenset()
     num: int = 0  # devices this alternative adds
     all_devices: list[int] = field(default_factory=list)  # allocationMode All: positions
     sel: list[bool | None] = field(default_factory=list)
     need: list[object] = field(default_factory=list)
     taint: list[bool | None] = field(default_factory=list)
-    values: list[dict[str, Value | None] | None] = field(default_factory=list)
     fit: list[bool | None] = field(default_factory=list)  # capacity, devices not shared
     first: list[object] = field(default_factory=list)  # the first constraint's values
     applicable: tuple[Constraint, ...] = ()  # the claim's constraints covering this request
@@ -150,34 +150,49 @@ class Selection:
                 return False
         return True
 
-    def derive(self, request: Request, candidate: Candidate) -> dict[str, Value | None]:
-        """The request's derived attributes (KEP-6080) for one device.
+    def derive(self, request: Request, candidate: Candidate, name: str) -> Value | None:
+        """One derived attribute (KEP-6080) of the request for one device.
+
+        As upstream's lookupAttribute computes it: only when a constraint compares it.
 
         Raises:
-            AllocationFailedError: an expression fails, or yields a value that is not a
-                scalar attribute type (or, with ``DRAListTypeAttributes``, a list of one).
+            AllocationFailedError: the expression does not compile (a result type that no
+                attribute has is a compile error when the expression does not read the
+                device), or fails, or yields a value no attribute can hold.
         """
-        generation = candidate.pool.generation
-        out: dict[str, Value | None] = {}
-        for i, (name, expression) in enumerate(request.derived):
-            key = (expression, candidate.id, generation)
-            if key in self.derived:
-                out[name] = self.derived[key]
-                continue
-            where = f"{_claimless(request)}: derivedAttributes[{i}] {name}"
-            try:
-                raw = compile_selector(expression).value(self._view(candidate))
-            except (CelCompileError, CelRuntimeError) as e:
-                raise _cel_error(e, where, candidate) from e
-            value = _derived_value(raw, lists=self.features.DRAListTypeAttributes)
-            if isinstance(value, str):
+        expression = next(e for n, e in request.derived if n == name)
+        key = (expression, candidate.id, candidate.pool.generation)
+        if key in self.derived:
+            return self.derived[key]
+        try:
+            selector = compile_selector(expression)
+        except CelCompileError as e:
+            raise AllocationFailedError(
+                "cel-compile-error", f"compile derived attribute {name} failed: {e}"
+            ) from e
+        try:
+            raw = selector.value(self._view(candidate))
+        except (CelCompileError, CelRuntimeError) as e:
+            raise _cel_error(e, f"evaluate derived attribute {name}", candidate) from e
+        value = _derived_value(raw)
+        if isinstance(value, str):
+            if not reads_device(expression):  # its type is known without a device
                 raise AllocationFailedError(
-                    "cel-runtime-error",
-                    f"{where}: device {'/'.join(candidate.id)}: CEL runtime error: {value}",
+                    "cel-compile-error", f"compile derived attribute {name} failed: {value}"
                 )
-            self.derived[key] = value
-            out[name] = value
-        return out
+            raise AllocationFailedError(
+                "cel-runtime-error",
+                f"evaluate derived attribute {name} on device {'/'.join(candidate.id)} "
+                f"failed: {value}",
+            )
+        if value[1] and not self.features.DRAListTypeAttributes and not reads_device(expression):
+            raise AllocationFailedError(
+                "cel-compile-error",
+                f"compile derived attribute {name} failed: must evaluate to a primitive "
+                "scalar (string, integer, boolean, semver), not a list",
+            )
+        self.derived[key] = value
+        return value
 
 
 def _claimless(request: Request) -> str:
@@ -207,22 +222,27 @@ def _scalar(v: object) -> tuple[str, object] | None:
     return None
 
 
-def _derived_value(raw: object, *, lists: bool) -> Value | str | None:
-    """A derived attribute's CEL result as a ``Value``, or why it cannot be one (a str)."""
+def _derived_value(raw: object) -> Value | str:
+    """A derived attribute's CEL result as a ``Value``, or why it cannot be one (a str).
+
+    An empty list is a value of no known type (upstream: ``stringValues: []``), which no
+    constraint in list mode admits.
+    """
     if isinstance(raw, list | tuple):
-        if not lists:
-            return "a derived attribute must be a scalar (DRAListTypeAttributes is off)"
         items = [_scalar(v) for v in raw]
         kinds = {i[0] for i in items if i is not None}
         if None in items or len(kinds) > 1:
             return "a derived attribute list must hold scalars of one type"
         if not items:
-            return None  # no value: constraints on it are not satisfied
+            return EMPTY_LIST
         return (kinds.pop(), True, frozenset(i[1] for i in items if i is not None))
     one = _scalar(raw)
     if one is None:
         got = "a quantity" if isinstance(raw, Fraction) else type(raw).__name__
-        return f"a derived attribute must be a string, int, bool or semver, got {got}"
+        return (
+            "must evaluate to a primitive scalar (string, integer, boolean, semver) or a "
+            f"list of these scalars, not {got}"
+        )
     return (one[0], False, frozenset([one[1]]))
 
 
@@ -253,6 +273,11 @@ def plan_request(
     """
     name = f"{base}/{sub}" if sub else base
     where = f"claim {claim}, request {name}"
+    if spec.derived_attributes and not features.DRADerivedAttributes:
+        raise AllocationFailedError(
+            "feature-disabled",
+            f"{where}: cannot handle request with derived attributes, the feature is disabled",
+        )
     request_selectors = _expressions(spec.selectors, where)
     admin = getattr(spec, "admin_access", None)
     if admin is not None and not features.DRAAdminAccess:
@@ -270,7 +295,7 @@ def plan_request(
         )
     class_selectors = _expressions(device_class.spec.selectors, f"class {spec.device_class_name}")
     requested = spec.capacity.requests if spec.capacity is not None else None
-    derived = spec.derived_attributes if features.DRADerivedAttributes else None
+    derived = spec.derived_attributes
     return Request(
         name=name,
         base=base,
@@ -296,6 +321,7 @@ def plan_request(
         if requested is None
         else {k: parse_quantity(v) for k, v in requested.items()},
         derived=tuple((d.name, d.expression) for d in derived or ()),
+        derived_names=frozenset(d.name for d in derived or ()),
         num=spec.count or 1,
     )
 

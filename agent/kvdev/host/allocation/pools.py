@@ -246,11 +246,7 @@ class Pool:
     def grouped(self) -> bool:
         """Some device of the pool declares compatibility groups (KEP-5963)."""
         if self._grouped is None:
-            self._grouped = any(
-                use.compatibility_groups
-                for _, d in self.devices()
-                for use in d.consumes_counters or ()
-            )
+            self._grouped = any(uses_groups(s) for s in (*self.slices, *self.others))
         return self._grouped
 
     def devices(self) -> list[tuple[str, Device]]:
@@ -343,11 +339,22 @@ def _build(
     return _validate(pool, counter_slices)
 
 
+def uses_groups(s: ResourceSlice) -> bool:
+    """Some device of the slice declares compatibility groups (KEP-5963)."""
+    return any(
+        use.compatibility_groups for d in s.spec.devices or () for use in d.consumes_counters or ()
+    )
+
+
 def _relevant(s: ResourceSlice, node: NodeLike, features: Features) -> bool:
     spec = s.spec
     if not features.DRAPartitionableDevices and (
         spec.per_device_node_selection is not None or spec.shared_counters
     ):
+        return False
+    if not features.DRADeviceCompatibilityGroups and uses_groups(s):
+        # Upstream cannot check the groups with the gate off: it ignores the slice, which
+        # leaves its pool incomplete (so none of the pool's devices is allocated).
         return False
     return slice_visible(s, node)
 
@@ -430,6 +437,8 @@ def _pool(
     if any(s.spec.pool.generation > generation for s in everything):
         return None
     raw = [s for s in everything if s.spec.pool.generation == generation]
+    if not features.DRADeviceCompatibilityGroups:
+        raw = [s for s in raw if not uses_groups(s)]  # ignored: as for _relevant
     pool = Pool(driver=driver, name=name, generation=generation, raw=raw)
     if len(raw) != count:
         pool.incomplete = True

@@ -7,8 +7,7 @@ the configuration (each class's config once, for the requests using the class, t
 claim's config entries naming a request or the chosen subrequest; an entry whose requests
 cover every request of the claim, class config included, gets ``requests`` cleared, class A),
 the node selector (the node's name when a device is node-local or binds to the node, else
-one term merging the slices' or per-device selectors), and kvdev's KEP-5963
-compatibilityGroups.
+one term merging the slices' or per-device selectors).
 
 The models are assembled without validating again: every value comes from objects that were
 validated when they were loaded. ``_build`` fills a model's fields the way pydantic's
@@ -20,14 +19,13 @@ release store models differently.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from kvdev.host.allocation.features import Features
-from kvdev.host.allocation.groups import GroupKey
 from kvdev.host.allocation.plans import ClaimPlan, Slot
 from kvdev.host.allocation.pools import NodeLike
 from kvdev.host.allocation.search import Pick
@@ -217,30 +215,11 @@ def _claim_config(plan: ClaimPlan) -> list[dict[str, Any]]:
     return out
 
 
-def _compatibility_groups(
-    picks: Sequence[Pick], groups: Mapping[GroupKey, frozenset[str]]
-) -> dict[str, list[str]]:
-    """KEP-5963 result field: the groups shared on each counter set the claim draws from.
-
-    Keyed ``<driver>/<pool>/<counterSet>``: counter sets are scoped to a (driver, pool) and
-    two drivers may well use the same pool name (often the node's).
-    """
-    out: dict[str, list[str]] = {}
-    for pick in picks:
-        driver, pool, _ = pick.candidate.id
-        for use in pick.candidate.device.consumes_counters or []:
-            key = (driver, pool, use.counter_set)
-            if key in groups:
-                out["/".join(key)] = sorted(groups[key])
-    return dict(sorted(out.items()))
-
-
 def allocation_result(
     plan: ClaimPlan,
     picks: Sequence[Pick],
     node: NodeLike,
     features: Features,
-    groups: Mapping[GroupKey, frozenset[str]],
 ) -> AllocationResult:
     """One claim's ``status.allocation``."""
     devices = _build(
@@ -252,5 +231,4 @@ def allocation_result(
         AllocationResult,
         devices=devices,
         node_selector=node_selector(picks, node),
-        compatibility_groups=_compatibility_groups(picks, groups) or None,
     )

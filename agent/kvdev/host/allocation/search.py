@@ -1,32 +1,31 @@
 """The depth-first, first-fit search over claims, requests, alternatives and devices.
 
-A port of the upstream allocator's search (the variant with every gate on) with its mutable
-state and its exact order of checks, so that it answers as the scheduler does, quirks
-included. Owns:
+A port of upstream's v1.37.2 allocator search (structured/internal/experimental, the variant
+the scheduler picks with every gate on) with its mutable state and its exact order of checks,
+so that it answers as the scheduler does. Owns:
 
 * ``prepare``: the claims as plans, checked in upstream's order (per claim: per request the
   gates, then each (sub)request; an ``All`` request lists its devices right away, pool by
   pool: an incomplete or invalid pool is an error where it comes in that order, class K; the
-  selectors of every device are evaluated; multi-allocatable devices without enough capacity
-  left are left out, class E; then the 32-result bound and the constraints).
+  selectors of every device are evaluated; devices whose capacity could never serve the
+  request are left out, what is in use is checked only when a device is picked; then the
+  32-result bound and the constraints).
 * the recursion (``_one``): claims in order, requests in order, firstAvailable alternatives in
   order, devices as combinations in pool/slice/device order; a claim's result limit is
   decided per alternative before any device is tried (``EXCEEDED`` backtracks to the nearest
   firstAvailable choice, and stops at the claim's boundary).
-* one candidate (``_allocate``): in use (admin access: only within the claim), selectors
-  (lazy, cached per request and device), the device's node (per-device selection), capacity,
-  then the pick: partitionable gate, shared counters (skipped for a multi-allocatable device
-  already shared), compatibility groups (kvdev, KEP-5963), taints, constraints (an ``All``
-  device that fails one is an error), capacity once more. What upstream leaves behind when a
-  later check fails is left behind here too: counters (class C, fixture 711), and for an
-  ``All`` device that fails the last capacity check its constraint entries and its "in use"
-  mark (class M).
-* undoing a pick when backtracking, with upstream's omissions (a multi-allocatable device's
-  counters are not given back; an empty capacity share is never removed).
+* one candidate (``_allocate``, upstream's allocateDevice): in use (admin access: only within
+  the claim), selectors (lazy, cached per request and device), the device's node (per-device
+  selection), capacity, then the pick: partitionable gate, compatibility groups (KEP-5963)
+  and shared counters (both skipped for a multi-allocatable device already shared), taints,
+  constraints (an ``All`` device that fails one is an error; derived attributes are evaluated
+  here, when a constraint compares them), capacity once more. A candidate rejected by a later
+  check gives back everything the earlier checks took (upstream's rollbackDevice), and so
+  does a pick the search backtracks over.
 * the filter timeout: the search gives up with ``filter-timeout`` past its deadline, as the
   scheduler's Filter does (``allocate(..., timeout=)``).
-* ``notes``: when a quirk of the scheduler, rather than the API's rule, decided a rejection
-  (``explain`` prints them).
+* ``notes``: remarks for ``--explain`` (none are made by the search today: every decision
+  follows the API's rule as upstream v1.37.2 applies it).
 
 Turning the picks into API results is ``results``' job.
 """
@@ -38,10 +37,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kvdev.host.allocation import capacity as cap
-from kvdev.host.allocation.constraints import Constraint, Distinct, Match, Value, lookup
+from kvdev.host.allocation.constraints import Constraint, Value, lookup
 from kvdev.host.allocation.counters import Counters
 from kvdev.host.allocation.features import Features
-from kvdev.host.allocation.groups import GroupKey, device_groups, narrow
+from kvdev.host.allocation.groups import Groups, baseline, device_groups, narrow
 from kvdev.host.allocation.hopeless import hopeless
 from kvdev.host.allocation.plans import (
     RESULTS_LIMIT,
@@ -77,7 +76,7 @@ def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bo
             continue
         if tol.key and tol.key != taint.key:
             continue
-        if (tol.operator or "Equal") == "Equal" and (tol.value or "") != (taint.value or ""):
+        if tol.operator == "Equal" and (tol.value or "") != (taint.value or ""):
             continue
         return True
     return False
@@ -94,7 +93,8 @@ class Pick:
     shared: bool  # gets a shareID
     consumed: dict[str, Fraction] | None  # consumedCapacity (multi-allocatable devices)
     constraints: tuple[Constraint, ...]
-    groups: Mapping[GroupKey, frozenset[str]] | None  # before the pick, to restore
+    groups: Groups  # before the pick, to restore
+    charged: bool  # took shared counters (and joined the compatibility groups)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +145,11 @@ class Search:
         self.counters = Counters(self.allocated, self.aggregated)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.picking: dict[DeviceID, dict[str, Fraction]] = {}
-        self.groups: Mapping[GroupKey, frozenset[str]] = self._initial_groups()
+        self._shares: dict[DeviceID, int] = {}  # shares of the run per device in ``picking``
+        self.grouped = features.DRADeviceCompatibilityGroups and any(
+            p.grouped for p in self.pools if p.usable
+        )
+        self.groups: Groups = self._initial_groups()
         self.plans: list[ClaimPlan] = []
         self.results: list[list[Pick]] = []
         self._values: dict[tuple[int, str], Value | None] = {}
@@ -166,28 +170,22 @@ class Search:
 
     # ------------------------------------------------------------------ state helpers
 
-    def _initial_groups(self) -> Mapping[GroupKey, frozenset[str]]:
-        """Compatibility groups (KEP-5963) of the devices already allocated, per counter set."""
-        groups: dict[GroupKey, frozenset[str]] = {}
-        if not self.features.DRADeviceCompatibilityGroups:
-            return groups
-        by_id = {p.id: p for p in self.pools if p.grouped}
-        if not by_id:
-            return groups
-        held = [i for i in {*self.allocated, *self.aggregated} if i[:2] in by_id]
-        for driver, pool_name, device in sorted(held):
-            pool = by_id[(driver, pool_name)]
-            if device not in pool.all_devices:
-                continue
-            declared = device_groups(pool.id, pool.all_devices[device], self.features)
-            for gkey, mine in declared.items():
-                groups[gkey] = groups[gkey] & mine if gkey in groups else mine
-        return groups
+    def _initial_groups(self) -> Groups:
+        """Groups (KEP-5963) of the devices allocated before the run, per counter set.
 
-    def note(self, text: str) -> None:
-        """Remember that a scheduler quirk decided something (``explain`` prints it)."""
-        if len(self.notes) < 64:
-            self.notes[text] = None
+        Upstream's compatibilityGroupsBaselineForPool, for the pools with groups.
+        """
+        groups: dict[tuple[str, str, str], frozenset[str]] = {}
+        if not self.grouped:
+            return groups
+        held = {*self.allocated, *self.aggregated}
+        for pool in self.pools:
+            if not (pool.usable and pool.grouped):
+                continue
+            for name, device in pool.devices():
+                if (pool.driver, pool.name, name) in held:
+                    baseline(device_groups(pool.id, device), groups)
+        return groups
 
     # ------------------------------------------------------------------ preparing
 
@@ -216,7 +214,6 @@ class Search:
                     alt.sel = [None] * n
                     alt.need = [None] * n
                     alt.taint = [None] * n
-                    alt.values = [None] * n
                     alt.fit = [None] * n
                     alt.first = [_UNSEEN] * n
                     if alt.all_mode:
@@ -245,7 +242,10 @@ class Search:
                 )
             start = self._start[id(pool)]
             for pos in range(start, start + len(pool.candidates)):
-                if self.selectable(alt, pos) and (not self.consumable or self.fits(alt, pos)):
+                # Static capacity only: what is in use is checked when the device is picked.
+                if self.selectable(alt, pos) and (
+                    not self.consumable or self.fits_static(alt, pos)
+                ):
                     alt.all_devices.append(pos)
         alt.num = len(alt.all_devices)
 
@@ -263,8 +263,6 @@ class Search:
         hit = alt.sel[pos]
         if hit is None:
             hit = self.selection.matches(alt, candidate) and candidate.visible
-            if hit and alt.derived:
-                alt.values[pos] = self.selection.derive(alt, candidate)
             alt.sel[pos] = hit
         return hit
 
@@ -282,6 +280,11 @@ class Search:
             return False
         ident = self.candidates[pos].id
         return cap.fits(need, self.aggregated.get(ident), self.picking.get(ident))
+
+    def fits_static(self, alt: Request, pos: int) -> bool:
+        """Capacity for ``alt`` with nothing in use (an ``All`` request's device list)."""
+        need = self._need(alt, pos)
+        return need is not None and cap.fits(need, None, None)
 
     def fits_alone(self, alt: Request, pos: int) -> bool:
         """Capacity for ``alt`` with nothing of this run picked (``hopeless``)."""
@@ -317,7 +320,6 @@ class Search:
             return "selector"
         if not candidate.visible:
             return "other-node"
-        self.selectable(alt, pos)  # derived attributes
         if self.consumable and not self.fits(alt, pos):
             return "capacity"
         return self._pick_verdict(alt, pos)
@@ -330,17 +332,16 @@ class Search:
             if not self.partitionable:
                 return "gated"
             if not (multi and candidate.id in self.aggregated):
+                declared = device_groups(candidate.pool.id, candidate.device)
+                if self.grouped and narrow(self.groups, declared) is None:
+                    return "compatibility-group"
                 if not self.counters.take(candidate):
                     return "counters"
                 self.counters.release(candidate)
-            if self._groups(candidate, multi=multi) is None:
-                return "compatibility-group"
         if self.taints and candidate.blocking and self.blocked(alt, pos):
             return "taint"
         for con in alt.applicable:
-            value = lookup(
-                candidate.driver, candidate.device, con.attribute, alt.values[pos], self._values
-            )
+            value = self.value(con, alt, pos)
             if value is None:
                 return "constraint"
         return None
@@ -472,8 +473,9 @@ class Search:
         admin = alt.admin
         sel, fit, first = alt.sel, alt.fit, alt.first
         first_con = alt.applicable[0] if alt.applicable and self.shortcuts else None
-        # A refusal by a stale matchAttribute memory is a quirk worth a note: not skipped.
-        quiet = first_con is not None and not (isinstance(first_con, Match) and first_con.stale)
+        # Not for a derived attribute: evaluating it early could fail where upstream, which
+        # evaluates it only after the counters and taints, would not reach it.
+        quiet = first_con is not None and first_con.attribute not in alt.derived_names
         consumable = self.consumable
         timed = self._deadline is not None
         self._account(len(candidates) - start)
@@ -496,7 +498,7 @@ class Search:
                 assert first_con is not None
                 value = first[pos]
                 if value is _UNSEEN:
-                    value = first[pos] = self._value(first_con, alt, pos)
+                    value = first[pos] = self.value(first_con, alt, pos)
                 if not first_con.accepts(value):  # type: ignore[arg-type]
                     continue
             if consumable:
@@ -516,8 +518,6 @@ class Search:
             self._deallocate(ci, pick)
             if done == EXCEEDED:
                 return EXCEEDED
-            if quiet and isinstance(first_con, Match):
-                quiet = not first_con.stale
         return FAIL
 
     def _account(self, looked: int) -> None:
@@ -528,15 +528,22 @@ class Search:
         if 0 <= self._max_work < self.work:
             raise _Stop
 
-    def _value(self, con: Constraint, alt: Request, pos: int) -> Value | None:
+    def value(self, con: Constraint, alt: Request, pos: int) -> Value | None:
+        """The value ``con`` compares for the device (upstream's lookupAttribute).
+
+        The request's derived attribute of that name (evaluated now), else the device's own.
+
+        Raises:
+            AllocationFailedError: the derived attribute fails.
+        """
         candidate = self.candidates[pos]
-        return lookup(
-            candidate.driver, candidate.device, con.attribute, alt.values[pos], self._values
-        )
+        if con.attribute in alt.derived_names:
+            return self.selection.derive(alt, candidate, con.attribute)
+        return lookup(candidate.driver, candidate.device, con.attribute, None, self._values)
 
     # ------------------------------------------------------------------ one pick
 
-    def _allocate(self, ci: int, alt: Request, pos: int, *, must: bool) -> Pick | None:  # noqa: C901, PLR0911, PLR0912, PLR0915 - upstream's allocateDevice, in its order
+    def _allocate(self, ci: int, alt: Request, pos: int, *, must: bool) -> Pick | None:  # noqa: C901, PLR0911, PLR0912 - upstream's allocateDevice, in its order
         candidate = self.candidates[pos]
         ident = candidate.id
         multi = self.consumable and candidate.multi
@@ -547,136 +554,88 @@ class Search:
         consumes = bool(candidate.need)
         if consumes and not self.partitionable:
             return None
-        took = False
-        if consumes and not (multi and (ident in self.aggregated or ident in self.picking)):
-            if not self.counters.take(candidate):
-                if self.counters.leaked and self.counters.fits_without_leaks(candidate):
-                    self.note(
-                        f"device {'/'.join(ident)} was refused for request {alt.name}: shared "
-                        "counters taken by candidates rejected earlier were never given back "
-                        "(as the 1.37 scheduler does: counters a candidate takes are not "
-                        "returned when a taint, a constraint or capacity then rejects it)"
-                    )
-                return None
-            took = True
+        # A further share of a multi-allocatable device in use: its counters (and groups)
+        # are accounted for already.
+        charge = consumes and not (multi and (ident in self.aggregated or ident in self.picking))
         before = self.groups
-        groups = self._groups(candidate, multi=multi)
-        if groups is None:
-            if took:
-                self.counters.release(candidate)
-            return None
-        self.groups = groups
-        if self.taints and candidate.blocking and self.blocked(alt, pos):
+        if charge and self.grouped:
+            groups = narrow(before, device_groups(candidate.pool.id, candidate.device))
+            if groups is None:
+                return None
+            self.groups = groups
+        if charge and not self.counters.take(candidate):
             self.groups = before
-            self._leak(candidate, alt, took, "a taint")
+            return None
+        if self.taints and candidate.blocking and self.blocked(alt, pos):
+            self._undo(alt, candidate, 0, before, charge=charge)
             return None
         constraints = alt.applicable
         for i, con in enumerate(constraints):
-            value = self._value(con, alt, pos)
-            documented = con.documented(value) if con.stale else None
-            if not con.add(alt.base, value):
+            if not con.add(alt.base, self.value(con, alt, pos)):
+                self._undo(alt, candidate, i, before, charge=charge)
                 if must:
-                    self.groups = before
                     raise AllocationFailedError(
                         "constraint-unsatisfiable",
                         f"claim {self.plans[ci].label}, request {alt.name}: cannot add device "
                         f"{'/'.join(ident)} because a claim constraint would not be satisfied",
                     )
-                for earlier in constraints[:i]:
-                    earlier.remove(alt.base)
-                self.groups = before
-                if documented:
-                    self._remembered(con, ident, alt, admitted=False)
-                self._leak(candidate, alt, took, "a constraint")
                 return None
-            if documented is False:
-                self._remembered(con, ident, alt, admitted=True)
-        if not multi:
-            self.allocating.setdefault(ident, set()).add(ci)
         consumed: dict[str, Fraction] | None = None
-        shared = False
         if self.consumable:
             if not self.fits(alt, pos):
-                self.note(
-                    f"device {'/'.join(ident)}, request {alt.name}: not enough capacity left; "
-                    "its constraint entries, its in-use mark and its counters stay (as the "
-                    "1.37 scheduler does when capacity fails after the constraints)"
-                )
-                if took:
-                    self.counters.leak(candidate)
+                self._undo(alt, candidate, len(constraints), before, charge=charge)
                 return None
             if multi:
                 need = self._need(alt, pos) or ()
                 consumed = {name: amount for name, amount, _ in need}
-                shared = True
-                cap.add(self.picking.setdefault(ident, {}), consumed)
-        pick = Pick(alt, pos, candidate, multi, shared, consumed or None, constraints, before)
+                self._share(ident, consumed)
+        if not multi:
+            self.allocating.setdefault(ident, set()).add(ci)
+        kept = consumed or None
+        pick = Pick(alt, pos, candidate, multi, multi, kept, constraints, before, charge)
         self.results[ci].append(pick)
         return pick
 
-    def _leak(self, candidate: Candidate, alt: Request, took: bool, why: str) -> None:
-        if not took:
-            return
-        self.counters.leak(candidate)
-        self.note(
-            f"device {'/'.join(candidate.id)} took shared counters and was then rejected for "
-            f"request {alt.name} by {why}; the counters stay taken for the rest of this run "
-            "(as the 1.37 scheduler does)"
-        )
-
-    def _remembered(
-        self, con: Constraint, ident: DeviceID, alt: Request, *, admitted: bool
+    def _undo(
+        self, alt: Request, candidate: Candidate, added: int, groups: Groups, *, charge: bool
     ) -> None:
-        kind = "distinctAttribute" if isinstance(con, Distinct) else "matchAttribute"
-        what = "admitted although" if admitted else "refused although under the API's rule"
-        self.note(
-            f"{kind} {con.attribute}: device {'/'.join(ident)} for request {alt.name} was "
-            f"{what} {'it repeats a value of a device already picked' if admitted else 'it fits'}"
-            " (as the 1.37 scheduler does: "
-            + (
-                "distinctAttribute remembers only the last device of each request"
-                if isinstance(con, Distinct)
-                else "matchAttribute does not widen its values again when backtracking"
-            )
-            + ")"
-        )
-
-    def _groups(
-        self, candidate: Candidate, *, multi: bool
-    ) -> Mapping[GroupKey, frozenset[str]] | None:
-        """The compatibility groups after the pick (KEP-5963, kvdev), None when none is left."""
-        if not self.partitionable or not candidate.need:
-            return self.groups
-        ident = candidate.id
-        if multi and (ident in self.aggregated or ident in self.picking):
-            return self.groups
-        declared = device_groups(candidate.pool.id, candidate.device, self.features)
-        return narrow(self.groups, declared)
+        """Take back what a rejected candidate changed (upstream's rollbackDevice)."""
+        for con in alt.applicable[:added]:
+            con.remove(alt.base)
+        self.groups = groups
+        if charge:
+            self.counters.release(candidate)
 
     def _deallocate(self, ci: int, pick: Pick) -> None:
         alt = pick.request
+        ident = pick.candidate.id
+        self.results[ci].pop()
+        if pick.multi:
+            self._unshare(ident, pick.consumed or {})
+        else:
+            mine = self.allocating.get(ident)
+            if mine is not None:
+                mine.discard(ci)
         for con in pick.constraints:
             con.remove(alt.base)
-        ident = pick.candidate.id
-        mine = self.allocating.get(ident)
-        if mine is not None:
-            mine.discard(ci)
-        if pick.multi:
-            if pick.consumed:
-                self._unshare(ident, pick.consumed)
-        elif self.partitionable and pick.candidate.need:
+        self.groups = pick.groups
+        if pick.charged:
             self.counters.release(pick.candidate)
-        if pick.groups is not None:
-            self.groups = pick.groups
-        self.results[ci].pop()
+
+    def _share(self, ident: DeviceID, consumed: Mapping[str, Fraction]) -> None:
+        """Add a share to the run's capacity in use (the device counts as shared from now)."""
+        cap.add(self.picking.setdefault(ident, {}), consumed)
+        self._shares[ident] = self._shares.get(ident, 0) + 1
 
     def _unshare(self, ident: DeviceID, consumed: Mapping[str, Fraction]) -> None:
-        """Take a share off the run's capacity in use; forget the device when nothing is left."""
-        share = self.picking.get(ident)
-        if share is None:
-            return
+        """Take a share off the run's capacity in use; forget the device with its last share."""
+        share = self.picking[ident]
         for name, amount in consumed.items():
             if name in share:
                 share[name] -= amount
-        if not any(share.values()):
+        left = self._shares[ident] - 1
+        if left:
+            self._shares[ident] = left
+        else:
+            del self._shares[ident]
             del self.picking[ident]

@@ -79,9 +79,7 @@ output:
   --explain writes to stderr, per claim and request, each device and the first reason it
   is rejected (other-node, pool-incomplete/-invalid/-obsolete, in-use, gated, selector,
   capacity, counters, taint, constraint), judging each device on its own against the
-  claims already in use (not against the other picks of this run), and every place where
-  the scheduler's own behaviour, not the API's documented rule, decided ("note: ... as the
-  1.37 scheduler does: ..."); those notes are printed with a failure too.
+  claims already in use (not against the other picks of this run).
 
 feature gates (all on by default): {GATES}
 

@@ -227,9 +227,6 @@ class AllocationResult(Model):
     devices: DeviceAllocationResult | None = None
     node_selector: NodeSelector | None = None
     allocation_timestamp: str | None = None
-    # KEP-5963 (alpha): per counter set the claim draws from, the compatibility groups its
-    # devices still have in common. kvdev keys it ``<driver>/<pool>/<counterSet>``.
-    compatibility_groups: dict[str, list[str]] | None = None
 
 
 class ResourceClaimConsumerReference(Model):

@@ -131,7 +131,9 @@ class DeviceToleration(Model):
     """A request's toleration of device taints."""
 
     key: Annotated[str, Field(max_length=316)] | None = None
-    operator: Literal["Equal", "Exists"] | None = None
+    # The API server's default (SetObjectDefaults_ResourceClaim): what the scheduler reads and
+    # writes into the allocation's tolerations.
+    operator: Literal["Equal", "Exists"] = "Equal"
     value: Annotated[str, Field(max_length=63)] | None = None
     effect: Literal["NoSchedule", "NoExecute"] | None = None
     toleration_seconds: Int64 | None = None

@@ -176,22 +176,27 @@ func allocatedState(claims []*resourceapi.ResourceClaim, consumable bool) struct
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
 	for _, claim := range claims {
-		for _, r := range claim.Status.Allocation.Devices.Results {
-			if ptr.Deref(r.AdminAccess, false) {
-				continue
-			}
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if consumable && r.ShareID != nil {
-				state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-				if r.ConsumedCapacity != nil {
-					state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-				}
-				continue
-			}
-			state.AllocatedDevices.Insert(id)
-		}
+		hold(&state, *claim.Status.Allocation, consumable)
 	}
 	return state
+}
+
+// hold adds what one allocation holds to the state.
+func hold(state *structured.AllocatedState, r resourceapi.AllocationResult, consumable bool) {
+	for _, d := range r.Devices.Results {
+		if ptr.Deref(d.AdminAccess, false) {
+			continue
+		}
+		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
+		if consumable && d.ShareID != nil {
+			state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, d.ShareID))
+			if d.ConsumedCapacity != nil {
+				state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
+			}
+			continue
+		}
+		state.AllocatedDevices.Insert(id)
+	}
 }
 
 // keywords turns upstream's error text into kvdev-host's reason keywords (the fixture README's
@@ -266,12 +271,15 @@ func allocateDocuments(docs []document, o options, stdout, stderr io.Writer) int
 	if features.DeviceTaints {
 		slices = patchedSlices(in.slices, in.rules)
 	}
-	ctx, cancel := withTimeout(timeout)
-	defer cancel()
 	celCache := cel.NewCache(10, cel.Features{
 		EnableConsumableCapacity: features.ConsumableCapacity,
 		EnableListTypeAttributes: features.ListTypeAttributes,
 	})
+	if o.benchRepeat > 0 || o.firstFit {
+		return runBench(benchInput{in: in, node: node, slices: slices, features: features, celCache: celCache, timeout: timeout}, o, stdout, stderr)
+	}
+	ctx, cancel := withTimeout(timeout)
+	defer cancel()
 	allocator, err := structured.NewAllocator(ctx, features, allocatedState(in.inUse, features.ConsumableCapacity), in.classes, slices, celCache)
 	if err != nil {
 		return fail(keyword(err), err.Error(), o.output, stdout, stderr, exitInvalid)

@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	resourcedefaults "k8s.io/kubernetes/pkg/apis/resource/v1"
 )
 
 // document is one object of the input, typed by its apiVersion and kind (obj is nil for a
@@ -84,6 +85,16 @@ func decodeObject(raw json.RawMessage, source string) ([]document, error) {
 	}
 	if err := utiljson.Unmarshal(raw, obj); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", source, meta.Kind, err)
+	}
+	// The API server's defaults (count 1, ExactCount, toleration operator Equal ...), as the
+	// scheduler sees every object: upstream's own generated defaulters.
+	switch o := obj.(type) {
+	case *resourceapi.ResourceClaim:
+		resourcedefaults.SetObjectDefaults_ResourceClaim(o)
+	case *resourceapi.ResourceSlice:
+		resourcedefaults.SetObjectDefaults_ResourceSlice(o)
+	case *resourceapi.DeviceTaintRule:
+		resourcedefaults.SetObjectDefaults_DeviceTaintRule(o)
 	}
 	return []document{{source: source, kind: meta.Kind, obj: obj}}, nil
 }

@@ -13,6 +13,10 @@
 //
 // --batch reads a stream of JSON cases {"node", "featureGates", "documents": [...]} on stdin
 // and writes one JSON line {"exit", "stdout", "stderr"} per case: one process for many cases.
+//
+// --bench-repeat N (tests/bench/bench_allocator.py) times N runs after one warm-up and prints
+// {"samples": [CPU seconds per run], "calls": Allocate calls per run}; --first-fit places
+// each claim alone on the first Node that fits, as a scheduler loop over the nodes does.
 package main
 
 import (
@@ -49,6 +53,8 @@ type options struct {
 	featureGates  string
 	filterTimeout string
 	batch         bool
+	benchRepeat   int
+	firstFit      bool
 }
 
 func main() {
@@ -68,6 +74,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.featureGates, "feature-gates", "", "GATE=BOOL,... (all gates on by default)")
 	fs.StringVar(&o.filterTimeout, "filter-timeout", "10s", "give up on the allocation after this long (0: no limit)")
 	fs.BoolVar(&o.batch, "batch", false, "read JSON cases on stdin, write one JSON result line per case")
+	fs.IntVar(&o.benchRepeat, "bench-repeat", 0, "time N runs of the allocation after one warm-up (CPU seconds of NewAllocator+Allocate only) and print them as JSON")
+	fs.BoolVar(&o.firstFit, "first-fit", false, "allocate each claim alone on the first Node (input order) where it fits, holding what earlier claims got")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: allocate -f FILE... --node NAME [-o yaml|json] [--feature-gates G=B,...]\n"+
 			"       allocate --batch < cases.jsonl\n\n"+

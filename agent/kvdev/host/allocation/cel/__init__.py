@@ -79,7 +79,9 @@ answer is plain (``_fast``; CEL decides whenever an attribute is missing or of a
 
 :meth:`Selector.value` evaluates an expression to whatever it yields (a derived attribute,
 KEP-6080): ``int``, ``bool``, ``str``, :class:`Semver`, ``Fraction`` for a quantity, lists of
-those; the cost limit applies the same way.
+those; the cost limit applies the same way. :func:`reads_device` tells whether an expression
+names ``device`` at all (if not, its result type is known without one: the allocator's
+stand-in for upstream's compile-time check of a derived attribute's type).
 
 Compilation is cached by expression text (:func:`compile_selector` returns the same
 :class:`Selector`, or raises the same :class:`CelCompileError`, for the same text;
@@ -95,6 +97,7 @@ from kvdev.host.allocation.cel._compiler import (
     Selector,
     compile_selector,
     compile_uncached,
+    reads_device,
 )
 from kvdev.host.allocation.cel._cost import COST_LIMIT
 from kvdev.host.allocation.cel._errors import (
@@ -119,4 +122,5 @@ __all__ = [
     "compile_selector",
     "compile_uncached",
     "device_view",
+    "reads_device",
 ]

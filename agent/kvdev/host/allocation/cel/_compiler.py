@@ -232,3 +232,12 @@ def compile_uncached(expression: str) -> Selector:
             f"undeclared reference to {', '.join(undeclared)}"
         )
     return Selector(expression, program, analysis)
+
+
+def reads_device(expression: str) -> bool:
+    """Whether the expression names the ``device`` variable (else its value is a constant).
+
+    Raises:
+        CelCompileError: the expression does not tokenize.
+    """
+    return any(t.kind == "id" and t.text == "device" for t in tokenize(expression))
