@@ -16,8 +16,8 @@ for a name gets a name the trade freed: its own old one if free, else another (t
 journals the names a trade starts from: ``restore``).
 
 What the safety policy (``safety``) refuses is left out of the desired state and reported as
-blocked (the primary NIC is not touched at all); what it only warns about stays in, with the
-warning in ``Plan.warnings``.
+blocked (the primary NIC and a stacked one are not touched at all); what it only warns about
+stays in, with the warning in ``Plan.warnings``.
 
 A link taken down for a rename loses its routes and IPv6 addresses (the kernel's doing): the
 plan puts back those kvdev did not add too, with their own protocol, after the link is up
@@ -394,7 +394,8 @@ def plan(
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
         if link is None:
             continue
-        if (why := safety.primary_nic(link, state)) is not None:
+        why = safety.primary_nic(link, state) or safety.stacked(link, state)
+        if why is not None:
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
         desired.append(_desire(b, link, policy, blocked, back))
