@@ -428,3 +428,38 @@ def test_help_shows_examples_and_exit_codes(capsys, command):
     assert re.search(r"examples:\n  (sudo )?kvdev ", out)
     assert "exit status:" in out
     assert "--socket PATH" in out
+
+
+HEAD_TARGETS = [
+    ("/v1/status", 200),
+    ("/v1/devices", 200),
+    ("/v1/devices/vm1-devices/nics/vf-1", 200),
+    ("/v1/devices/vm1-devices/nics/vf-9", 404),
+    ("/v1/plan", 200),
+    ("/v1/events?since=0&wait=1", 200),
+    ("/v1/events?wait=1", 200),
+    ("/v1/nothing", 404),
+]
+
+
+def test_head_of_every_endpoint_is_its_status_and_headers_without_a_body(agent):
+    # Regression (issue 23 §5): HEAD /v1/plan and HEAD /v1/events?wait=1 (deferred answers)
+    # closed the connection without a status line.
+    agent.bridge.publish(status())
+    got = []
+    with agent.answering(), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(agent.path))
+        for target, _ in HEAD_TARGETS:  # all on one connection: each answer is framed
+            sock.sendall(f"HEAD {target} HTTP/1.1\r\nHost: kvdev\r\n\r\n".encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
+                answer += chunk
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            got.append((target, int(head.split()[1]) if head else 0, rest))
+        sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: kvdev\r\nConnection: close\r\n\r\n")
+        tail = b""
+        while chunk := sock.recv(65536):
+            tail += chunk
+    assert [(t, code, body) for t, code, body in got] == [(t, c, b"") for t, c in HEAD_TARGETS]
+    assert tail.startswith(b"HTTP/1.1 200 ")  # no body of a HEAD was left on the connection
