@@ -86,6 +86,7 @@ class Outcome:
     results: list[StepResult]
     failed: bool = False  # the pass itself failed for now (observation interrupted ...)
     unsaved: bool = False  # state could not be saved: try again later
+    new_metadata: bool = False  # it acted on metadata (devices, hints) unlike the pass before
 
     @property
     def changed(self) -> bool:
@@ -123,6 +124,10 @@ class Reconciler:
     _added: dict[int, frozenset[str]] | None = None  # the address journal; None until read
     _added_saved: dict[int, frozenset[str]] | None = None  # as last written
     _kernel_keeps_proto: bool = False  # an address showed a protocol: no journal is needed
+    _inputs: object = None  # what the last pass acted on: described devices, hints, tags
+    woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
+    _lap_at: float = 0.0
+    _phases: list[tuple[str, float]] = field(default_factory=list)  # this pass's, in order
 
     def reconcile(self) -> Outcome:
         """Observe, plan, apply (unless dry-run), and summarize.
@@ -132,13 +137,21 @@ class Reconciler:
         change there, and an overrun counts as an event.
         """
         cfg = self.config
+        self._phases, self._lap_at = [], time.perf_counter()
+        if self.woke_at is not None:
+            self._phases.append(("wake", self._lap_at - self.woke_at))
+            self.woke_at = None
         if self.passes == 0 and not cfg.dry_run:
             self._tidy()
         matching, the_plan, restore = self._observe_and_plan()
+        inputs = (self.belief.described(), self.belief.hints(), self.belief.tagged())
+        new_metadata, self._inputs = inputs != self._inputs, inputs
         if not cfg.dry_run:
             self._keep_journal(restore)
             self._mark(matching, the_plan)  # before any rename: its "move" event reads them
+        self._lap("marks")
         results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
+        self._lap("apply")
         if not cfg.dry_run:
             self._keep_added(results)
         self.stale_links = self.stale_links or bool(results)
@@ -155,6 +168,7 @@ class Reconciler:
             state=self._state if not results else None,
             conditions=self._conditions(),
         )
+        self._lap("status")
         for r in results:
             if r.ok:  # every change kvdev makes is in the journal, with its reason
                 log.info(
@@ -170,11 +184,26 @@ class Reconciler:
                     r.error,
                     extra={"DEVICE": r.step.device, "STEP": type(r.step).__name__},
                 )
+        self._lap("logging")
         self._save(status)
+        self._lap("writes")
+        self._log_timeline(len(results))
         unsaved = [Condition("StateNotSaved", why) for why in self._unsaved.values()]
         if unsaved:
             status = replace(status, conditions=(*status.conditions, *unsaved))
-        return Outcome(status, the_plan, results, unsaved=bool(unsaved))
+        return Outcome(status, the_plan, results, unsaved=bool(unsaved), new_metadata=new_metadata)
+
+    def _lap(self, phase: str) -> None:
+        """End ``phase`` of this pass now (a perf_counter read: cheap enough for every pass)."""
+        now = time.perf_counter()
+        self._phases.append((phase, now - self._lap_at))
+        self._lap_at = now
+
+    def _log_timeline(self, steps: int) -> None:
+        """At debug level, one line with the time of each phase of this pass (tests/bench)."""
+        if log.isEnabledFor(logging.DEBUG):
+            laps = ", ".join(f"{name} {seconds * 1000:.3f} ms" for name, seconds in self._phases)
+            log.debug("pass %d timeline (%d steps): %s", self.passes, steps, laps)
 
     def preview(self) -> Plan:
         """What a pass would do now, from a fresh observation; changes nothing."""
@@ -193,14 +222,17 @@ class Reconciler:
             bounds=self.bounds,
             on_limit=limits.append,
         )
+        self._lap("read")
         self._limits = tuple(limits)
         self.belief = sources.update(self.belief, raws, listing_complete=complete)
+        self._lap("parse")
         if self.stale_links:
             self._state = self.net.read_state()
             self.stale_links = False
         if self.stale_devices:
             self._devices = self.scan_devices()
             self.stale_devices = False
+        self._lap("observe")
         guest = inventory.merge(self._devices, self._state.links, allow_kinds=cfg.match_kinds)
         matching = match(self.belief.described(), guest, self.belief.hints(), self.belief.tagged())
         policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
@@ -211,6 +243,7 @@ class Reconciler:
         self._added = kvdev_added.prune(self._loaded_added(), self._state)
         state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
         the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore)
+        self._lap("plan")
         return matching, the_plan, restore
 
     def _conditions(self) -> list[Condition]:
