@@ -79,3 +79,28 @@ def test_the_link_a_vxlan_sends_through_is_refused_and_a_free_link_configured(ne
     assert [d["phase"] for d in refused] == ["Error"]
     assert devices[VF1]["phase"] == "Configured"
     assert addresses(ns, "data0") == ["10.1.0.5/24"]
+
+
+def test_at_boot_the_nic_the_guests_network_manager_will_configure_is_not_taken(netns, tmp_path):
+    # Regression (issue 23 §2, "boot order"): before any DHCP lease the primary NIC carries no
+    # default route; metadata naming its MAC renamed it. Its NetworkManager profile says it is
+    # the guest's: untouched from the first pass on, and so after the lease too.
+    ns, work = netns, tmp_path
+    tree = make_guest(ns, work)
+    keyfile = work / "guest-root/etc/NetworkManager/system-connections/uplink.nmconnection"
+    keyfile.parent.mkdir(parents=True)
+    keyfile.write_text(
+        "[connection]\nid=uplink\ntype=ethernet\n\n[ethernet]\nmac-address=02:00:00:3B:02:01\n"
+    )
+
+    devices = run_once(ns, tree, work)
+
+    assert link(ns, "eth1")["mtu"] == 1500  # not renamed to data0, not touched
+    assert addresses(ns, "eth1") == []
+    assert devices[VF1]["phase"] == "Error"
+    assert "eth1 is the guest's own NIC" in devices[VF1]["reason"]
+    assert str(keyfile) in devices[VF1]["reason"]
+    assert addresses(ns, "fast0") == ["192.0.2.10/24", "198.51.100.7/24", "2001:db8:5e::10/64"]
+    keyfile.unlink()  # whatever the next boot reads, the decision holds
+    assert run_once(ns, tree, work)[VF1]["phase"] == "Error"
+    assert addresses(ns, "eth1") == []

@@ -71,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         "--link-dir", type=Path, help="where .link files go (default /run/systemd/network)"
     )
     p.add_argument(
+        "--config-root",
+        type=Path,
+        help="where the guest's own network configuration is: <root>/etc/netplan, "
+        "etc/NetworkManager ... (default /); the NICs it names are never configured",
+    )
+    p.add_argument(
         "--no-altnames",
         dest="altnames",
         action="store_false",
@@ -104,17 +110,7 @@ def load_config(args: argparse.Namespace) -> config_module.AgentConfig:
     cfg = config_module.from_toml(path, required=args.config is not None)
     flags: dict[str, Any] = {
         key: getattr(args, key)
-        for key in (
-            "metadata_root",
-            "hints",
-            "config_drive",
-            "socket",
-            "state_dir",
-            "link_dir",
-            "altnames",
-            "match_kinds",
-            "log_level",
-        )
+        for key in (*config_module.PATH_KEYS, "altnames", "match_kinds", "log_level")
         if getattr(args, key) is not None
     }
     if "match_kinds" in flags:

@@ -25,10 +25,19 @@ from typing import Protocol
 
 from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev.errors import KvdevError, Problem, RetryableError, Severity, os_error
-from kvdev.guest.adapters import address_journal, files, linkfiles, marks, rename_journal, walk
+from kvdev.guest.adapters import (
+    address_journal,
+    files,
+    linkfiles,
+    marks,
+    netconfig,
+    primary_record,
+    rename_journal,
+    walk,
+)
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.core import added as kvdev_added
-from kvdev.guest.core import inventory, sources
+from kvdev.guest.core import inventory, primary, sources
 from kvdev.guest.core import marks as marking
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState
@@ -125,6 +134,8 @@ class Reconciler:
     _added_saved: dict[int, frozenset[str]] | None = None  # as last written
     _kernel_keeps_proto: bool = False  # an address showed a protocol: no journal is needed
     _inputs: object = None  # what the last pass acted on: described devices, hints, tags
+    _configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
+    _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
     _lap_at: float = 0.0
     _phases: list[tuple[str, float]] = field(default_factory=list)  # this pass's, in order
@@ -229,6 +240,8 @@ class Reconciler:
         if self.stale_links:
             self._state = self.net.read_state()
             self.stale_links = False
+        if self.stale_devices or self._configured is None:
+            self._configured = self._read_netconfig()
         if self.stale_devices:
             self._devices = self.scan_devices()
             self.stale_devices = False
@@ -242,9 +255,38 @@ class Reconciler:
         )
         self._added = kvdev_added.prune(self._loaded_added(), self._state)
         state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
-        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore)
+        owned = self._guest_owned()
+        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore, owned)
         self._lap("plan")
         return matching, the_plan, restore
+
+    def _read_netconfig(self) -> tuple[primary.Configured, ...]:
+        """The NICs the guest's own network configuration names (read again on udev events)."""
+        configured, problems = netconfig.read(self.config.config_root)
+        for problem in problems:
+            log.warning("the guest's network configuration: %s", problem)
+        return configured
+
+    def _guest_owned(self) -> primary.Decision:
+        """The guest's own NICs (``core.primary``); the record is saved when it grows."""
+        if self._owned is None:
+            self._owned = primary_record.load(self.config.state_dir)
+        decision, added = primary.decide(self._configured or (), self._state, self._owned)
+        if not added and "primary" not in self._unsaved:
+            return decision
+        for line in added:
+            log.info("the guest's own NIC, never configured by kvdev: %s", line)
+        if self.config.dry_run:
+            return decision
+        try:
+            primary_record.save(self.config.state_dir, decision)
+        except OSError as e:
+            path = self.config.state_dir / primary_record.RECORD_FILE
+            self._not_saved("primary", os_error(e, "save the guest's own NICs in", path))
+            return decision
+        self._unsaved.pop("primary", None)
+        self._owned = decision
+        return decision
 
     def _conditions(self) -> list[Condition]:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""

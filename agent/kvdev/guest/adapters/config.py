@@ -29,6 +29,7 @@ class AgentConfig:
     socket: Path = Path("/run/kvdev/agent.sock")
     state_dir: Path = Path("/var/lib/kvdev")
     link_dir: Path = Path("/run/systemd/network")
+    config_root: Path = Path("/")  # where the guest's own network configuration is (etc/...)
     altnames: bool = True
     match_kinds: tuple[str, ...] = ()  # software link kinds (e.g. veth) offered to matching
     log_level: str = "info"
@@ -42,7 +43,15 @@ class AgentConfig:
         return self.hints if self.hints is not None else self.metadata_root / HINTS_PATH
 
 
-_PATH_KEYS = {"metadata_root", "hints", "config_drive", "socket", "state_dir", "link_dir"}
+PATH_KEYS = (  # the settings that are paths, in the order the flags are listed
+    "metadata_root",
+    "hints",
+    "config_drive",
+    "socket",
+    "state_dir",
+    "link_dir",
+    "config_root",
+)
 _FILE_KEYS = {f.name for f in fields(AgentConfig)} - {"once", "dry_run"}
 
 
@@ -89,7 +98,7 @@ def merge(base: AgentConfig, values: dict[str, Any], *, source: str) -> AgentCon
 
 def _checked(name: str, key: str, value: object, source: str) -> object:
     """A file value of key ``name`` (not poll_interval), converted; UsageError when wrong."""
-    if name in _PATH_KEYS:
+    if name in PATH_KEYS:
         if not isinstance(value, str) or not value:
             raise UsageError(f"{source}: {key} must be a non-empty path string")
         return Path(value)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from kvdev.guest.core import safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
+from kvdev.guest.core.primary import Decision
 from kvdev.guest.core.steps import (
     AddAddress,
     AddAltname,
@@ -379,11 +380,13 @@ def plan(
     link_files: Mapping[str, str] | None = None,
     policy: Policy | None = None,
     restore: Mapping[int, str] | None = None,
+    owned: Decision | None = None,
 ) -> Plan:
     """Diff the desired state of every bound NIC against the observed state.
 
     ``restore``: ifindex -> the name the link had before a trade that may have been
-    interrupted (see ``temp_name``).
+    interrupted (see ``temp_name``). ``owned``: the guest's own NICs (``core.primary``), not
+    touched at all, like the primary NIC.
     """
     policy = policy or Policy()
     back = _restorations(matching, state, restore or {})
@@ -395,6 +398,8 @@ def plan(
         if link is None:
             continue
         why = safety.primary_nic(link, state) or safety.stacked(link, state)
+        if why is None and owned is not None and (own := owned.reason(link.mac)) is not None:
+            why = f"{link.ifname} is the guest's own NIC: {own}; kvdev does not configure it"
         if why is not None:
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
