@@ -22,7 +22,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -448,9 +447,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=100, help="rewrites per method (default 100)")
     p.add_argument("--starts", type=int, default=20, help="agent starts (default 20)")
     args = benchlib.agent_arguments(p, "bench_agent")
-    with tempfile.TemporaryDirectory(prefix="kvdev-bench-") as tmp:
-        work = Path(tmp)
-        benchlib.agent_environment(work, args.src)
+    with benchlib.agent_work(args.src) as work:
         source = run(sys.executable, "-c", "import kvdev.guest.__main__ as m; print(m.__file__)")
         results: dict[str, Any] = {"source": str(Path(source.strip()).parents[2])}
         print(f"rewrite latency: {args.rounds} rounds x 3 methods ...", flush=True)

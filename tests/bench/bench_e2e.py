@@ -18,7 +18,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,10 +139,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=100, help="rewrites per variant (default 100)")
     args = benchlib.agent_arguments(p, "bench_e2e")
-    with tempfile.TemporaryDirectory(prefix="kvdev-bench-") as tmp:
-        work = Path(tmp)
-        benchlib.agent_environment(work, args.src)
-        os.environ["KVDEV_BENCH_LOG_LEVEL"] = "debug"
+    with benchlib.agent_work(args.src, debug=True) as work:
         results: dict[str, Any] = {}
         for variant, concurrent in (("quiet", False), ("foreign", True)):
             print(f"{variant}: {args.rounds} rounds, agent and ip -batch ...", flush=True)

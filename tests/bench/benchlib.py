@@ -9,6 +9,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -55,6 +56,21 @@ def agent_environment(work: Path, src: Path | None) -> None:
     os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     if src:
         os.environ["PYTHONPATH"] = str(src.resolve())
+
+
+@contextlib.contextmanager
+def agent_work(src: Path | None, *, debug: bool = False) -> Iterator[Path]:
+    """A scratch directory for one benchmark run, the environment set (``agent_environment``).
+
+    ``debug``: the agents started (``bench_agent.agent``) log at debug level, pass timelines
+    included.
+    """
+    with tempfile.TemporaryDirectory(prefix="kvdev-bench-") as tmp:
+        work = Path(tmp)
+        agent_environment(work, src)
+        if debug:
+            os.environ["KVDEV_BENCH_LOG_LEVEL"] = "debug"
+        yield work
 
 
 def report(text: str, results: dict[str, Any], json_path: Path | None) -> int:

@@ -144,6 +144,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
     # Imported here, not above, so that the collector is off while they load (see main).
     from kvdev.guest import loop  # noqa: PLC0415
     from kvdev.guest.adapters import files, systemd, udev  # noqa: PLC0415
+    from kvdev.guest.adapters.devicecache import DeviceCache  # noqa: PLC0415
     from kvdev.guest.adapters.netlink import LinkEvents, Netlink  # noqa: PLC0415
     from kvdev.guest.api.bridge import Bridge  # noqa: PLC0415
     from kvdev.guest.api.routes import Api  # noqa: PLC0415
@@ -169,6 +170,8 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
             )
         )
         monitor = stack.enter_context(udev.UdevMonitor())
+        devices = DeviceCache(monitor)  # a pass after link events reads only those links
+        reconciler.scan_devices = devices.devices
         events = stack.enter_context(LinkEvents())
         reconciler.before_pass = watcher.rearm
         reconciler.watch_problem = lambda: watcher.degraded
@@ -180,7 +183,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
         return loop.serve(
             reconciler,
             file_events=watcher,
-            udev_events=monitor,
+            udev_events=devices,
             link_events=events,
             bridge=bridge,
         )
