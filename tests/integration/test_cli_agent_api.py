@@ -90,7 +90,7 @@ class Agent:
     def __init__(self, path):
         self.path, self.bridge, self.asked = path, Bridge(), []
         # A group no host has: the socket keeps our own group, whatever groups this host has.
-        api = Api(self.bridge, interface_stats=lambda: STATS)
+        api = Api(self.bridge, interface_stats=lambda _names: STATS)
         self.server = Server(api.handle, path=path, group="kvdev-test-no-such-group")
 
     @contextmanager
@@ -463,3 +463,36 @@ def test_head_of_every_endpoint_is_its_status_and_headers_without_a_body(agent):
             tail += chunk
     assert [(t, code, body) for t, code, body in got] == [(t, c, b"") for t, c in HEAD_TARGETS]
     assert tail.startswith(b"HTTP/1.1 200 ")  # no body of a HEAD was left on the connection
+
+
+def test_devices_reads_only_the_described_interfaces_at_most_once_a_second():
+    # Regression (issue 23 §2, "thousands of links"): every GET /v1/devices read the counters
+    # and speed of every interface of the guest in the API thread (psutil), so one client
+    # looping on it made root's /v1/status wait. Now: only the interfaces of the published
+    # status, shared by every request for STATS_FRESH seconds (the clock is given).
+    from kvdev.guest.api.routes import STATS_FRESH  # noqa: PLC0415
+    from kvdev.guest.api.server import Peer, Request  # noqa: PLC0415
+
+    reads, now = [], [100.0]
+    bridge = Bridge()
+    api = Api(
+        bridge,
+        interface_stats=lambda names: reads.append(list(names)) or STATS,
+        clock=lambda: now[0],
+    )
+    bridge.publish(status())
+    peer = Peer(1000, 1000, 1, frozenset({1000}))
+    get = Request("GET", "/v1/devices", {}, peer, b"")
+    one = Request("GET", "/v1/devices/vm1-devices/nics/vf-1", {}, peer, b"")
+    try:
+        answers = [api.handle(get if i % 2 else one) for i in range(100)]
+        assert reads == [["eth1"]]  # one read, of the one described interface
+        assert all(a.status == 200 for a in answers)
+        assert answers[1].body["items"][0]["interfaceStats"] == STATS["eth1"]
+        now[0] += STATS_FRESH
+        api.handle(get)
+        bridge.publish(status())  # a new status: its interfaces are read afresh
+        api.handle(get)
+        assert reads == [["eth1"]] * 3
+    finally:
+        bridge.close()

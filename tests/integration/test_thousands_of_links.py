@@ -71,3 +71,33 @@ def test_a_pass_after_ten_unrelated_link_adds_reads_ten_links_not_two_thousand(n
     assert work["scans"] == 1  # the first one only
     assert work["reads"] == ADDED  # one read per link that had an event
     assert work["enumerations"] == 0  # nothing enumerated all of sysfs again
+
+
+STATS_PROBE = """
+import json, sys
+import psutil
+from kvdev.guest.adapters import procstats
+
+opened = []
+sys.addaudithook(lambda event, args: event == "open" and opened.append(args[0]))
+stats = procstats.interfaces(["u0", "m7", "gone0"])
+count = len(opened)
+theirs = psutil.net_io_counters(pernic=True, nowrap=True)["u0"]
+print(json.dumps({"opens": count, "names": sorted(stats),
+                  "same": stats["u0"]["rxPackets"] == theirs.packets_recv}))
+"""
+
+
+def test_interface_stats_read_only_the_named_interfaces_among_two_thousand(netns):
+    ns = netns
+    ip(ns, "link", "add", "u0", "type", "veth", "peer", "name", "up0")
+    batch = "".join(f"link add m{i} link u0 type macvlan\n" for i in range(LINKS))
+    subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
+    cmd = ["ip", "netns", "exec", ns, sys.executable, "-c", STATS_PROBE]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    work = json.loads(done.stdout)
+    print(f"interface stats of 2 named links among {LINKS}: {work}")
+    assert work["names"] == ["m7", "u0"]  # a name that is gone is left out
+    assert work["opens"] <= 3 * 10  # ten sysfs reads per name asked, whatever the links
+    assert work["same"] is True
