@@ -315,3 +315,18 @@ def test_a_pass_says_whether_it_acted_on_new_metadata(cfg):
     changed = r.reconcile()
     assert (changed.new_metadata, changed.changed) == (True, True)
     assert r.reconcile().new_metadata is False
+
+
+def test_a_preview_rescans_devices_only_when_udev_said_they_changed(cfg):
+    # Regression (issue 23 §2): GET /v1/plan rescanned every device of the guest (seconds with
+    # thousands of links); the loop keeps stale_devices up to date from udev's events.
+    scans = []
+    r = Reconciler(cfg, example_kernel(), scan_devices=lambda: scans.append(1) or ())
+    converge(r)
+    done = len(scans)
+    for _ in range(5):
+        r.preview()
+    assert len(scans) == done
+    r.stale_devices = True  # a udev event
+    r.preview()
+    assert len(scans) == done + 1

@@ -217,8 +217,14 @@ class Reconciler:
             log.debug("pass %d timeline (%d steps): %s", self.passes, steps, laps)
 
     def preview(self) -> Plan:
-        """What a pass would do now, from a fresh observation; changes nothing."""
-        self.stale_devices = self.stale_links = True
+        """What a pass would do now, from a fresh observation; changes nothing.
+
+        Files are read and the netlink state taken again; the devices are rescanned only when
+        udev said they changed (``stale_devices``, set by the loop, which drains the monitor
+        before it answers): a full scan of a guest with thousands of links took seconds for
+        every ``GET /v1/plan``.
+        """
+        self.stale_links = True
         return self._observe_and_plan()[1]
 
     def _observe_and_plan(self) -> tuple[Matching, Plan, dict[int, str]]:
