@@ -7,8 +7,9 @@ event of a network interface without a PCI ancestor (a veth, a macvlan, a bridge
 thousands of links a guest may hold) costs one read of that interface; anything else -- a
 PCI event, an interface of a PCI function, an overflow, an interface the cache cannot place --
 makes the next ``devices`` a full scan, as before, and so does a ``devices`` with no event
-noted since the last (the reconciler asks again for a SIGHUP or a retry). So a pass after N
-unrelated link events reads N interfaces, not every device of the guest.
+noted since the last (the reconciler asks again for a SIGHUP or a retry), or with more names
+noted than a quarter of the interfaces known (a mass churn: one scan is then cheaper). So a
+pass after N unrelated link events reads N interfaces, not every device of the guest.
 
 It decides nothing; what a device is, is ``udev``'s reading.
 """
@@ -67,8 +68,8 @@ class DeviceCache:
         Asked with no event noted since the last answer (SIGHUP, a retry, ``POST
         /v1/reconcile``: the reconciler re-observes everything then), it scans everything.
         """
-        if not self._pending:
-            self._full = True
+        if not self._pending or len(self._pending) > max(64, len(self._bare) // 4):
+            self._full = True  # no event (redo all), or so many that one scan is cheaper
         if not self._full:
             for name in sorted(self._pending):
                 if not self._update(name):
