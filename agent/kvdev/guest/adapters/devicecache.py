@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvdev.guest.adapters import udev
-from kvdev.guest.core.inventory import device_order
 from kvdev.guest.core.observed import GuestDevice, Nic
 
 
@@ -79,7 +78,8 @@ class DeviceCache:
         if self._full:
             self._rescan()
         if self._answer is None:
-            self._answer = (*self._pci, *sorted(self._bare.values(), key=device_order))
+            bare = (g for _, g in sorted(self._bare.items()))  # device_order: by ifindex
+            self._answer = (*self._pci, *bare)
         return self._answer
 
     def _update(self, name: str) -> bool:

@@ -452,6 +452,8 @@ def _restorations(
     a hint asks for are never handed out.
     """
     stuck = sorted(lk.ifindex for lk in state.links if lk.ifname == temp_name(lk.ifindex))
+    if not stuck or not journal:  # nearly always: nothing to hand out, no names to collect
+        return {}
     held = {lk.ifname for lk in state.links} | {a for lk in state.links for a in lk.altnames}
     held |= {
         b.hint.network.interface_name
