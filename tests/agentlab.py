@@ -108,6 +108,8 @@ def agent_args(tree, work, *extra, sock=None):
         str(work / "network"),
         "--state-dir",
         str(work / "state"),
+        "--config-root",  # the guest's own network configuration: none unless a test writes it
+        str(work / "guest-root"),
         "--socket",
         str(sock or work / "agent.sock"),
         "--config",

@@ -29,6 +29,7 @@ def example_config(tmp_path: Path, *, gpu: bool = True) -> AgentConfig:
         metadata_root=tree,
         config_drive=drive,
         state_dir=tmp_path / "state",
+        config_root=tmp_path / "guest-root",  # no network configuration of the guest's own
         link_dir=tmp_path / "network",
         match_kinds=("veth",),
     )

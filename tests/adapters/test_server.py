@@ -687,3 +687,34 @@ def test_a_wake_after_the_loop_closed_writes_to_no_file(tmp_path):
             for pipe in pipes:
                 for fd in pipe:
                     os.close(fd)
+
+
+def head_then_get(address, target):
+    """HEAD then GET of ``target`` on one connection: (HEAD's status, headers, body), GET's body.
+
+    http.client reads a HEAD's answer as status and headers only; a server that sent no status
+    line (or a body) breaks the GET that follows on the same connection.
+    """
+    conn = UnixHTTPConnection(address)
+    try:
+        conn.request("HEAD", target)
+        head = conn.getresponse()
+        answer = (head.status, dict(head.getheaders()), head.read())
+        conn.request("GET", target)
+        return answer, conn.getresponse().read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("target", ["/x", "/slow", "/late", "/boom"])
+def test_head_answers_status_and_headers_without_a_body_direct_or_deferred(serve, target):
+    # Regression (issue 23 §5): HEAD of a deferred answer (/v1/plan, /v1/events?wait=1) closed
+    # the connection without a status line; the direct answers were right.
+    server = serve()
+    (status, headers, body), got = head_then_get(server.address, target)
+    assert status == {"/late": 504, "/boom": 500}.get(target, 200)
+    assert body == b""
+    assert headers["Content-Type"] == "application/json"
+    if target in {"/x", "/slow"}:  # the same answer as the GET's, less its body
+        assert int(headers["Content-Length"]) == len(got.replace(b'"GET"', b'"HEAD"'))
+    assert got.endswith(b"}\n")  # the connection went on: the GET got its whole answer

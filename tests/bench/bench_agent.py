@@ -22,7 +22,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -153,7 +152,11 @@ def agent(ns: str, tree: Path, work: Path) -> Iterator[tuple[Popen[bytes], float
     notify.settimeout(0.5)
     args = ["--metadata-root", str(tree), "--config", "/dev/null", "--match-kind", "veth"]
     args += ["--link-dir", str(work / "net"), "--state-dir", str(work / "state")]
+    if level := os.environ.get("KVDEV_BENCH_LOG_LEVEL"):  # bench_e2e reads the pass timelines
+        args += ["--log-level", level]
     env = {**os.environ, "NOTIFY_SOCKET": str(path)}
+    for name in ("INVOCATION_ID", "JOURNAL_STREAM"):  # log to agent.log, not to the journal
+        env.pop(name, None)
     with (work / "agent.log").open("ab") as log:
         t0 = time.perf_counter()
         proc = Popen(["ip", "netns", "exec", ns, AGENT, *args], env=env, stdout=log, stderr=log)
@@ -471,18 +474,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="idle window 10 s instead of 60 s")
     p.add_argument("--rounds", type=int, default=100, help="rewrites per method (default 100)")
     p.add_argument("--starts", type=int, default=20, help="agent starts (default 20)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers as JSON")
-    p.add_argument("--src", type=Path, help="run kvdev from this source root (e.g. a git archive)")
-    args = p.parse_args()
-    if os.geteuid() != 0:
-        sys.stderr.write("bench_agent: run as root (it creates network namespaces)\n")
-        return 2
-    with tempfile.TemporaryDirectory(prefix="kvdev-bench-") as tmp:
-        work = Path(tmp)
-        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-        os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")  # never written into agent/
-        if args.src:  # ahead of the editable install's .pth entry
-            os.environ["PYTHONPATH"] = str(args.src.resolve())
+    args = benchlib.agent_arguments(p, "bench_agent")
+    with benchlib.agent_work(args.src) as work:
         source = run(sys.executable, "-c", "import kvdev.guest.__main__ as m; print(m.__file__)")
         results: dict[str, Any] = {"source": str(Path(source.strip()).parents[2])}
         print(f"rewrite latency: {args.rounds} rounds x 3 methods ...", flush=True)
@@ -496,10 +489,7 @@ def main() -> int:
         print("memory floors: one interpreter per dependency ...", flush=True)
         results["floors"] = bench_floors()
         results["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return benchlib.report(table(results), results, args.json)
 
 
 if __name__ == "__main__":

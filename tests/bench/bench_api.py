@@ -708,10 +708,7 @@ def main() -> int:
         results["as_root"] = args.as_root
         results |= bench(work, total, warmup, scenarios, args.as_root)
         results["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return benchlib.report(table(results), results, args.json)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
+import os
 import statistics
 import subprocess
+import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 
 def run(*cmd: str, stdin: str | None = None) -> str:
@@ -38,3 +45,51 @@ def stats(values: list[float]) -> dict[str, float]:
     ms = sorted(v * 1000 for v in values)
     q = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else ms * 99
     return {"n": len(ms), "p50": q[49], "p90": q[89], "p99": q[98], "max": ms[-1]}
+
+
+def agent_environment(work: Path, src: Path | None) -> None:
+    """Run kvdev as installed (bytecode cached in ``work``, never in agent/), from ``src`` if given.
+
+    ``src`` (e.g. a ``git archive`` of another commit) goes ahead of the editable install.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    if src:
+        os.environ["PYTHONPATH"] = str(src.resolve())
+
+
+@contextlib.contextmanager
+def agent_work(src: Path | None, *, debug: bool = False) -> Iterator[Path]:
+    """A scratch directory for one benchmark run, the environment set (``agent_environment``).
+
+    ``debug``: the agents started (``bench_agent.agent``) log at debug level, pass timelines
+    included.
+    """
+    with tempfile.TemporaryDirectory(prefix="kvdev-bench-") as tmp:
+        work = Path(tmp)
+        agent_environment(work, src)
+        if debug:
+            os.environ["KVDEV_BENCH_LOG_LEVEL"] = "debug"
+        yield work
+
+
+def report(text: str, results: dict[str, Any], json_path: Path | None) -> int:
+    """Print the table, write the numbers as JSON when asked; the exit code (0)."""
+    print(text)
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def agent_arguments(p: argparse.ArgumentParser, name: str) -> argparse.Namespace:
+    """Add ``--json PATH`` and ``--src DIR`` (see ``agent_environment``), parse the arguments.
+
+    Exits with 2 unless run as root (the agent benchmarks create network namespaces).
+    """
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers as JSON")
+    p.add_argument("--src", type=Path, help="run kvdev from this source root (e.g. a git archive)")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        sys.stderr.write(f"{name}: run as root (it creates network namespaces)\n")
+        sys.exit(2)
+    return args

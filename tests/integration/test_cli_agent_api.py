@@ -97,7 +97,7 @@ class Agent:
     def __init__(self, path):
         self.path, self.bridge, self.asked = path, Bridge(), []
         # A group no host has: the socket keeps our own group, whatever groups this host has.
-        api = Api(self.bridge, interface_stats=lambda: STATS)
+        api = Api(self.bridge, interface_stats=lambda _names: STATS)
         self.server = Server(api.handle, path=path, group="kvdev-test-no-such-group")
 
     @contextmanager
@@ -613,3 +613,71 @@ def test_yaml_output_without_pyyaml_says_what_to_install(agent, capsys, monkeypa
         "kvdev: -o yaml needs PyYAML (python3-yaml, which the package suggests); "
         "-o json is the same\n"
     )
+
+
+HEAD_TARGETS = [
+    ("/v1/status", 200),
+    ("/v1/devices", 200),
+    ("/v1/devices/vm1-devices/nics/vf-1", 200),
+    ("/v1/devices/vm1-devices/nics/vf-9", 404),
+    ("/v1/plan", 200),
+    ("/v1/events?since=0&wait=1", 200),
+    ("/v1/events?wait=1", 200),
+    ("/v1/nothing", 404),
+]
+
+
+def test_head_of_every_endpoint_is_its_status_and_headers_without_a_body(agent):
+    # Regression (issue 23 §5): HEAD /v1/plan and HEAD /v1/events?wait=1 (deferred answers)
+    # closed the connection without a status line.
+    agent.bridge.publish(status())
+    got = []
+    with agent.answering(), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(agent.path))
+        for target, _ in HEAD_TARGETS:  # all on one connection: each answer is framed
+            sock.sendall(f"HEAD {target} HTTP/1.1\r\nHost: kvdev\r\n\r\n".encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
+                answer += chunk
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            got.append((target, int(head.split()[1]) if head else 0, rest))
+        sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: kvdev\r\nConnection: close\r\n\r\n")
+        tail = b""
+        while chunk := sock.recv(65536):
+            tail += chunk
+    assert [(t, code, body) for t, code, body in got] == [(t, c, b"") for t, c in HEAD_TARGETS]
+    assert tail.startswith(b"HTTP/1.1 200 ")  # no body of a HEAD was left on the connection
+
+
+def test_devices_reads_only_the_described_interfaces_at_most_once_a_second():
+    # Regression (issue 23 §2, "thousands of links"): every GET /v1/devices read the counters
+    # and speed of every interface of the guest in the API thread (psutil), so one client
+    # looping on it made root's /v1/status wait. Now: only the interfaces of the published
+    # status, shared by every request for STATS_FRESH seconds (the clock is given).
+    from kvdev.guest.api.routes import STATS_FRESH  # noqa: PLC0415
+    from kvdev.guest.api.server import Peer, Request  # noqa: PLC0415
+
+    reads, now = [], [100.0]
+    bridge = Bridge()
+    api = Api(
+        bridge,
+        interface_stats=lambda names: reads.append(list(names)) or STATS,
+        clock=lambda: now[0],
+    )
+    bridge.publish(status())
+    peer = Peer(1000, 1000, 1, frozenset({1000}))
+    get = Request("GET", "/v1/devices", {}, peer, b"")
+    one = Request("GET", "/v1/devices/vm1-devices/nics/vf-1", {}, peer, b"")
+    try:
+        answers = [api.handle(get if i % 2 else one) for i in range(100)]
+        assert reads == [["eth1"]]  # one read, of the one described interface
+        assert all(a.status == 200 for a in answers)
+        assert answers[1].body["items"][0]["interfaceStats"] == STATS["eth1"]
+        now[0] += STATS_FRESH
+        api.handle(get)
+        bridge.publish(status())  # a new status: its interfaces are read afresh
+        api.handle(get)
+        assert reads == [["eth1"]] * 3
+    finally:
+        bridge.close()

@@ -15,7 +15,7 @@ from kvdev.errors import UsageError
 from kvdev.guest.adapters.config import AgentConfig, from_toml, merge
 
 KNOWN = (
-    "altnames, config-drive, hints, link-dir, log-level, match-kinds, metadata-root, "
+    "altnames, config-drive, config-root, hints, link-dir, log-level, match-kinds, metadata-root, "
     "poll-interval, read-deadline, socket, state-dir"
 )
 

@@ -300,3 +300,33 @@ def test_an_undecodable_newer_version_falls_back_and_the_status_says_so(cfg):
     [nics] = [c for c in outcome.status.claims if c.source.endswith(NIC1)]
     assert nics.api_version == "metadata.resource.k8s.io/v1alpha1"
     assert nics.fallback.startswith("stream[0]: metadata.generation: Input should be a valid")
+
+
+def test_a_pass_says_whether_it_acted_on_new_metadata(cfg):
+    # What the loop's streaks are kept apart by (issue 25 "First"): a pass acting on metadata
+    # unlike the pass before counts in the metadata streak, any other in the link-drift one.
+    kernel = example_kernel()
+    r = Reconciler(cfg, kernel, scan_devices=tuple)
+    assert r.reconcile().new_metadata is True  # the first pass: all of it is new
+    assert r.reconcile().new_metadata is False
+    hints = json.loads(cfg.hints_path.read_text())
+    hints["devices"][0].setdefault("network", {})["mtu"] = 4000
+    cfg.hints_path.write_text(json.dumps(hints))
+    changed = r.reconcile()
+    assert (changed.new_metadata, changed.changed) == (True, True)
+    assert r.reconcile().new_metadata is False
+
+
+def test_a_preview_rescans_devices_only_when_udev_said_they_changed(cfg):
+    # Regression (issue 23 §2): GET /v1/plan rescanned every device of the guest (seconds with
+    # thousands of links); the loop keeps stale_devices up to date from udev's events.
+    scans = []
+    r = Reconciler(cfg, example_kernel(), scan_devices=lambda: scans.append(1) or ())
+    converge(r)
+    done = len(scans)
+    for _ in range(5):
+        r.preview()
+    assert len(scans) == done
+    r.stale_devices = True  # a udev event
+    r.preview()
+    assert len(scans) == done + 1

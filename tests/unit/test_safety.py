@@ -14,11 +14,12 @@ primary NIC, the device) only: every other device is configured.
 
 import ipaddress
 import json
+from dataclasses import replace
 
 import pytest
 
 from kvdev.guest.core import steps as s
-from kvdev.guest.core.observed import KVDEV_PROTO, Address, Route
+from kvdev.guest.core.observed import KVDEV_PROTO, Address, Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.guest.views import encode, tables
 from memlab import example_config, example_kernel
@@ -89,6 +90,27 @@ def test_a_default_route_kvdev_added_itself_does_not_make_a_primary_nic(cfg):
     outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
     assert devices(outcome)[VF1].phase.value == "Configured"
     assert kernel.state.link(1).ifname == "data0"
+
+
+# ---------------------------------------------------------------------- stacked NICs
+
+
+def test_a_bridge_port_and_a_macvlan_parent_are_never_touched_and_the_rest_goes_ahead(cfg):
+    # eth1 is a port of the guest's br0 (ifindex 10); mv0 (11) is a macvlan on eth2
+    bridge = Link(ifindex=10, ifname="br0", mac="02:00:00:3b:02:01", kind="bridge", up=True)
+    macvlan = Link(ifindex=11, ifname="mv0", mac="02:aa:00:00:00:01", kind="macvlan", lower=2)
+    kernel = kernel_with(extra_links=[bridge, macvlan])
+    links = tuple(replace(lk, master=10) if lk.ifindex == 1 else lk for lk in kernel.state.links)
+    kernel.state = replace(kernel.state, links=links)
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert not [x for x in kernel.applied if x.ifindex in {1, 2, 10, 11}]
+    vf1, vf2 = devices(outcome)[VF1], devices(outcome)[VF2]
+    assert (vf1.phase.value, vf2.phase.value) == ("Error", "Error")
+    why = "kvdev does not configure a link the guest's own network is built on"
+    assert vf1.reason == f"eth1 is a port of br0 (bridge): {why}"
+    assert vf2.reason == f"eth2 carries mv0 (macvlan): {why}"
+    assert "eth1 is a port of br0" in tables.explain_text(encode.device_json(vf1))
+    assert kernel.state.link(3).ifname == "fast0"  # the free NIC is configured
 
 
 # ------------------------------------------------------------------------------ addresses

@@ -33,6 +33,7 @@ from kvdev.errors import UsageError
 from kvdev.guest.adapters import config as config_module
 
 if TYPE_CHECKING:
+    from kvdev.guest.adapters.deadline import Deadline
     from kvdev.guest.api.server import Handler, Server
 
 EPILOG = """\
@@ -101,6 +102,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"where link wishes go (default {d.link_dir}, which kvdev-udev-marks reads)",
     )
     p.add_argument(
+        "--config-root",
+        type=Path,
+        help="where the guest's own network configuration is: <root>/etc/netplan, "
+        "etc/NetworkManager ... (default /); the NICs it names are never configured",
+    )
+    p.add_argument(
         "--no-altnames",
         dest="altnames",
         action="store_false",
@@ -158,17 +165,7 @@ def layers_of(args: argparse.Namespace) -> config_module.Layered:
     path = args.config or config_module.DEFAULT_CONFIG
     flags: dict[str, Any] = {
         key: getattr(args, key)
-        for key in (
-            "metadata_root",
-            "hints",
-            "config_drive",
-            "socket",
-            "state_dir",
-            "link_dir",
-            "altnames",
-            "match_kinds",
-            "log_level",
-        )
+        for key in (*config_module.PATH_KEYS, "altnames", "match_kinds", "log_level")
         if getattr(args, key) is not None
     }
     if "match_kinds" in flags:
@@ -217,6 +214,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
     from kvdev.guest import loop  # noqa: PLC0415
     from kvdev.guest.adapters import files, systemd, udev  # noqa: PLC0415
     from kvdev.guest.adapters.deadline import Deadline  # noqa: PLC0415
+    from kvdev.guest.adapters.devicecache import DeviceCache  # noqa: PLC0415
     from kvdev.guest.adapters.netlink import LinkEvents, Netlink  # noqa: PLC0415
     from kvdev.guest.api.bridge import Bridge  # noqa: PLC0415
     from kvdev.guest.api.routes import Api  # noqa: PLC0415
@@ -225,7 +223,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
 
     logging.basicConfig(level=logging.WARNING, handlers=[systemd.log_handler()])
     logging.getLogger("kvdev").setLevel(cfg.log_level.upper())  # libraries stay at WARNING
-    _warn_if_absent(cfg)
+    _warn_if_absent(cfg, Deadline(cfg.read_deadline))
     with ExitStack() as stack:
         net = stack.enter_context(Netlink())
         reconciler = Reconciler(cfg, net, udev.scan)
@@ -248,6 +246,8 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
             )
         )
         monitor = stack.enter_context(udev.UdevMonitor())
+        devices = DeviceCache(monitor)  # a pass after link events reads only those links
+        reconciler.scan_devices = devices.devices
         events = stack.enter_context(LinkEvents())
         reconciler.before_pass = watcher.rearm
         reconciler.reads = Deadline(cfg.read_deadline, wake=watcher.wake)  # a late read wakes
@@ -260,17 +260,30 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
         return loop.serve(
             reconciler,
             file_events=watcher,
-            udev_events=monitor,
+            udev_events=devices,
             link_events=events,
             bridge=bridge,
         )
 
 
-def _warn_if_absent(cfg: config_module.AgentConfig) -> None:
-    """Say so when the metadata tree is not there: nothing described is not converged work."""
-    if cfg.metadata_root.is_dir():
+def _warn_if_absent(cfg: config_module.AgentConfig, reads: Deadline[str | None]) -> None:
+    """Say so when the metadata tree is not there: nothing described is not converged work.
+
+    The look goes through ``reads`` (a deadline): a share that hangs blocks no start; the passes
+    report it (``MetadataUnavailable``).
+    """
+
+    def look() -> str | None:
+        root = cfg.metadata_root
+        if root.is_dir():
+            return None
+        return "does not exist" if not root.exists() else "is not a directory"
+
+    from kvdev.guest.adapters.deadline import Late  # noqa: PLC0415 - as _run's imports
+
+    what = reads.run(look)
+    if what is None or isinstance(what, Late):
         return
-    what = "does not exist" if not cfg.metadata_root.exists() else "is not a directory"
     then = (
         "this pass configures nothing (no device is described)"
         if cfg.once

@@ -7,8 +7,11 @@ wake-up is the systemd watchdog ping, when systemd asks for one.
 
 After a pass that changed something, one more pass verifies the result (our own changes
 also raise netlink events, which that pass absorbs). Retryable failures back off
-exponentially; so does a pass that keeps finding work, which means something else is
-fighting over the same links.
+exponentially; so do passes that keep finding work, each cause on its own clock (``_Streak``):
+passes acting on new metadata (a metadata storm: every write is applied at once, only the
+verifying passes wait), and passes that find the links changed back (something else is
+fighting over them). A streak of one cause never delays a pass of the other, and the warning
+names its cause.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import selectors
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
+from typing import Final
 
 from kvdev.errors import RetryableError, UsageError
 from kvdev.guest.adapters import systemd
@@ -41,11 +45,58 @@ log = logging.getLogger("kvdev.agent")
 
 
 @dataclass
+class _Streak:
+    """Passes in a row that found work for one cause; when its deferred verifying pass is due."""
+
+    passes: int = 0
+    at: float | None = None
+    delay: float = RETRY_FIRST
+
+    def reset(self) -> None:
+        """A pass without this cause's work: verify at once again (a pending pass stays due)."""
+        self.passes, self.delay = 0, RETRY_FIRST
+
+    def count(self, now: float) -> bool:
+        """One more pass of this cause that changed something; True: verify it now."""
+        self.passes += 1
+        if self.passes < VERIFY_PASSES:
+            return True
+        self.at = now + self.delay
+        self.delay = min(self.delay * 2, RETRY_MAX)
+        return False
+
+    @property
+    def worth_saying(self) -> bool:
+        """Warn when the streak starts backing off and at each doubling of its length only."""
+        return self.passes == VERIFY_PASSES or self.passes & (self.passes - 1) == 0
+
+
+_BACKING_OFF: Final = {
+    "drift": "links keep changing back after %d passes that found work; verifying in %.2g s",
+    "metadata": (
+        "the metadata keeps changing: %d passes in a row applied new metadata (no link changed"
+        " back); verifying in %.2g s, each new version is still applied at once"
+    ),
+}
+
+
+@dataclass
 class _Clock:
-    retry_at: float | None = None
+    retry_at: float | None = None  # a retryable failure's next try
     retry_delay: float = RETRY_FIRST
-    busy_passes: int = 0
     ping_at: float | None = None
+    drift: _Streak = field(default_factory=_Streak)  # passes finding the links changed back
+    metadata: _Streak = field(default_factory=_Streak)  # passes applying new metadata
+
+    def due(self, now: float) -> bool:
+        """Whether a retry or a deferred verifying pass is due; clears those that are."""
+        found = False
+        for streak in (self.drift, self.metadata):
+            if streak.at is not None and streak.at <= now:
+                streak.at, found = None, True
+        if self.retry_at is not None and self.retry_at <= now:
+            self.retry_at, found = None, True
+        return found
 
 
 class _Signals:
@@ -151,13 +202,11 @@ class _Loop:
             if self.signals.stopping():
                 break
             outcome = self._answer(outcome)
-            due = self.clock.retry_at is not None and self.clock.retry_at <= time.monotonic()
+            due = self.clock.due(time.monotonic())
             if ready or dirty or due or self.signals.kick:
                 if due or self.signals.kick:
                     self.reconciler.stale_devices = self.reconciler.stale_links = True
                 self.signals.kick = False
-                if due:
-                    self.clock.retry_at = None
                 outcome = self._pass(outcome)
 
     def _pass(self, previous: Outcome | None) -> Outcome:
@@ -182,6 +231,7 @@ class _Loop:
             systemd.notify("WATCHDOG=1")
             self.clock.ping_at = now + self.ping
         ready = self.selector.select(_timeout(dirty, self.clock, now))
+        self.reconciler.woke_at = time.perf_counter()  # the pass's "wake" phase starts here
         for key, _ in ready:
             kind, src = key.data
             self.reconciler.stale_devices |= kind == "udev"
@@ -246,27 +296,39 @@ def _settle_collector() -> None:
     gc.enable()
 
 
-def _schedule(outcome: Outcome, clock: _Clock) -> bool:
-    """Decide whether another pass is due now; set the retry time when one is due later."""
+def _schedule(outcome: Outcome, clock: _Clock, now: float | None = None) -> bool:
+    """Decide whether another pass is due now; set the time when one is due later.
+
+    A pass that changed something is verified by the next one, at once until its cause's
+    streak reaches ``VERIFY_PASSES``: a pass acting on new metadata counts in the metadata
+    streak, any other (the links changed back, or our own change did not hold) in the drift
+    streak. A pass that changed nothing ends both; one without new metadata ends the
+    metadata streak. ``now``: the monotonic clock (given by tests).
+    """
+    now = time.monotonic() if now is None else now
     if outcome.retry:
-        clock.retry_at = time.monotonic() + clock.retry_delay
+        clock.retry_at = now + clock.retry_delay
         clock.retry_delay = min(clock.retry_delay * 2, RETRY_MAX)
         return False
     if not outcome.changed:
-        clock.busy_passes = 0
         clock.retry_delay = RETRY_FIRST
+        clock.drift.reset()
+        clock.metadata.reset()
         return False
-    clock.busy_passes += 1
-    if clock.busy_passes < VERIFY_PASSES:
+    cause = "metadata" if outcome.new_metadata else "drift"
+    if cause == "drift":
+        clock.metadata.reset()
+    streak = clock.metadata if cause == "metadata" else clock.drift
+    if streak.count(now):
         return True  # verify what we just changed
-    log.warning("links keep changing back after %d passes; backing off", clock.busy_passes)
-    clock.retry_at = time.monotonic() + clock.retry_delay
-    clock.retry_delay = min(clock.retry_delay * 2, RETRY_MAX)
+    if streak.worth_saying:
+        log.warning(_BACKING_OFF[cause], streak.passes, streak.at - now if streak.at else 0.0)
     return False
 
 
 def _timeout(dirty: bool, clock: _Clock, now: float) -> float | None:
     if dirty:
         return 0.0
-    deadlines = [t for t in (clock.retry_at, clock.ping_at) if t is not None]
+    waits = (clock.retry_at, clock.drift.at, clock.metadata.at, clock.ping_at)
+    deadlines = [t for t in waits if t is not None]
     return max(0.0, min(deadlines) - now) if deadlines else None

@@ -25,11 +25,20 @@ from typing import Protocol
 
 from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev.errors import KvdevError, Problem, RetryableError, Severity, os_error
-from kvdev.guest.adapters import address_journal, files, linkfiles, marks, rename_journal, walk
+from kvdev.guest.adapters import (
+    address_journal,
+    files,
+    linkfiles,
+    marks,
+    netconfig,
+    primary_record,
+    rename_journal,
+    walk,
+)
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.deadline import Deadline, Late
 from kvdev.guest.core import added as kvdev_added
-from kvdev.guest.core import inventory, sources
+from kvdev.guest.core import inventory, primary, sources
 from kvdev.guest.core import marks as marking
 from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, match
@@ -88,6 +97,7 @@ class Outcome:
     results: list[StepResult]
     failed: bool = False  # the pass itself failed for now (observation interrupted ...)
     unsaved: bool = False  # state could not be saved: try again later
+    new_metadata: bool = False  # it acted on metadata (devices, hints) unlike the pass before
 
     @property
     def changed(self) -> bool:
@@ -127,6 +137,12 @@ class Reconciler:
     _added: dict[int, frozenset[str]] | None = None  # the address journal; None until read
     _added_saved: dict[int, frozenset[str]] | None = None  # as last written
     _kernel_keeps_proto: bool = False  # an address showed a protocol: no journal is needed
+    _inputs: object = None  # what the last pass acted on: described devices, hints, tags
+    _configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
+    _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
+    woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
+    _lap_at: float = 0.0
+    _phases: list[tuple[str, float]] = field(default_factory=list)  # this pass's, in order
 
     def reconcile(self) -> Outcome:
         """Observe, plan, apply (unless dry-run), and summarize.
@@ -136,13 +152,21 @@ class Reconciler:
         change there, and an overrun counts as an event.
         """
         cfg = self.config
+        self._phases, self._lap_at = [], time.perf_counter()
+        if self.woke_at is not None:
+            self._phases.append(("wake", self._lap_at - self.woke_at))
+            self.woke_at = None
         if self.passes == 0 and not cfg.dry_run:
             self._tidy()
         matching, the_plan, restore = self._observe_and_plan()
+        inputs = (self.belief.described(), self.belief.hints(), self.belief.tagged())
+        new_metadata, self._inputs = inputs != self._inputs, inputs
         if not cfg.dry_run:
             self._keep_journal(restore)
             self._mark(matching, the_plan)  # before any rename: its "move" event reads them
+        self._lap("marks")
         results = [] if cfg.dry_run or the_plan.empty else self._apply(the_plan.steps)
+        self._lap("apply")
         if not cfg.dry_run:
             self._keep_added(results)
         self.stale_links = self.stale_links or bool(results)
@@ -160,6 +184,7 @@ class Reconciler:
             state=self._state if not results else None,
             conditions=self._conditions(),
         )
+        self._lap("status")
         for r in results:
             if r.ok:  # every change kvdev makes is in the journal, with its reason
                 log.info(
@@ -175,15 +200,36 @@ class Reconciler:
                     r.error,
                     extra=_fields(r.step),
                 )
+        self._lap("logging")
         self._save(status)
+        self._lap("writes")
+        self._log_timeline(len(results))
         unsaved = [Condition("StateNotSaved", why) for why in self._unsaved.values()]
         if unsaved:
             status = replace(status, conditions=(*status.conditions, *unsaved))
-        return Outcome(status, the_plan, results, unsaved=bool(unsaved))
+        return Outcome(status, the_plan, results, unsaved=bool(unsaved), new_metadata=new_metadata)
+
+    def _lap(self, phase: str) -> None:
+        """End ``phase`` of this pass now (a perf_counter read: cheap enough for every pass)."""
+        now = time.perf_counter()
+        self._phases.append((phase, now - self._lap_at))
+        self._lap_at = now
+
+    def _log_timeline(self, steps: int) -> None:
+        """At debug level, one line with the time of each phase of this pass (tests/bench)."""
+        if log.isEnabledFor(logging.DEBUG):
+            laps = ", ".join(f"{name} {seconds * 1000:.3f} ms" for name, seconds in self._phases)
+            log.debug("pass %d timeline (%d steps): %s", self.passes, steps, laps)
 
     def preview(self) -> Plan:
-        """What a pass would do now, from a fresh observation; changes nothing."""
-        self.stale_devices = self.stale_links = True
+        """What a pass would do now, from a fresh observation; changes nothing.
+
+        Files are read and the netlink state taken again; the devices are rescanned only when
+        udev said they changed (``stale_devices``, set by the loop, which drains the monitor
+        before it answers): a full scan of a guest with thousands of links took seconds for
+        every ``GET /v1/plan``.
+        """
+        self.stale_links = True
         return self._observe_and_plan()[1]
 
     def _observe_and_plan(self) -> tuple[Matching, Plan, dict[int, str]]:
@@ -207,18 +253,23 @@ class Reconciler:
             )
 
         result = read() if self.reads is None else self.reads.run(read)
+        self._lap("read")
         if isinstance(result, Late):  # a share that stopped answering: keep what we know
             why = f"{cfg.metadata_root} not read: {result.message}; the last good state stays"
             self._unavailable = (why,)
         else:
             self._limits, self._unavailable = tuple(limits), tuple(unavailable)
             self.belief = sources.update(self.belief, result[0], listing_complete=result[1])
+        self._lap("parse")
         if self.stale_links:
             self._state = self.net.read_state()
             self.stale_links = False
+        if self.stale_devices or self._configured is None:
+            self._configured = self._read_netconfig()
         if self.stale_devices:
             self._devices = self.scan_devices()
             self.stale_devices = False
+        self._lap("observe")
         guest = inventory.merge(self._devices, self._state.links, allow_kinds=cfg.match_kinds)
         matching = match(self.belief.described(), guest, self.belief.hints(), self.belief.tagged())
         policy = Policy(link_dir=str(cfg.link_dir), altnames=cfg.altnames)
@@ -228,8 +279,38 @@ class Reconciler:
         )
         self._added = kvdev_added.prune(self._loaded_added(), self._state)
         state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
-        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore)
+        owned = self._guest_owned()
+        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore, owned)
+        self._lap("plan")
         return matching, the_plan, restore
+
+    def _read_netconfig(self) -> tuple[primary.Configured, ...]:
+        """The NICs the guest's own network configuration names (read again on udev events)."""
+        configured, problems = netconfig.read(self.config.config_root)
+        for problem in problems:
+            log.warning("the guest's network configuration: %s", problem)
+        return configured
+
+    def _guest_owned(self) -> primary.Decision:
+        """The guest's own NICs (``core.primary``); the record is saved when it grows."""
+        if self._owned is None:
+            self._owned = primary_record.load(self.config.state_dir)
+        decision, added = primary.decide(self._configured or (), self._state, self._owned)
+        if not added and "primary" not in self._unsaved:
+            return decision
+        for line in added:
+            log.info("the guest's own NIC, never configured by kvdev: %s", line)
+        if self.config.dry_run:
+            return decision
+        try:
+            primary_record.save(self.config.state_dir, decision)
+        except OSError as e:
+            path = self.config.state_dir / primary_record.RECORD_FILE
+            self._not_saved("primary", os_error(e, "save the guest's own NICs in", path))
+            return decision
+        self._unsaved.pop("primary", None)
+        self._owned = decision
+        return decision
 
     def _conditions(self) -> list[Condition]:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""

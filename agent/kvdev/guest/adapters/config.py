@@ -49,6 +49,7 @@ class AgentConfig:
     socket: Path = Path("/run/kvdev/agent.sock")
     state_dir: Path = Path("/var/lib/kvdev")
     link_dir: Path = Path("/var/lib/kvdev/links")  # link wishes (kvdev-udev-marks reads these)
+    config_root: Path = Path("/")  # where the guest's own network configuration is (etc/...)
     altnames: bool = True
     match_kinds: tuple[str, ...] = ()  # software link kinds (e.g. veth) offered to matching
     log_level: str = "info"
@@ -66,7 +67,16 @@ class AgentConfig:
 DEFAULTS = AgentConfig()  # what --help shows and --dump-config calls "default"
 
 
-_PATH_KEYS = {"metadata_root", "hints", "config_drive", "socket", "state_dir", "link_dir"}
+PATH_KEYS = (  # the settings that are paths, in the order the flags are listed
+    "metadata_root",
+    "hints",
+    "config_drive",
+    "socket",
+    "state_dir",
+    "link_dir",
+    "config_root",
+)
+_PATH_KEYS = set(PATH_KEYS)
 _FILE_KEYS = {f.name for f in fields(AgentConfig)} - {"once", "dry_run"}
 
 
@@ -249,7 +259,7 @@ def merge(base: AgentConfig, values: dict[str, Any], *, source: str) -> AgentCon
 
 def _checked(name: str, key: str, value: object, source: str) -> object:
     """A file value of key ``name`` (not poll_interval), converted; UsageError when wrong."""
-    if name in _PATH_KEYS:
+    if name in PATH_KEYS:
         if not isinstance(value, str) or not value:
             raise UsageError(f"{source}: {key} must be a non-empty path string")
         return Path(value)

@@ -222,6 +222,23 @@ def scan(
     return (*pci, *bare)
 
 
+def read_bare_nic(name: str, context: pyudev.Context | None = None) -> Nic | bool:
+    """The network interface ``name`` when it has no PCI ancestor (one sysfs device read).
+
+    False when there is no such interface (it went), True when it belongs to a PCI function
+    (whose ``GuestDevice`` only a ``scan`` builds).
+    """
+    ctx = context if context is not None else _context()
+    try:
+        device = pyudev.Devices.from_name(ctx, "net", name)
+    except (pyudev.DeviceNotFoundError, OSError):
+        return False
+    if device.find_parent("pci") is not None:
+        return True
+    nic = _nic(device)
+    return nic if nic is not None else False
+
+
 def _collect(member: pyudev.Device, found: dict[str, _Found], functions: Container[str]) -> None:
     """File a device of a PCI subtree under its nearest PCI function."""
     owner = _owner(member.device_path, functions)

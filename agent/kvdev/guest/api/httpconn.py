@@ -242,6 +242,7 @@ class _Conn:
         "deferred",
         "h11",
         "head",
+        "head_only",
         "linger_reads",
         "out",
         "peer",
@@ -260,6 +261,7 @@ class _Conn:
         self.deadline = 0.0
         self.cycle = 0  # requests begun on this connection: stale timers and answers are ignored
         self.head: h11.Request | None = None
+        self.head_only = False  # the request being answered is a HEAD: status and headers only
         self.body = bytearray()
         self.out = b""
         self.close_after = False  # close once ``out`` is sent (after an error: linger first)
@@ -520,6 +522,7 @@ class Connections:
     def _take(self, fd: int, c: _Conn, event: object) -> bool:
         """One h11 event of the request being read; False once the connection moved on."""
         if isinstance(event, h11.Request):
+            c.head_only = event.method == b"HEAD"  # every answer from here on, however made
             c.head = self._on_head(c, event)
         elif isinstance(event, h11.Data):
             c.body += event.data
@@ -568,7 +571,6 @@ class Connections:
                     f"{request.method} is not permitted to uid {peer.uid}: reading needs root or"
                     " the socket's group, anything else needs root",
                 ),
-                head=request.method == "HEAD",
             )
             return
         try:
@@ -583,7 +585,7 @@ class Connections:
             cycle = c.cycle
             answer.future.add_done_callback(lambda _f: self._completed(fd, cycle))
             return
-        self._answer(fd, c, answer, head=request.method == "HEAD")
+        self._answer(fd, c, answer)
 
     def _completed(self, fd: int, cycle: int) -> None:
         """A Deferred's future is done (in whatever thread did it): answer in the loop's."""
@@ -605,8 +607,12 @@ class Connections:
         c.deferred = None
         self._answer(fd, c, _safely(lambda: deferred.finish(deferred.future), c))
 
-    def _answer(self, fd: int, c: _Conn, response: Response, *, head: bool = False) -> None:
-        """Encode and send ``response``; keep the connection for the next request if we may."""
+    def _answer(self, fd: int, c: _Conn, response: Response) -> None:
+        """Encode and send ``response``; keep the connection for the next request if we may.
+
+        The answer to a HEAD (``c.head_only``), direct or deferred, is its status and headers,
+        with the Content-Length the GET would have, and no body.
+        """
         try:
             payload = _encode(response)
             if response.headers:  # a bad header becomes a 500 now, not a broken answer
@@ -614,14 +620,14 @@ class Connections:
         except Exception:
             logger.exception("the handler's answer cannot be sent")
             response, payload = _FAILED, _encode(_FAILED)
-        data = _render(c.h11, response, payload=payload, close=False, head=head)
+        data = _render(c.h11, response, payload=payload, close=False, head=c.head_only)
         keep = c.h11.our_state is h11.DONE and c.h11.their_state is h11.DONE
         self._send(fd, c, data, close=not keep)
 
     def _reject(self, fd: int, c: _Conn, status: int, message: str) -> None:
         """Answer an error with ``Connection: close``, then linger: the client can read it."""
         try:
-            data = _render(c.h11, error_response(status, message))
+            data = _render(c.h11, error_response(status, message), head=c.head_only)
         except h11.LocalProtocolError as e:
             logger.debug("connection ended: %s", e)
             self._close(fd)
@@ -660,6 +666,7 @@ class Connections:
     def _await_request(self, fd: int, c: _Conn, idle: float) -> None:
         """Read the next request: within ``idle`` its first byte, then all of it in time."""
         c.state, c.cycle = _State.READING, next(self._cycles)
+        c.head_only = False
         c.started = bool(c.h11.trailing_data[0])
         self._arm(fd, c, self._limits.request_timeout if c.started else idle)
 

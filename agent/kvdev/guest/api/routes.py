@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final
@@ -44,6 +44,7 @@ from kvdev.guest.core.status import DeviceStatus
 from kvdev.guest.views import encode
 
 API_VERSION: Final = encode.STATUS_API_VERSION
+STATS_FRESH: Final = 1.0  # seconds the interface counters of /v1/devices are served for
 _Route = Callable[[Request, list[str]], "Response | Deferred"]
 ASK_TIMEOUT = 30.0  # a plan or a reconcile that takes longer than this is reported as 503
 MAX_WAIT = 60.0
@@ -65,11 +66,16 @@ class Api:
         self,
         bridge: Bridge,
         *,
-        interface_stats: Callable[[], dict[str, dict[str, Any]]] = procstats.interfaces,
+        interface_stats: Callable[[Iterable[str]], dict[str, dict[str, Any]]] = (
+            procstats.interfaces
+        ),
         agent_stats: Callable[[float], dict[str, Any]] = procstats.agent,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bridge = bridge
         self.interface_stats = interface_stats
+        self.clock = clock
+        self._stats: tuple[float, Snapshot, dict[str, dict[str, Any]]] | None = None
         self.agent_stats = agent_stats
         self._encoded: tuple[Snapshot, dict[str, Any]] | None = None  # the latest status, encoded
         self._routes: dict[tuple[str, ...], tuple[str, _Route]] = {
@@ -129,6 +135,30 @@ class Api:
         )
         return Response(200, body)
 
+    def _described_stats(self, snap: Snapshot) -> dict[str, dict[str, Any]]:
+        """The counters of the described devices' interfaces, read at most once a second.
+
+        However many clients ask, and however many links the guest has, the API thread reads
+        only the interfaces of the published status, and no more than once per
+        ``STATS_FRESH`` seconds: a client looping on ``/v1/devices`` costs everyone else one
+        such read a second at most.
+        """
+        now = self.clock()
+        if (
+            self._stats is not None
+            and self._stats[1] is snap
+            and now - self._stats[0] < STATS_FRESH
+        ):
+            return self._stats[2]
+        names = {
+            name
+            for d in snap.status.devices
+            if (name := d.observed.ifname if d.observed is not None else d.ifname) is not None
+        }
+        stats = self.interface_stats(sorted(names))
+        self._stats = (now, snap, stats)
+        return stats
+
     def _device_body(self, d: DeviceStatus, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         body = encode.device_json(d)
         name = d.observed.ifname if d.observed is not None else d.ifname
@@ -140,7 +170,7 @@ class Api:
         snap = self._snapshot()
         if isinstance(snap, Response):
             return snap
-        stats = self.interface_stats()
+        stats = self._described_stats(snap)
         items = [self._device_body(d, stats) for d in snap.status.devices]
         return Response(200, {"apiVersion": API_VERSION, "kind": "DeviceList", "items": items})
 
@@ -163,7 +193,7 @@ class Api:
         if len(found) > 1:
             refs = ", ".join(d.ref for d in found)
             return error(409, f"{len(found)} devices match ({refs}); add ?driver= or ?pool=")
-        return Response(200, self._device_body(found[0], self.interface_stats()))
+        return Response(200, self._device_body(found[0], self._described_stats(snap)))
 
     def _events(self, request: Request, _parts: list[str]) -> Response | Deferred:
         try:

@@ -100,6 +100,9 @@ class Link:
         kind: IFLA_INFO_KIND (``veth``, ``bridge`` ...); None for physical devices.
         master: IFLA_MASTER, the ifindex of the bridge, bond or VRF this link is a port of;
             None when it has none. ``NetState.uppers`` gives the other direction.
+        lower: the link this one is stacked on, in this namespace: IFLA_LINK of a VLAN,
+            macvlan, ipvlan or tunnel, IFLA_VXLAN_LINK of a vxlan; None when there is none
+            (a veth's IFLA_LINK is its peer, not a lower link, and is not kept).
     """
 
     ifindex: int
@@ -114,6 +117,7 @@ class Link:
     altnames: tuple[str, ...] = ()
     kind: str | None = None
     master: int | None = None
+    lower: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,16 +172,19 @@ class NetState:
         return self._by_index.get(ifindex)
 
     def uppers(self, ifindex: int) -> tuple[int, ...]:
-        """The ifindexes of the links whose master is ``ifindex`` (its ports), in index order.
+        """The links built on ``ifindex``, in index order: its ports and what is stacked on it.
 
-        A link with uppers is a bridge, bond or VRF holding ports; a link with a ``master`` is
-        itself a port. (VLANs and macvlans on a link name it by IFLA_LINK, not reported.)
+        A link's uppers are the links whose ``master`` it is (a bridge, bond or VRF holding
+        ports) and those whose ``lower`` it is (the VLANs, macvlans, vxlans on a NIC); a link
+        with a ``master`` is itself a port.
         """
         if self._uppers is None:
             ports: dict[int, list[int]] = {}
             for lk in self.links:
-                if lk.master is not None:
-                    ports.setdefault(lk.master, []).append(lk.ifindex)
-            object.__setattr__(self, "_uppers", {k: tuple(sorted(v)) for k, v in ports.items()})
+                for under in (lk.master, lk.lower):
+                    if under is not None:
+                        ports.setdefault(under, []).append(lk.ifindex)
+            uppers = {k: tuple(sorted(set(v))) for k, v in ports.items()}
+            object.__setattr__(self, "_uppers", uppers)
         assert self._uppers is not None
         return self._uppers.get(ifindex, ())

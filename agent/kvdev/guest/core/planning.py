@@ -20,8 +20,8 @@ for a name gets a name the trade freed: its own old one if free, else another (t
 journals the names a trade starts from: ``restore``).
 
 What the safety policy (``safety``) refuses is left out of the desired state and reported as
-blocked (the primary NIC is not touched at all); what it only warns about stays in, with the
-warning in ``Plan.warnings``.
+blocked (the primary NIC and a stacked one are not touched at all); what it only warns about
+stays in, with the warning in ``Plan.warnings``.
 
 A link taken down for a rename loses its routes and IPv6 addresses (the kernel's doing): the
 plan puts back those kvdev did not add too, with their own protocol, after the link is up
@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from kvdev.guest.core import linkwish, safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
+from kvdev.guest.core.primary import Decision
 from kvdev.guest.core.steps import (
     AddAddress,
     AddAltname,
@@ -429,11 +430,13 @@ def plan(
     link_files: Mapping[str, str] | None = None,
     policy: Policy | None = None,
     restore: Mapping[int, str] | None = None,
+    owned: Decision | None = None,
 ) -> Plan:
     """Diff the desired state of every bound NIC against the observed state.
 
     ``restore``: ifindex -> the name the link had before a trade that may have been
-    interrupted (see ``temp_name``).
+    interrupted (see ``temp_name``). ``owned``: the guest's own NICs (``core.primary``), not
+    touched at all, like the primary NIC.
     """
     policy = policy or Policy()
     back = _restorations(matching, state, restore or {})
@@ -444,7 +447,10 @@ def plan(
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
         if link is None:
             continue
-        if (why := safety.primary_nic(link, state)) is not None:
+        why = safety.primary_nic(link, state) or safety.stacked(link, state)
+        if why is None and owned is not None and (own := owned.reason(link.mac)) is not None:
+            why = f"{link.ifname} is the guest's own NIC: {own}; kvdev does not configure it"
+        if why is not None:
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
         desired.append(_desire(b, link, policy, blocked, back))
@@ -496,6 +502,8 @@ def _restorations(
     a hint asks for are never handed out.
     """
     stuck = sorted(lk.ifindex for lk in state.links if lk.ifname == temp_name(lk.ifindex))
+    if not stuck or not journal:  # nearly always: nothing to hand out, no names to collect
+        return {}
     held = {lk.ifname for lk in state.links} | {a for lk in state.links for a in lk.altnames}
     held |= {
         b.hint.network.interface_name

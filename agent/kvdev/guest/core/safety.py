@@ -11,6 +11,10 @@ Refused:
 * **the primary NIC**: a bound NIC that carries a default route kvdev did not add is not
   touched at all (no altname, name, MTU, address, route or link state): it is how the guest
   reaches its network (and its primary address is on it);
+* a **stacked NIC**: a bound NIC that is a port of the guest's own bridge, bond or VRF (it has
+  a master), or that the guest built links on (a VLAN, macvlan, ipvlan, vxlan: it has uppers),
+  is not touched at all either: a rename takes it down (and the bridge's forwarding with it), a
+  smaller MTU shrinks the bridge's, an address on an enslaved port is never reached;
 * an **address that is no unicast interface address**: unspecified (``0.0.0.0/0``), loopback,
   multicast (``ff02::1``), the limited broadcast, IPv4-mapped IPv6;
 * an **address another link holds** (the primary NIC's address on a data NIC, say), whatever
@@ -99,6 +103,23 @@ def primary_nic(link: Link, state: NetState) -> str | None:
                 f"{link.ifname} carries the default route {_via(r, state)}, which kvdev did not "
                 "add: kvdev does not configure the NIC the guest reaches its network through"
             )
+    return None
+
+
+def stacked(link: Link, state: NetState) -> str | None:
+    """Why ``link`` is part of the guest's own topology and must not be touched; None if not."""
+
+    def named(ifindex: int) -> str:
+        other = state.link(ifindex)
+        if other is None:
+            return f"link {ifindex}"
+        return f"{other.ifname} ({other.kind})" if other.kind else other.ifname
+
+    why = "kvdev does not configure a link the guest's own network is built on"
+    if link.master is not None:
+        return f"{link.ifname} is a port of {named(link.master)}: {why}"
+    if uppers := state.uppers(link.ifindex):
+        return f"{link.ifname} carries {', '.join(named(u) for u in uppers)}: {why}"
     return None
 
 

@@ -25,7 +25,10 @@ from kvdev.guest.adapters.netlink._rtnl import (
     IFLA_ADDRESS,
     IFLA_ALT_IFNAME,
     IFLA_IFNAME,
+    IFLA_INFO_DATA,
     IFLA_INFO_KIND,
+    IFLA_LINK,
+    IFLA_LINK_NETNSID,
     IFLA_LINKINFO,
     IFLA_MASTER,
     IFLA_MAX_MTU,
@@ -34,6 +37,7 @@ from kvdev.guest.adapters.netlink._rtnl import (
     IFLA_OPERSTATE,
     IFLA_PERM_ADDRESS,
     IFLA_PROP_LIST,
+    IFLA_VXLAN_LINK,
     MAIN_TABLE,
     OPERSTATES,
     RTA_DST,
@@ -50,6 +54,8 @@ _U32 = struct.Struct("=I")
 AddressKey = tuple[int, str]  # ifindex, address/prefix
 RouteKey = tuple[int, str, int | None, int, str | None]  # family, dst, metric, oif, gateway
 _WIDTH: dict[int, int] = {socket.AF_INET: 4, socket.AF_INET6: 16}
+# Kinds whose IFLA_LINK names the other end of a pair, not a link they are stacked on.
+_PAIRS = frozenset({"veth", "netkit", "vxcan"})
 _UNSPECIFIED: dict[int, ipaddress.IPv4Address | ipaddress.IPv6Address] = {
     socket.AF_INET: ipaddress.IPv4Address(0),
     socket.AF_INET6: ipaddress.IPv6Address(0),
@@ -97,9 +103,14 @@ def decode_link(body: memoryview) -> Link | None:
     ifname = _text(found.get(IFLA_IFNAME))
     if family != socket.AF_UNSPEC or ifname is None:
         return None
-    kind = None
+    kind, lower = None, None
     if (info := found.get(IFLA_LINKINFO)) is not None:
-        kind = _text(attrs(info).get(IFLA_INFO_KIND))
+        linkinfo = attrs(info)
+        kind = _text(linkinfo.get(IFLA_INFO_KIND))
+        if kind == "vxlan" and (data := linkinfo.get(IFLA_INFO_DATA)) is not None:
+            lower = _u32(attrs(data).get(IFLA_VXLAN_LINK))
+    if kind not in _PAIRS and lower is None and IFLA_LINK_NETNSID not in found:
+        lower = _u32(found.get(IFLA_LINK))  # a VLAN's, macvlan's, ipvlan's parent
     altnames: tuple[str, ...] = ()
     if (props := found.get(IFLA_PROP_LIST)) is not None:
         altnames = tuple(
@@ -121,6 +132,7 @@ def decode_link(body: memoryview) -> Link | None:
         altnames=altnames,
         kind=kind,
         master=master or None,
+        lower=lower if lower and lower != ifindex else None,
     )
 
 

@@ -65,9 +65,10 @@ RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, pro
 # type, flags
 
 # linux/if_link.h
-IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_MASTER = 1, 3, 4, 10
-IFLA_OPERSTATE, IFLA_LINKINFO = 16, 18
-IFLA_INFO_KIND = 1
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_MASTER = 1, 3, 4, 5, 10
+IFLA_OPERSTATE, IFLA_LINKINFO, IFLA_LINK_NETNSID = 16, 18, 37
+IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
+IFLA_VXLAN_LINK = 3  # in IFLA_INFO_DATA of a vxlan: the link it sends through
 IFLA_MIN_MTU, IFLA_MAX_MTU, IFLA_PROP_LIST, IFLA_ALT_IFNAME, IFLA_PERM_ADDRESS = 50, 51, 52, 53, 54
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 IFF_UP = 0x1

@@ -1,0 +1,195 @@
+"""Reading the guest's own network configuration: which NICs it names, for ``core.primary``.
+
+Under a config root (``/`` in a guest; a scratch tree in tests) it reads, bounded:
+
+* NetworkManager keyfiles, ``etc/NetworkManager/system-connections/*.nmconnection``:
+  ``interface-name=`` of ``[connection]``, ``mac-address=`` of ``[ethernet]``;
+* netplan, ``etc/netplan/*.yaml``, and cloud-init's network-config (version 2 like netplan,
+  version 1 ``type: physical`` entries with ``name``/``mac_address``) in
+  ``etc/cloud/cloud.cfg.d/*.cfg`` and ``var/lib/cloud/seed/*/network-config``: each
+  ``ethernets`` entry's ``match`` (``macaddress``, ``name``) or, without one, its id;
+* ifupdown, ``etc/network/interfaces`` and ``etc/network/interfaces.d/*``: the names of
+  ``iface``, ``auto`` and ``allow-*`` lines (``lo`` aside);
+* systemd-networkd, ``etc/systemd/network/*.network``: ``[Match]`` ``Name=`` and
+  ``MACAddress=`` (lists too); names with glob characters name no NIC.
+
+YAML is read with PyYAML when the guest has it (cloud-init and netplan need it there); without
+it, every MAC after a ``macaddress:``/``mac_address:`` key is still found. Bounds: 64 files per
+directory (by name), 64 KiB per file, 1 MiB in all; what is left out or cannot be read is a
+problem (``file: why``) for the log, never an exception: a pass never fails on these files.
+It decides nothing.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from kvdev.guest.core.primary import Configured
+
+MAX_FILES_PER_DIR = 64
+MAX_FILE_BYTES = 64 * 1024
+MAX_TOTAL_BYTES = 1 << 20
+_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+_YAML_MAC = re.compile(r"(?:macaddress|mac_address)\s*:\s*[\"']?([0-9A-Fa-f:]{17})")
+_GLOB = re.compile(r"[*?\[\]!]")
+
+
+def _mac(value: object) -> str | None:
+    text = str(value).strip().lower() if isinstance(value, str) else ""
+    return text if _MAC.match(text) else None
+
+
+def _name(value: object) -> str | None:
+    text = str(value).strip() if isinstance(value, str | int) else ""
+    return text if text and not _GLOB.search(text) and len(text) < 16 and text != "lo" else None
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.left = MAX_TOTAL_BYTES
+
+
+def _files(directory: Path, suffix: str, problems: list[str]) -> list[Path]:
+    try:
+        names = sorted(p.name for p in directory.iterdir() if p.name.endswith(suffix))
+    except OSError:  # no such directory: nothing configured there
+        return []
+    if len(names) > MAX_FILES_PER_DIR:
+        problems.append(f"{directory}: {len(names)} files, only the first {MAX_FILES_PER_DIR} read")
+    return [directory / n for n in names[:MAX_FILES_PER_DIR]]
+
+
+def _text(path: Path, budget: _Budget, problems: list[str]) -> str | None:
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        if not isinstance(e, FileNotFoundError | IsADirectoryError):
+            problems.append(f"{path}: cannot read: {e.strerror or e}")
+        return None
+    if len(data) > MAX_FILE_BYTES or len(data) > budget.left:
+        problems.append(f"{path}: larger than {min(MAX_FILE_BYTES, budget.left)} bytes, not read")
+        return None
+    budget.left -= len(data)
+    return data.decode("utf-8", "replace")
+
+
+def _ini(text: str, source: str, problems: list[str]) -> configparser.ConfigParser | None:
+    parser = configparser.ConfigParser(strict=False, interpolation=None, allow_no_value=True)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read_string(text, source)
+    except configparser.Error as e:
+        problems.append(f"{source}: {str(e).splitlines()[0]}")
+        return None
+    return parser
+
+
+def _keyfile(text: str, source: str, problems: list[str]) -> Iterator[Configured]:
+    parser = _ini(text, source, problems)
+    if parser is None:
+        return
+    name = _name(parser.get("connection", "interface-name", fallback=None))
+    mac = _mac(parser.get("ethernet", "mac-address", fallback=None))
+    if name or mac:
+        yield Configured(source, name, mac)
+
+
+def _networkd(text: str, source: str, problems: list[str]) -> Iterator[Configured]:
+    parser = _ini(text, source, problems)
+    if parser is None or not parser.has_section("Match"):
+        return
+    for mac in (parser.get("Match", "MACAddress", fallback="") or "").split():
+        if _mac(mac):
+            yield Configured(f"{source} [Match]", None, _mac(mac))
+    for name in (parser.get("Match", "Name", fallback="") or "").split():
+        if _name(name):
+            yield Configured(f"{source} [Match]", _name(name), None)
+
+
+def _ifupdown(text: str, source: str, problems: list[str]) -> Iterator[Configured]:
+    del problems
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if len(words) >= 2 and (words[0] in {"iface", "auto"} or words[0].startswith("allow-")):
+            for word in words[1:2] if words[0] == "iface" else words[1:]:
+                if name := _name(word.split(":", 1)[0]):
+                    yield Configured(source, name, None)
+
+
+def _yaml_load(text: str) -> object:
+    try:
+        import yaml  # noqa: PLC0415 - optional: the guest's netplan/cloud-init bring it
+    except ImportError:
+        return None
+    return yaml.safe_load(text)
+
+
+def _yaml(text: str, source: str, problems: list[str]) -> Iterator[Configured]:
+    try:
+        doc = _yaml_load(text)
+    except Exception as e:  # noqa: BLE001 - any YAML error: a problem, never a failed pass
+        problems.append(f"{source}: not YAML: {(str(e) or type(e).__name__).splitlines()[0]}")
+        doc = None
+    if doc is None:  # no PyYAML (or unreadable): the MACs it names still count
+        for mac in _YAML_MAC.findall(text):
+            if found := _mac(mac.lower()):
+                yield Configured(source, None, found)
+        return
+    net = doc.get("network", doc) if isinstance(doc, dict) else None
+    if isinstance(net, dict):
+        yield from _version2(net.get("ethernets"), source)
+        yield from _version1(net.get("config"), source)
+
+
+def _version2(ethernets: object, source: str) -> Iterator[Configured]:
+    """netplan, and cloud-init's network-config version 2: ``ethernets``."""
+    for key, entry in ethernets.items() if isinstance(ethernets, dict) else ():
+        where = f"{source} ethernets.{key}"
+        match = entry.get("match") if isinstance(entry, dict) else None
+        if isinstance(match, dict):  # a glob names no NIC
+            name, mac = _name(match.get("name")), _mac(match.get("macaddress"))
+            if name or mac:
+                yield Configured(where, name, mac)
+        elif name := _name(key):
+            yield Configured(where, name, None)
+
+
+def _version1(config: object, source: str) -> Iterator[Configured]:
+    """cloud-init's network-config version 1: ``type: physical`` entries."""
+    for entry in config if isinstance(config, list) else ():
+        if isinstance(entry, dict) and entry.get("type") == "physical":
+            name, mac = _name(entry.get("name")), _mac(entry.get("mac_address"))
+            if name or mac:
+                yield Configured(f"{source} config[{entry.get('name')}]", name, mac)
+
+
+_Reader = Callable[[str, str, list[str]], Iterator[Configured]]
+_WHERE: tuple[tuple[str, str, _Reader], ...] = (
+    ("etc/NetworkManager/system-connections", ".nmconnection", _keyfile),
+    ("etc/netplan", ".yaml", _yaml),
+    ("etc/cloud/cloud.cfg.d", ".cfg", _yaml),
+    ("etc/network/interfaces.d", "", _ifupdown),
+    ("etc/systemd/network", ".network", _networkd),
+)
+_SINGLE: tuple[tuple[str, _Reader], ...] = (("etc/network/interfaces", _ifupdown),)
+
+
+def read(root: Path) -> tuple[tuple[Configured, ...], tuple[str, ...]]:
+    """The NICs the guest's network configuration under ``root`` names; the problems met."""
+    problems: list[str] = []
+    budget = _Budget()
+    paths: list[tuple[Path, _Reader]] = [(root / rel, reader) for rel, reader in _SINGLE]
+    for rel, suffix, reader in _WHERE:
+        paths += [(p, reader) for p in _files(root / rel, suffix, problems)]
+    for seed in _files(root / "var/lib/cloud/seed", "", problems):
+        paths.append((seed / "network-config", _yaml))
+    out: list[Configured] = []
+    for path, reader in paths:
+        text = _text(path, budget, problems)
+        if text is not None:
+            out.extend(reader(text, str(path), problems))
+    return tuple(out), tuple(problems)

@@ -1,0 +1,104 @@
+"""adapters.netconfig over a scratch config root: which NICs the guest's own configuration names.
+
+Each format the guest's network managers read, as they lay it out; bounded reading (files per
+directory, bytes per file) and unreadable files are problems, never exceptions.
+"""
+
+import pytest
+
+from kvdev.guest.adapters import netconfig
+from kvdev.guest.core.primary import Configured
+
+MAC = "52:54:00:12:34:56"
+
+
+def write(root, rel, text):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def named(root):
+    configured, problems = netconfig.read(root)
+    return {(c.name, c.mac) for c in configured}, problems
+
+
+def test_nothing_configured_names_nothing(tmp_path):
+    assert netconfig.read(tmp_path) == ((), ())
+
+
+def test_a_networkmanager_keyfile_names_by_interface_and_mac(tmp_path):
+    write(
+        tmp_path,
+        "etc/NetworkManager/system-connections/cloud-init-eth0.nmconnection",
+        f"[connection]\nid=cloud-init eth0\ntype=ethernet\ninterface-name=eth0\n\n"
+        f"[ethernet]\nmac-address={MAC.upper()}\n\n[ipv4]\nmethod=auto\n",
+    )
+    write(tmp_path, "etc/NetworkManager/system-connections/any.nmconnection", "[connection]\n")
+    assert named(tmp_path) == ({("eth0", MAC)}, ())
+
+
+def test_netplan_matches_and_ids(tmp_path):
+    pytest.importorskip("yaml")
+    write(
+        tmp_path,
+        "etc/netplan/50-cloud-init.yaml",
+        "network:\n  version: 2\n  ethernets:\n    id0:\n      match:\n"
+        f"        macaddress: '{MAC}'\n      set-name: ens3\n      dhcp4: true\n"
+        "    enp1s0:\n      dhcp4: true\n    all-en:\n      match:\n        name: 'en*'\n",
+    )
+    assert named(tmp_path) == ({(None, MAC), ("enp1s0", None)}, ())
+
+
+def test_cloud_init_network_config_version_1_and_the_seed(tmp_path):
+    pytest.importorskip("yaml")
+    write(
+        tmp_path,
+        "var/lib/cloud/seed/nocloud/network-config",
+        f"version: 1\nconfig:\n  - type: physical\n    name: eth0\n    mac_address: '{MAC}'\n",
+    )
+    write(tmp_path, "etc/cloud/cloud.cfg.d/99-net.cfg", "network: {config: disabled}\n")
+    assert named(tmp_path) == ({("eth0", MAC)}, ())
+
+
+def test_ifupdown_interfaces_and_interfaces_d(tmp_path):
+    write(tmp_path, "etc/network/interfaces", "auto lo\niface lo inet loopback\nauto eth0\n")
+    write(tmp_path, "etc/network/interfaces.d/50-x", "allow-hotplug ens4\niface ens4 inet dhcp\n")
+    assert named(tmp_path) == ({("eth0", None), ("ens4", None)}, ())
+
+
+def test_networkd_match_lists_and_globs(tmp_path):
+    write(
+        tmp_path,
+        "etc/systemd/network/10-uplink.network",
+        f"[Match]\nMACAddress={MAC} 52:54:00:00:00:02\nName=ens3 en*\n\n[Network]\nDHCP=yes\n",
+    )
+    write(tmp_path, "etc/systemd/network/99-all.network", "[Match]\nName=*\n")
+    found, problems = named(tmp_path)
+    assert found == {(None, MAC), (None, "52:54:00:00:00:02"), ("ens3", None)}
+    assert problems == ()
+
+
+def test_bad_files_are_problems_and_the_others_still_count(tmp_path):
+    pytest.importorskip("yaml")
+    bad = write(tmp_path, "etc/netplan/bad.yaml", "network: [unclosed\n")
+    broken = write(tmp_path, "etc/systemd/network/x.network", "no section header\n")
+    write(tmp_path, "etc/network/interfaces", "auto eth0\n")
+    found, problems = named(tmp_path)
+    assert found == {("eth0", None)}
+    assert [p.split(":", 1)[0] for p in problems] == [bad, broken]
+
+
+def test_reading_is_bounded_in_files_and_bytes(tmp_path):
+    for i in range(netconfig.MAX_FILES_PER_DIR + 36):
+        write(tmp_path, f"etc/systemd/network/{i:03}.network", f"[Match]\nName=n{i}\n")
+    big = write(tmp_path, "etc/network/interfaces", "auto eth0\n" * 10_000)
+    configured, problems = netconfig.read(tmp_path)
+    assert len(configured) == netconfig.MAX_FILES_PER_DIR  # the first 64 files by name
+    assert f"only the first {netconfig.MAX_FILES_PER_DIR} read" in problems[0]
+    assert any(p.startswith(f"{big}: larger than") for p in problems)
+    assert (
+        Configured(str(tmp_path / "etc/systemd/network/000.network") + " [Match]", "n0")
+        in configured
+    )
