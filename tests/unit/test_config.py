@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,7 +18,7 @@ KNOWN = (
     "poll-interval, read-deadline, socket, state-dir"
 )
 
-AGENT = shutil.which("kvdev-agent") or str(Path(sys.executable).parent / "kvdev-agent")
+AGENT = [sys.executable, "-m", "kvdev.guest"]  # the module: the .deb's build tests run from source
 POLL = "poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
 
 
@@ -350,7 +349,7 @@ def test_dump_config_is_toml_the_agent_reads_back_with_each_origin(tmp_path):
 def agent(*args, env=None):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KVDEV_AGENT_")}
     return subprocess.run(
-        [AGENT, *args],
+        [*AGENT, *args],
         capture_output=True,
         text=True,
         env=environ | (env or {}),
