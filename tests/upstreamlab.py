@@ -74,3 +74,34 @@ def publish_configmap(root: Path, data: dict[str, bytes]) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"kubelet's atomic writer refused the volume {root}: {done.stderr}")
     return root / json.loads(done.stdout)["version"]
+
+
+class JsonLines:
+    """One long-lived upstream judge speaking JSON lines: a request in, its answer out."""
+
+    def __init__(self, name: str, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(upstream_bin(name)), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        self.name = name
+
+    def ask(self, request: dict[str, object]) -> dict[str, object]:
+        """Send ``request`` as one line; the answer line, parsed."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"{self.name} exited ({self.proc.poll()})"
+        answer: dict[str, object] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        """End stdin; the judge must exit 0."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait() == 0

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,39 +39,22 @@ from kvdev.host.publish import writer
 from kvdev.host.publish.files import RECORD_FILE
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, device_attributes, find_device
 from kvdev.schema.metadata import V1ALPHA1, V1BETA1, NetworkDeviceData
-from upstreamlab import upstream_bin
+from upstreamlab import JsonLines
 
 EXAMPLES = int(os.environ.get("METADATA_ORACLE_EXAMPLES", "60"))
 DRIVERS = ("dra.net", "gpu.nvidia.com", "sriov.example.com", "x9.example")
 
 
-class Oracle:
+class Oracle(JsonLines):
     """One long-lived ``metadatawriter``: a case in, its result out."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [str(upstream_bin("metadatawriter"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-        )
+        super().__init__("metadatawriter")
 
     def run(self, case: dict[str, object]) -> dict[str, object]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(case) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, f"metadatawriter exited ({self.proc.poll()})"
-        out: dict[str, object] = json.loads(line)
+        out = self.ask(case)
         assert not out.get("fatal"), out
         return out
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        assert self.proc.wait() == 0
 
 
 @pytest.fixture(scope="module")
