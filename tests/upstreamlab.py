@@ -103,5 +103,8 @@ class JsonLines:
     def close(self) -> None:
         """End stdin; the judge must exit 0."""
         assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.close()
-        assert self.proc.wait() == 0
+        code = self.proc.wait()
+        self.proc.stdout.close()
+        assert code == 0, f"{self.name} exited {code}"

@@ -7,7 +7,9 @@ through its public API (``Start``, NodePrepareResources over its gRPC socket,
 requests and subrequests, shares, attributes of every type with the characters Go escapes,
 network data) kvdev's writer (``writer.prepare``, then ``writer.update``) and upstream's write
 into the same directories in turn; every metadata file and CDI spec must be byte-identical,
-with the same mode, and the CDI device IDs must go to the same devices.
+with the same mode, and the CDI device IDs must go to the same devices. The one difference,
+named and asserted: upstream renames a new file over each metadata file it updates (a new
+inode), kvdev rewrites it in place (the same inode, which a container's bind mount keeps).
 
 The devices upstream's writer is handed are what a driver built on kvdev hands it: per
 allocation result of the driver, its request, pool, device, shareID, the slice's attributes
@@ -193,6 +195,14 @@ def _json_text(value: object) -> str:
     return _NOT_YAML_TEXT.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def _inodes(plugin_data_dir: Path) -> dict[str, int]:
+    """Each metadata file under the plugin data dir (relative path) -> its inode."""
+    return {
+        str(p.relative_to(plugin_data_dir)): p.stat().st_ino
+        for p in plugin_data_dir.rglob("metadata.json")
+    }
+
+
 def _reset(top: Path) -> None:
     shutil.rmtree(top, ignore_errors=True)
     top.mkdir()
@@ -278,12 +288,13 @@ def test_kvdev_writes_the_bytes_upstreams_writer_writes(oracle, root, case):
     layout = writer.Layout(driver, top / "plugins" / driver, top / "cdi")
 
     _reset(top)
-    ours, prepared = [], None
+    ours, prepared, inodes = [], None, []
     for n, net in enumerate([nets[0], *nets]):  # prepare, then an update per network data
         step = writer.prepare if n == 0 else writer.update
         done = step(claim, slices, layout, network_data=_kvdev_network(driver, net))
         prepared = prepared or done
         ours.append(_tree(top))
+        inodes.append(_inodes(layout.plugin_data_dir))
 
     base = {
         "driver": driver,
@@ -307,6 +318,13 @@ def test_kvdev_writes_the_bytes_upstreams_writer_writes(oracle, root, case):
                 lineterm="",
             )
             assert mine[path] == upstream[path], f"{what}: {path}:\n" + "\n".join(diff)
+    # The one named difference: upstream (writeFileAtomically) renames a new file over each
+    # metadata file it updates; kvdev rewrites it in place, so a bind mount sees the update.
+    # (after one update: a later one may get a freed inode number back)
+    assert inodes[-1] == inodes[0]
+    moved = results[1]["inodes"]
+    assert sorted(moved) == sorted(inodes[0])
+    assert all(before != after for before, after in moved.values())
     ours_ids = {(d.pool, d.device, d.share_id): list(d.cdi_device_ids) for d in prepared.devices}
     assert {k: v for k, v in ours_ids.items() if v} == {
         k: v for k, v in _ids(results[0]["devices"]).items() if v

@@ -18,7 +18,8 @@
 //
 // and gets one stdout line: {"devices": [the NodePrepareResources response's devices for the
 // claim: requestNames, poolName, deviceName, cdiDeviceIDs, shareID], "error": prepare's
-// error or "", "updateErrors": [one string per update, "" for success]}. A case that cannot
+// error or "", "updateErrors": [one string per update, "" for success], "inodes": {each
+// metadata file: [its inode after prepare, after the updates]}}. A case that cannot
 // be run at all (bad JSON, Start refused) gets {"fatal": MESSAGE}. Exit 0 at the end of stdin.
 package main
 
@@ -27,10 +28,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -78,7 +81,27 @@ type result struct {
 	Devices      []preparedDevice `json:"devices"`
 	Error        string           `json:"error"`
 	UpdateErrors []string         `json:"updateErrors"`
-	Fatal        string           `json:"fatal,omitempty"`
+	// Inodes: per metadata file (relative to pluginDataDir), its inode after prepare and
+	// after the updates: whether the writer rewrote it in place or renamed a new file over it.
+	Inodes map[string][2]uint64 `json:"inodes"`
+	Fatal  string               `json:"fatal,omitempty"`
+}
+
+// inodes maps every regular file named metadata.json under dir to its inode.
+func inodes(dir string) map[string]uint64 {
+	out := map[string]uint64{}
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "metadata.json" {
+			return nil
+		}
+		info, err := d.Info()
+		if st, ok := info.Sys().(*syscall.Stat_t); err == nil && ok {
+			rel, _ := filepath.Rel(dir, path)
+			out[rel] = st.Ino
+		}
+		return nil
+	})
+	return out
 }
 
 // plugin is the driver side: it prepares every claim with the case's devices.
@@ -180,12 +203,17 @@ func run(ctx context.Context, socketDir string, n int, c writeCase) result {
 			})
 		}
 	}
+	before := inodes(c.PluginDataDir)
 	for _, u := range c.Updates {
 		msg := ""
 		if err := helper.UpdateRequestMetadata(ctx, c.Claim.Namespace, c.Claim.Name, c.Claim.UID, u.Request, toPlugin(u.Devices)); err != nil {
 			msg = err.Error()
 		}
 		out.UpdateErrors = append(out.UpdateErrors, msg)
+	}
+	out.Inodes = map[string][2]uint64{}
+	for rel, ino := range inodes(c.PluginDataDir) {
+		out.Inodes[rel] = [2]uint64{before[rel], ino}
 	}
 	return out
 }
