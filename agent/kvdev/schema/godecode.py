@@ -159,20 +159,46 @@ class GoObject(dict[str, object]):
     """A decoded JSON object (last value per key), with what Go's reader also sees in it.
 
     ``type_meta``: apiVersion and kind as ``Interpret`` finds them; ``shadowed``: per key
-    given more than once, the earlier values in order (Go decodes each into the same field).
+    given more than once, the earlier values in order (Go decodes each into the same field);
+    ``nested_duplicates``: set by the caller when some object inside has shadowed keys.
     """
 
-    __slots__ = ("shadowed", "type_meta")
+    __slots__ = ("_pairs", "_type_meta", "nested_duplicates", "shadowed")
 
     def __init__(
         self,
-        items: dict[str, object],
-        type_meta: tuple[object, object],
+        items: dict[str, object] | None = None,
+        type_meta: tuple[object, object] = (ABSENT, ABSENT),
         shadowed: dict[str, list[object]] | None = None,
     ) -> None:
-        super().__init__(items)
-        self.type_meta = type_meta
-        self.shadowed = shadowed or {}
+        super().__init__(items or ())
+        self._type_meta: tuple[object, object] | None = type_meta
+        self._pairs: Sequence[tuple[str, object]] = ()
+        self.shadowed = shadowed
+        self.nested_duplicates = bool(shadowed)
+
+    @property
+    def type_meta(self) -> tuple[object, object]:
+        """The (apiVersion, kind) ``Interpret`` finds (worked out when first asked)."""
+        if self._type_meta is None:
+            self._type_meta, self._pairs = type_meta(self._pairs), ()
+        return self._type_meta
+
+    @classmethod
+    def from_pairs(cls, items: Sequence[tuple[str, object]]) -> tuple[GoObject, list[str]]:
+        """The object of a JSON object's pairs, and the keys given more than once."""
+        out = cls()
+        repeated: list[str] = []
+        for key, value in items:
+            if key in out:
+                repeated.append(key)
+                if out.shadowed is None:
+                    out.shadowed = {}
+                out.shadowed.setdefault(key, []).append(out[key])
+            out[key] = value
+        out._type_meta, out._pairs = None, items  # only a top-level object's is ever asked for
+        out.nested_duplicates = bool(repeated)
+        return out, repeated
 
 
 def resolve(value: object, shape: gojson.Shape) -> object:
@@ -186,7 +212,7 @@ def resolve(value: object, shape: gojson.Shape) -> object:
     """
     if isinstance(shape, gojson.Struct) and isinstance(value, dict):
         fields = {f.name: f for f in shape.fields}
-        shadowed = value.shadowed if isinstance(value, GoObject) else {}
+        shadowed = (value.shadowed if isinstance(value, GoObject) else None) or {}
         out: dict[str, object] = {}
         for key, last in value.items():
             field = fields.get(key)

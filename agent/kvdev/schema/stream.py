@@ -156,8 +156,12 @@ def _scrub(value: object) -> object:
     if isinstance(value, godecode.GoObject):
         api, kind = value.type_meta
         items = {str(_scrub(k)): _scrub(v) for k, v in value.items()}
-        shadowed = {str(_scrub(k)): [_scrub(v) for v in vs] for k, vs in value.shadowed.items()}
-        return godecode.GoObject(items, (_scrub(api), _scrub(kind)), shadowed)
+        shadowed = {
+            str(_scrub(k)): [_scrub(v) for v in vs] for k, vs in (value.shadowed or {}).items()
+        }
+        out = godecode.GoObject(items, (_scrub(api), _scrub(kind)), shadowed)
+        out.nested_duplicates = value.nested_duplicates
+        return out
     if isinstance(value, dict):
         return {str(_scrub(k)): _scrub(v) for k, v in value.items()}
     return value
@@ -213,20 +217,16 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
     index = 0
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        shadowed: dict[str, list[object]] = {}
-        for key, value in items:
-            if key in out:
-                duplicates.append((index, key))
-                shadowed.setdefault(key, []).append(out[key])
-            out[key] = value
-        return godecode.GoObject(out, godecode.type_meta(items), shadowed)
+        out, repeated = godecode.GoObject.from_pairs(items)
+        duplicates.extend((index, key) for key in repeated)
+        return out
 
     decoder = json.JSONDecoder(
         object_pairs_hook=pairs, parse_constant=_reject_constant, parse_int=godecode.parse_int
     )
     pos = _skip_ws(text, 0)
     while pos < len(text):
+        seen = len(duplicates)
         try:
             if _too_deep(text, pos):  # Go reads up to 10000 levels: what kvdev reads is not deep
                 pruned = godecode.prune_deep(text, pos, MAX_DEPTH - 1)
@@ -240,6 +240,8 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
             raise _JsonError(index, msg) from e
         except (ValueError, RecursionError) as e:
             raise _JsonError(index, f"not valid JSON: {e}") from e
+        if isinstance(value, godecode.GoObject) and len(duplicates) > seen:
+            value.nested_duplicates = True  # duplicate keys somewhere inside: resolve them
         shallow, surrogate = _inspect(value)
         if not shallow:
             raise _JsonError(index, f"nested deeper than {MAX_DEPTH} levels")
@@ -313,7 +315,8 @@ def _as_document(value: object, kind: DocumentKind[D], api: str, source: str, in
         raise SchemaError(
             [Problem(f"must be {kind.kind!r} for {api}, found {found!r}", source, index, "kind")]
         )
-    if kind.go_layout is not None:  # duplicate keys as Go decodes them into its types
+    duplicated = isinstance(value, godecode.GoObject) and value.nested_duplicates
+    if kind.go_layout is not None and duplicated:  # as Go decodes them into its types
         value = godecode.resolve(value, kind.go_layout)
         assert isinstance(value, dict)
     typed = {**value, "apiVersion": api, "kind": found}  # as Interpret found them
