@@ -134,3 +134,37 @@ class KubeletDRA:
         finally:
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
+
+
+class JsonLines:
+    """One long-lived upstream judge speaking JSON lines: a request in, its answer out."""
+
+    def __init__(self, name: str, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(upstream_bin(name)), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        self.name = name
+
+    def ask(self, request: dict[str, object]) -> dict[str, object]:
+        """Send ``request`` as one line; the answer line, parsed."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"{self.name} exited ({self.proc.poll()})"
+        answer: dict[str, object] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        """End stdin; the judge must exit 0."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.close()
+        code = self.proc.wait()
+        self.proc.stdout.close()
+        assert code == 0, f"{self.name} exited {code}"

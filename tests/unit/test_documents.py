@@ -74,6 +74,29 @@ def test_invalid_device_metadata():
     ]
 
 
+@pytest.mark.parametrize(
+    "meta",
+    [{}, {"namespace": "vms", "generation": 3}, None],
+    ids=["empty", "no-name-no-uid", "null"],
+)
+@pytest.mark.parametrize("n_devices", [0, 1])
+def test_an_object_without_claim_identity_is_invalid_not_no_devices(meta, n_devices):
+    # upstream's reader decodes it (it checks nothing), but no claim can be told from it
+    doc = metadata_doc(n_devices) | {"metadata": meta}
+    result = check_file(SRC, Role.DEVICE_METADATA, both(doc), LOC)
+    assert not result.ok
+    assert (result.document, result.described) == (None, ())
+    [problem] = result.errors
+    assert (problem.path, problem.upstream_invalid) == ("metadata", True)
+    assert "neither name nor uid" in problem.message
+
+
+@pytest.mark.parametrize("meta", [{"name": "vm1-nics"}, {"uid": "uid-1"}])
+def test_a_name_or_a_uid_is_enough_claim_identity(meta):
+    result = check_file(SRC, Role.DEVICE_METADATA, both(metadata_doc(1) | {"metadata": meta}))
+    assert result.ok
+
+
 def test_a_name_upstream_would_refuse_is_read_with_a_warning():
     result = check_file(SRC, Role.DEVICE_METADATA, both(with_device(name="VF0")), LOC)
     assert result.ok

@@ -1,17 +1,13 @@
-"""The bytes kvdev's host writer publishes are the bytes upstream's Go writer would.
+"""kvdev's encoder of Go's JSON (``gojson``) on the bundled example and the Go type's layout.
 
-Checked against ``goref``, a second encoder of Go's encoding/json rules written character by
-character for these tests, on the bundled example (a golden file), on the Go type's layout
-rules (field order, omitempty, pointers) and on random values (escapes, nesting, Unicode).
+The judge of the bytes is upstream's own writer (test_metadata_writer_oracle: K/DRA
+kubeletplugin v0.37.2 on generated claims, byte for byte). These tests pin the bundled
+example's golden files and the layout rules (field order, omitempty, pointers) without Go.
 """
 
 import json
 from pathlib import Path
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import goref
 from kvdev.host.k8s import load
 from kvdev.host.publish import cdi
 from kvdev.host.publish.metadata import build_metadata
@@ -65,39 +61,24 @@ def example_gpu_stream() -> bytes:
 
 
 def test_the_example_stream_is_what_the_go_writer_writes():
-    expected = "".join(goref.marshal_indent(go_object(v)) + "\n" for v in (V1BETA1, V1ALPHA1))
+    expected = "".join(
+        json.dumps(go_object(v), indent=2, ensure_ascii=False) + "\n" for v in (V1BETA1, V1ALPHA1)
+    )
     data = example_gpu_stream()
-    assert data == expected.encode()
+    assert data == expected.encode()  # nothing Go escapes in it: Python's indent is Go's
     assert data == (GOLDEN / "vms_vm1-devices-gpu-metadata.json").read_bytes()
     assert data.startswith(b'{\n  "kind": "DeviceMetadata",\n  "apiVersion": ')
     assert data.count(b"\n}\n") == 2  # each object ends with a newline, newest first
 
 
-def test_the_cdi_spec_is_what_the_go_writer_writes_with_no_trailing_newline():
-    host = "/var/lib/kubelet/plugins/gpu.nvidia.com/dra-device-metadata/vms_vm1-devices/gpu/m.json"
-    for uid in (UID, "abcdef01-2a0e-4c8e-9e1b-5f3f0b7d2a11"):  # digit or letter first: 0.5.0
-        spec = cdi.metadata_spec("gpu.nvidia.com", uid, "gpu", host_path=host, claim_name="vm1")
-        expected = {
-            "cdiVersion": "0.5.0",
-            "kind": "gpu.nvidia.com/metadata",
-            "devices": [
-                {
-                    "name": f"{uid}_gpu",
-                    "containerEdits": {
-                        "mounts": [
-                            {
-                                "hostPath": host,
-                                "containerPath": "/var/run/kubernetes.io/dra-device-attributes/"
-                                "resourceclaims/vm1/gpu/gpu.nvidia.com-metadata.json",
-                                "options": ["ro", "bind"],
-                            }
-                        ]
-                    },
-                }
-            ],
-        }
-        assert spec.to_bytes() == goref.marshal_indent(expected).encode()
+def test_the_cdi_spec_is_the_golden_one_with_no_trailing_newline():
+    host = (
+        "/var/lib/kubelet/plugins/gpu.nvidia.com/dra-device-metadata/vms_vm1-devices/gpu/"
+        "metadata.json"
+    )
     golden = GOLDEN / f"gpu.nvidia.com_metadata_{UID}_gpu.json"
+    spec = cdi.metadata_spec("gpu.nvidia.com", UID, "gpu", host_path=host, claim_name="vm1-devices")
+    assert spec.to_bytes() == golden.read_bytes()
     assert not golden.read_bytes().endswith(b"\n")
 
 
@@ -145,18 +126,3 @@ def test_the_go_layout_orders_keys_drops_empty_values_and_keeps_set_pointers():
             ],
         }
     )
-
-
-strings = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
-specials = st.sampled_from(["<", ">", "&", "\u2028", "\u2029", "\b", "\f", "\x00", "\x1f", "\x7f"])
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | strings | specials,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(strings, inner, max_size=4),
-    max_leaves=20,
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(json_values)
-def test_marshal_indent_matches_the_go_rules_on_any_value(value):
-    assert gojson.marshal_indent(value) == goref.marshal_indent(value)

@@ -98,3 +98,54 @@ def test_config_drive_duplicate_keys_warn():
     result = check_file("meta_data.json", Role.CONFIG_DRIVE, b'{"devices": [], "devices": null}')
     assert result.ok
     assert [w.message for w in result.warnings] == ["duplicate key 'devices': the last value wins"]
+
+
+# Found by upstream's reader (tests/unit/test_metadata_reader_oracle.py) on its first run.
+
+
+# was: a key spelled ApiVersion / KIND (which Go's Interpret matches) is "missing"
+@pytest.mark.parametrize(
+    ("api_key", "kind_key"),
+    [("ApiVersion", "kind"), ("APIVERSION", "KIND"), ("apiVer\u017fion", "\u212aind")],
+)
+def test_type_meta_keys_match_case_insensitively_as_go_reads_them(api_key, kind_key):
+    doc = with_device()
+    doc[api_key] = doc.pop("apiVersion")
+    doc[kind_key] = doc.pop("kind")
+    got = decode_stream(stream(doc), DEVICE_METADATA)
+    assert got.api_version == V1BETA1
+    assert got.document.requests[0].devices[0].name == "vf-0"
+
+
+# was: invalid UTF-8 inside a string cuts the stream there (Go reads U+FFFD for each byte)
+def test_invalid_utf8_in_a_string_is_one_replacement_character_per_byte():
+    data = stream(with_device()).replace(b'"vf-0"', b'"vf-\xe2\x82\xff0"')
+    got = decode_stream(data, DEVICE_METADATA)
+    assert got.document.requests[0].devices[0].name == "vf-\ufffd\ufffd\ufffd0"
+    assert any("not valid UTF-8 at byte" in w.message for w in got.warnings)
+
+
+# was: a number of more than 4300 digits (Python's limit) makes the stream "not valid JSON"
+def test_a_number_of_any_length_is_read():
+    doc = with_device()
+    doc["big"] = 0
+    data = stream(doc).replace(b'"big": 0', b'"big": 1' + b"0" * 5000)
+    assert decode_stream(data, DEVICE_METADATA).document.requests[0].devices[0].name == "vf-0"
+    doc["metadata"]["generation"] = 0
+    too_big = stream(doc).replace(b'"generation": 0', b'"generation": 1' + b"0" * 5000)
+    assert "64-bit" in _problems(too_big)[0].message  # an int64 still refuses it, as in Go
+
+
+# was: a key given twice keeps only its last value (Go decodes both into the same field)
+def test_duplicate_keys_combine_as_go_decodes_them():
+    doc = with_device(attributes={"x": {"int": 1}, "y": {"bool": True}})
+    text = stream(doc).decode().rstrip("}\n")
+    late = ', "metadata": {"generation": 2}, "requests": [{"devices": [{"attributes": '
+    late += '{"x": {"string": "s"}}}]}]}'
+    got = decode_stream((text + late + "\n").encode(), DEVICE_METADATA).document
+    assert (got.metadata.name, got.metadata.uid, got.generation) == ("vm1-nics", "uid-1", 2)
+    device = got.requests[0].devices[0]
+    assert (got.requests[0].name, device.name) == ("nic", "vf-0")  # slice elements are reused
+    assert device.attributes["x"].string == "s"  # a map entry is replaced whole
+    assert device.attributes["x"].int_ is None
+    assert device.attributes["y"].bool_ is True  # the map keeps its other entries

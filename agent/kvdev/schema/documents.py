@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Final
 
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.schema import hints as hints_module
@@ -103,9 +104,18 @@ def check_file(
     return FileResult(source, role, errors=(Problem("not a file kvdev reads", source),))
 
 
+NO_IDENTITY: Final = (
+    "has neither name nor uid: which claim the file describes is unknown (a writer always "
+    "writes both; upstream's reader does not check, kvdev reports the file invalid)"
+)
+
+
 def _metadata(source: str, data: bytes, location: MetadataLocation | None) -> FileResult:
     read = decode_stream(data, DEVICE_METADATA, source=source)
     doc = read.document
+    if not (doc.claim or (doc.metadata is not None and doc.metadata.uid)):
+        missing = Problem(NO_IDENTITY, source, read.index, "metadata", upstream_invalid=True)
+        return FileResult(source, Role.DEVICE_METADATA, location, errors=(missing,))
     described, notes = describe(doc, source=source, index=read.index)
     warnings = [*read.warnings, *notes]
     if location is not None:

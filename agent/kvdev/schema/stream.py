@@ -9,7 +9,10 @@ follows upstream's ``DecodeMetadataFromStream``, and is never stricter:
   kind's model says) is the document. Where upstream's reader stops at a known version that
   does not decode, kvdev goes on to the next known version the writer also put there, and says
   so in a warning (``Decoded.fallback``);
-* an object without an ``apiVersion``, or one that is not JSON, is an error.
+* an object without an ``apiVersion``, or one that is not JSON, is an error;
+* ``apiVersion`` and ``kind`` are found as Go finds them (``godecode.type_meta``: keys matched
+  case-insensitively with Unicode folding, ``ApiVersion`` too, the last match winning); every
+  other key is matched exactly, as upstream's typed decoder does.
 
 The kind's ``check`` (for DeviceMetadata: ``reading.conformance``) then reports, as warnings,
 what a conforming writer would not have written. Objects after the one used are still checked,
@@ -21,8 +24,10 @@ version that says something different. Unknown fields and duplicate keys are war
 (DeviceMetadata), each object exactly as upstream's Go writer marshals it (``gojson``); else
 one compact object per line.
 
-Input is bounded: at most ``MAX_STREAM_BYTES`` bytes, nesting at most ``MAX_DEPTH`` deep,
-valid UTF-8, no NaN/Infinity. Nothing but ``SchemaError`` ever escapes for bad input.
+Input is bounded: at most ``MAX_STREAM_BYTES`` bytes; nesting past ``MAX_DEPTH`` (deeper than
+any field kvdev reads) is checked without recursion up to Go's limit, 10000 levels, and emptied
+(``godecode.prune_deep``); invalid UTF-8 reads as U+FFFD per byte and numbers of any length are
+read, as Go reads them; no NaN/Infinity. Nothing but ``SchemaError`` ever escapes for bad input.
 
 No I/O here: callers pass bytes and a name for messages.
 """
@@ -38,7 +43,7 @@ from typing import Any, Final, Generic, TypeVar
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
-from kvdev.schema import gojson, hints, metadata, reading
+from kvdev.schema import godecode, gojson, hints, metadata, reading
 from kvdev.schema.base import Document, Model, format_path, unknown_fields
 
 MAX_STREAM_BYTES: Final = 4 * 1024 * 1024
@@ -123,10 +128,11 @@ def _reject_constant(name: str) -> None:
 
 
 def _text(data: bytes | str, source: str) -> tuple[str, int | None]:
-    """The stream as text, and the byte offset where invalid UTF-8 starts (None if it is all valid).
+    """The stream as text, and the byte offset of the first invalid UTF-8 (None: all valid).
 
-    Invalid UTF-8 does not reject the stream by itself: a torn write can cut a multi-byte
-    character in a later object. The text is cut there; objects before the cut still count.
+    Invalid UTF-8 does not reject the stream: as Go's reader does, each byte that is not part
+    of valid UTF-8 reads as U+FFFD (inside a string that is all it does; outside one the JSON
+    is broken there, a torn write if it follows the object used).
     """
     size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
     if size > MAX_STREAM_BYTES:
@@ -135,10 +141,7 @@ def _text(data: bytes | str, source: str) -> tuple[str, int | None]:
         )
     if isinstance(data, str):
         return data, None
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError as e:
-        return data[: e.start].decode("utf-8"), e.start
+    return godecode.to_text(data)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -150,6 +153,15 @@ def _scrub(value: object) -> object:
         return _SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
         return [_scrub(v) for v in value]
+    if isinstance(value, godecode.GoObject):
+        api, kind = value.type_meta
+        items = {str(_scrub(k)): _scrub(v) for k, v in value.items()}
+        shadowed = {
+            str(_scrub(k)): [_scrub(v) for v in vs] for k, vs in (value.shadowed or {}).items()
+        }
+        out = godecode.GoObject(items, (_scrub(api), _scrub(kind)), shadowed)
+        out.nested_duplicates = value.nested_duplicates
+        return out
     if isinstance(value, dict):
         return {str(_scrub(k)): _scrub(v) for k, v in value.items()}
     return value
@@ -205,25 +217,31 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
     index = 0
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                duplicates.append((index, key))
-            out[key] = value
+        out, repeated = godecode.GoObject.from_pairs(items)
+        duplicates.extend((index, key) for key in repeated)
         return out
 
-    decoder = json.JSONDecoder(object_pairs_hook=pairs, parse_constant=_reject_constant)
+    decoder = json.JSONDecoder(
+        object_pairs_hook=pairs, parse_constant=_reject_constant, parse_int=godecode.parse_int
+    )
     pos = _skip_ws(text, 0)
     while pos < len(text):
-        if deep := _too_deep(text, pos):
-            raise _JsonError(index, deep)
+        seen = len(duplicates)
         try:
-            value, end = decoder.raw_decode(text, pos)
+            if _too_deep(text, pos):  # Go reads up to 10000 levels: what kvdev reads is not deep
+                pruned = godecode.prune_deep(text, pos, MAX_DEPTH - 1)
+                if isinstance(pruned, str):
+                    raise _JsonError(index, pruned)
+                value, end = decoder.raw_decode(pruned[0])[0], pruned[1]
+            else:
+                value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             msg = f"not valid JSON: {e.msg} (line {e.lineno} column {e.colno})"
             raise _JsonError(index, msg) from e
         except (ValueError, RecursionError) as e:
             raise _JsonError(index, f"not valid JSON: {e}") from e
+        if isinstance(value, godecode.GoObject) and len(duplicates) > seen:
+            value.nested_duplicates = True  # duplicate keys somewhere inside: resolve them
         shallow, surrogate = _inspect(value)
         if not shallow:
             raise _JsonError(index, f"nested deeper than {MAX_DEPTH} levels")
@@ -269,14 +287,21 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
+def _type_meta(value: dict[str, object]) -> tuple[object, object]:
+    """(apiVersion, kind) as upstream's reader finds them (case-insensitive keys, last wins)."""
+    if isinstance(value, godecode.GoObject):
+        return value.type_meta
+    return value.get("apiVersion", godecode.ABSENT), value.get("kind", godecode.ABSENT)
+
+
 def _api_version(value: object, source: str, index: int) -> str:
     if not isinstance(value, dict):
         raise SchemaError(
             [Problem(f"expected a JSON object, found {_json_type(value)}", source, index)]
         )
-    if "apiVersion" not in value:
+    api, _ = _type_meta(value)
+    if api is godecode.ABSENT:
         raise SchemaError([Problem("required field is missing", source, index, "apiVersion")])
-    api = value["apiVersion"]
     if not isinstance(api, str) or not api:
         raise SchemaError([Problem("must be a non-empty string", source, index, "apiVersion")])
     return api
@@ -284,12 +309,18 @@ def _api_version(value: object, source: str, index: int) -> str:
 
 def _as_document(value: object, kind: DocumentKind[D], api: str, source: str, index: int) -> D:
     assert isinstance(value, dict)
-    if value.get("kind") != kind.kind:
-        found = value.get("kind")
+    _, found = _type_meta(value)
+    if found != kind.kind:
+        found = None if found is godecode.ABSENT else found
         raise SchemaError(
             [Problem(f"must be {kind.kind!r} for {api}, found {found!r}", source, index, "kind")]
         )
-    return validate_value(value, kind.model, source=source, index=index)
+    duplicated = isinstance(value, godecode.GoObject) and value.nested_duplicates
+    if kind.go_layout is not None and duplicated:  # as Go decodes them into its types
+        value = godecode.resolve(value, kind.go_layout)
+        assert isinstance(value, dict)
+    typed = {**value, "apiVersion": api, "kind": found}  # as Interpret found them
+    return validate_value(typed, kind.model, source=source, index=index)
 
 
 def _warn(problems: Sequence[Problem], prefix: str) -> list[Problem]:
@@ -350,18 +381,19 @@ def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "")
             item = next(objects, None)
         except _JsonError as e:
             if scan.used is None:
-                raise SchemaError([*scan.unusable, _first_error(e, bad_utf8_at, source)]) from e
+                raise SchemaError([*scan.unusable, Problem(e.message, source, e.index)]) from e
             scan.warnings.append(_torn(e.message, source, e.index))
-            bad_utf8_at = None  # the torn tail explains it
+            bad_utf8_at = None  # U+FFFD in the torn tail: the tail is reported already
             break
         if item is None:
             break
         scan.feed(*item)
     if scan.used is None:
-        raise SchemaError(scan.unusable or [_nothing_used(kind, scan.skipped, bad_utf8_at, source)])
+        raise SchemaError(scan.unusable or [_nothing_used(kind, scan.skipped, source)])
     warnings = scan.warnings
     if bad_utf8_at is not None:
-        warnings.append(_torn(f"not valid UTF-8 at byte {bad_utf8_at}", source, None))
+        note = f"not valid UTF-8 at byte {bad_utf8_at}: each such byte reads as U+FFFD, as Go's"
+        warnings.append(Problem(note, source, severity=Severity.WARNING))
     index, api, doc = scan.used
     warnings.extend(scan.fallback_warnings())
     warnings.extend(
@@ -384,17 +416,7 @@ def _torn(message: str, source: str, index: int | None) -> Problem:
     )
 
 
-def _first_error(e: _JsonError, bad_utf8_at: int | None, source: str) -> Problem:
-    if bad_utf8_at is not None:
-        return Problem(f"not valid UTF-8 at byte {bad_utf8_at}", source)
-    return Problem(e.message, source, e.index)
-
-
-def _nothing_used(
-    kind: DocumentKind[D], skipped: list[str], bad_utf8_at: int | None, source: str
-) -> Problem:
-    if bad_utf8_at is not None:
-        return Problem(f"not valid UTF-8 at byte {bad_utf8_at}", source)
+def _nothing_used(kind: DocumentKind[D], skipped: list[str], source: str) -> Problem:
     if skipped:
         return Problem(
             f"no object of a supported version: found {', '.join(skipped)}; "
@@ -408,7 +430,7 @@ def _check_later(
     value: object, kind: DocumentKind[D], used: tuple[int, str, D], source: str, index: int
 ) -> list[Problem]:
     """Problems with an object after the one used: reported, never fatal."""
-    api = value.get("apiVersion") if isinstance(value, dict) else None
+    api = _type_meta(value)[0] if isinstance(value, dict) else None
     if not isinstance(api, str) or api not in kind.versions:
         return []
     try:

@@ -88,11 +88,18 @@ def test_schema_catches_a_broken_spec():
         cdi_validator().validate(spec)
 
 
-def test_cdi_version_is_always_upstreams():
+def test_cdi_version_is_the_minimum_upstreams_writer_asks_for():
+    # upstream's writer (judged in test_metadata_writer_oracle) writes
+    # cdispec.MinimumRequiredVersion: 0.5.0 only for a device name that starts with a digit
     letter = cdi.metadata_spec(
         "dra.net", "abcdef01-" + UID[9:], "nic", host_path="/h", claim_name="c"
     )
-    assert letter.content["cdiVersion"] == "0.5.0"  # was 0.3.0, the lowest that would load
+    digit = cdi.metadata_spec(
+        "dra.net", "01abcdef-" + UID[9:], "nic", host_path="/h", claim_name="c"
+    )
+    assert letter.content["cdiVersion"] == "0.3.0"
+    assert digit.content["cdiVersion"] == "0.5.0"
+    assert letter.content["containerEdits"] == {}  # written by Go despite omitempty
 
 
 @pytest.mark.parametrize("vendor", ["1gpu.example.com", "gpu.example.com-", "gpu/x", "", "a b"])

@@ -3,9 +3,12 @@
 Owns upstream's naming (K/DRA ``kubeletplugin/metadata.go``): spec file
 ``<driver>_metadata_<claimUID>_<request>.json``, kind ``<driver>/metadata``, device
 ``<claimUID>_<request>``, device ID ``<driver>/metadata=<claimUID>_<request>``, one read-only
-bind mount to the fixed container path, ``cdiVersion`` 0.5.0, and the bytes upstream's Go
-writer produces (``json.MarshalIndent``, two spaces, no trailing newline); and the CDI naming
-rules (``pkg/parser``), which a metadata spec always meets at 0.5.0.
+bind mount to the fixed container path, ``cdiVersion`` as ``cdispec.MinimumRequiredVersion``
+gives it (0.5.0 when the device name starts with a digit, else 0.3.0), an empty spec-level
+``containerEdits`` (Go's encoder writes the struct despite ``omitempty``), and the bytes
+upstream's Go writer produces (``json.MarshalIndent``, two spaces, no trailing newline),
+judged by upstream's writer itself (tests/unit/test_metadata_writer_oracle.py); and the CDI
+naming rules (``pkg/parser``), which a metadata spec always meets.
 
 Pure: it returns JSON-ready data and bytes. It must not write files (``writer`` does).
 """
@@ -20,7 +23,11 @@ from kvdev.schema import gojson
 from kvdev.schema.tree import ROOT, MetadataLocation
 
 CLASS: Final = "metadata"
-CDI_VERSION: Final = "0.5.0"  # upstream's, always (device names may start with a digit)
+# What upstream's writer asks for: cdispec.MinimumRequiredVersion of the spec. Of what a
+# metadata spec holds, only a device name starting with a digit (a claim UID that does) needs
+# more than the earliest version, 0.3.0.
+CDI_VERSION_EARLIEST: Final = "0.3.0"
+CDI_VERSION_DIGIT_NAME: Final = "0.5.0"
 
 _VENDOR: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?\Z")
 _CLASS: Final = _VENDOR  # the same rule, plus a length limit
@@ -69,6 +76,13 @@ class MetadataSpec:
     def to_bytes(self) -> bytes:
         """The spec as upstream writes it: ``json.MarshalIndent`` output, no trailing newline."""
         return gojson.marshal_indent(self.content).encode()
+
+
+def cdi_version(name: str) -> str:
+    """The spec version upstream writes for device ``name``: 0.5.0 if it starts with a digit."""
+    return (
+        CDI_VERSION_DIGIT_NAME if name[:1].isdigit() and name[0].isascii() else CDI_VERSION_EARLIEST
+    )
 
 
 def kind(driver: str) -> str:
@@ -126,7 +140,7 @@ def metadata_spec(
     """
     check_class(CLASS)
     spec: dict[str, Any] = {
-        "cdiVersion": CDI_VERSION,
+        "cdiVersion": cdi_version(device_name(claim_uid, request)),
         "kind": kind(driver),
         "devices": [
             {
@@ -147,6 +161,9 @@ def metadata_spec(
                 },
             }
         ],
+        # cdispec.Spec.ContainerEdits is a struct tagged omitempty, which encoding/json never
+        # omits: upstream's writer always ends the spec with an empty one.
+        "containerEdits": {},
     }
     return MetadataSpec(
         spec_file_name(driver, claim_uid, request), device_id(driver, claim_uid, request), spec

@@ -2,8 +2,9 @@
 
 What to write is decided in ``files`` (the layout, names, generations, the record; pure); this
 module applies it under the claim's lock, with the rules: a metadata file that exists is
-rewritten in place (the same inode, as upstream's writer does: a running container sees it
-through a single-file bind mount, which a replacing rename would never reach); a new one, a CDI
+rewritten in place (the same inode, where upstream's v0.37.2 writer renames a new file over
+it: a running container sees it through a single-file bind mount, which a replacing rename
+would never reach); a new one, a CDI
 spec and the record are written atomically by rename; every write is fsynced
 (``kvdev.host.fs``), mode 0644, directories 0755 whatever the umask; ``prepare`` is
 idempotent (same input, same bytes, same generation; the file is not rewritten); ``update``
