@@ -26,6 +26,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
+.PHONY: upstream-cluster cluster cluster-down
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -59,7 +60,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP) upstream
+unit: $(STAMP) upstream-cluster
 	$(BIN)/pytest
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
@@ -73,6 +74,15 @@ bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on
 
 upstream:  ## upstream's own Go code (v1.37.2) as judges: build/upstream/bin, cached by go.sum + sources
 	tests/upstream/build.sh
+
+upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -controller-manager, -scheduler)
+	tests/upstream/build.sh --cluster
+
+cluster: $(STAMP)  ## start a real v1.37.2 control plane under build/cluster; prints its kubeconfig
+	$(BIN)/python tests/cluster/controlplane.py up
+
+cluster-down:  ## stop what make cluster started (the pids in build/cluster/state.json)
+	$(PYTHON) tests/cluster/controlplane.py down
 
 proto: $(STAMP)  ## regenerate the committed gRPC stubs of agent/kvdev/host/proto/*.proto
 	$(BIN)/python -m kvdev.host.proto
