@@ -1,16 +1,24 @@
 """Helpers the cluster tests share: waiting on the API with a failure guard, Nodes without a
-kubelet."""
+kubelet, applying manifests (dry run, then for real), ServiceAccount tokens, kvdev-host runs."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from controlplane import ready_node
 
 T = TypeVar("T")
+KVDEV_HOST = Path(sys.executable).with_name("kvdev-host")
 # A failure guard for the cluster's own controllers (scheduler, GC, ours) to act: generous,
 # never a speed claim (a busy 2-core machine may be slow).
 GUARD = 120.0
@@ -35,3 +43,71 @@ def add_node(core: Any, name: str, labels: dict[str, str] | None = None) -> None
     node = core.read_node(name)
     taints = [t for t in node.spec.taints or [] if t.key != "node.kubernetes.io/not-ready"]
     core.patch_node(name, {"spec": {"taints": taints or None}})
+
+
+def apply(kube: Any, docs: list[dict[str, Any]], *, namespace: str | None = None) -> list[Any]:
+    """Each document dry-run on the server (dryRun=All) and then created, in order.
+
+    Returns what the server stored. A refusal raises the client's ApiException.
+    """
+    from kubernetes import dynamic  # noqa: PLC0415
+
+    client = dynamic.DynamicClient(kube)
+    made = []
+    for doc in docs:
+        resource = client.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        ns = doc["metadata"].get("namespace") or namespace if resource.namespaced else None
+        resource.create(body=doc, namespace=ns, dry_run="All")
+        made.append(resource.create(body=doc, namespace=ns))
+    return made
+
+
+def token_for(kube: Any, namespace: str, account: str) -> str:
+    """A bound token of ServiceAccount ``namespace/account`` (TokenRequest, one hour)."""
+    from kubernetes import client  # noqa: PLC0415
+
+    core = client.CoreV1Api(kube)
+    body = {"spec": {"expirationSeconds": 3600}}
+    return str(core.create_namespaced_service_account_token(account, namespace, body).status.token)
+
+
+@dataclass
+class Program:
+    """A ``kvdev-host`` process with its stderr in a file; ``stop()`` it (SIGTERM)."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+
+@contextlib.contextmanager
+def kvdev_host(log: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Program]:
+    """Run ``kvdev-host ARGS`` for the block; stopped (SIGTERM) at its end."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(KVDEV_HOST), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    program = Program(proc, log)
+    try:
+        yield program
+    finally:
+        program.stop()
