@@ -19,9 +19,18 @@ from controlplane import ready_node
 
 T = TypeVar("T")
 KVDEV_HOST = Path(sys.executable).with_name("kvdev-host")
+MANIFESTS = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes"
+SYSTEM = "kvdev-system"  # the shipped manifests' namespace
 # A failure guard for the cluster's own controllers (scheduler, GC, ours) to act: generous,
 # never a speed claim (a busy 2-core machine may be slow).
 GUARD = 120.0
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    """The objects of ``packaging/kubernetes/<name>``, as shipped."""
+    import yaml  # noqa: PLC0415
+
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
 
 
 def wait_for(what: str, check: Callable[[], T], guard: float = GUARD) -> T:

@@ -13,11 +13,12 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterlab import wait_for
-from controlplane import Cluster, ClusterError, build
+from clusterlab import SYSTEM, apply, documents, token_for, wait_for
+from controlplane import Cluster, ClusterError, build, token_kubeconfig
 from crds import install
 
 
@@ -72,3 +73,23 @@ def namespace(kube: Any) -> Iterator[str]:
         yield name
     finally:
         core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def shipped(cluster: Cluster, kube: Any) -> set[tuple[str, str]]:
+    """controller.yaml and plugin.yaml applied as they are (dry run first, each object)."""
+    made = apply(kube, documents("controller.yaml") + documents("plugin.yaml"))
+    return {(m.kind, m.metadata.name) for m in made}
+
+
+@pytest.fixture(scope="session")
+def controller_config(
+    cluster: Cluster,
+    kube: Any,
+    shipped: set[tuple[str, str]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """A kubeconfig with the controller ServiceAccount's token (not admin)."""
+    token = token_for(kube, SYSTEM, "kvdev-host-controller")
+    path = tmp_path_factory.mktemp("sa") / "controller.kubeconfig"
+    return token_kubeconfig(path, cluster.server, cluster.pki / "ca.crt", token)

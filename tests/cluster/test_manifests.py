@@ -4,37 +4,10 @@ server-side dry run and then created; the controller run as its Deployment's Ser
 writes the VMI's ConfigMap and never meets a 403; what its ClusterRole does not grant is
 refused 403."""
 
-from pathlib import Path
-
 import pytest
-import yaml
-from clusterlab import apply, kvdev_host, token_for, wait_for
-from controlplane import token_kubeconfig
+from clusterlab import SYSTEM, apply, documents, kvdev_host, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
-REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "packaging" / "kubernetes"
-SYSTEM = "kvdev-system"
-
-
-def documents(name):
-    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
-
-
-@pytest.fixture(scope="session")
-def shipped(cluster, kube):
-    """controller.yaml and plugin.yaml applied as they are (dry run first, each object)."""
-    made = apply(kube, documents("controller.yaml") + documents("plugin.yaml"))
-    return {(m.kind, m.metadata.name) for m in made}
-
-
-@pytest.fixture(scope="session")
-def controller_config(cluster, kube, shipped, tmp_path_factory):
-    """A kubeconfig with the controller ServiceAccount's token (not admin)."""
-    token = token_for(kube, SYSTEM, "kvdev-host-controller")
-    path = tmp_path_factory.mktemp("sa") / "controller.kubeconfig"
-    return token_kubeconfig(path, cluster.server, cluster.pki / "ca.crt", token)
 
 
 def test_every_shipped_object_is_accepted(shipped):
