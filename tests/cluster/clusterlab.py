@@ -120,3 +120,12 @@ def kvdev_host(log: Path, *args: str, env: dict[str, str] | None = None) -> Iter
         yield program
     finally:
         program.stop()
+
+
+def resource_slice(
+    name: str, driver: str, devices: list[dict[str, Any]], **where: object
+) -> dict[str, Any]:
+    """A ResourceSlice of one pool named like the slice; ``where``: nodeName=, allNodes=..."""
+    spec = {"driver": driver, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}}
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}}
+    return {**body, "spec": {**spec, **where, "devices": devices}}

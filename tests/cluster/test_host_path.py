@@ -11,7 +11,7 @@ VMI deleted -> the real garbage collector deletes the ConfigMap.
 import json
 
 import pytest
-from clusterlab import SYSTEM, add_node, apply, kvdev_host, wait_for
+from clusterlab import SYSTEM, add_node, apply, kvdev_host, resource_slice, wait_for
 from kubernetes import client
 
 
@@ -44,25 +44,20 @@ class World:
                     "metadata": {"name": self.cls},
                     "spec": {"selectors": [{"cel": {"expression": selector}}]},
                 },
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceSlice",
-                    "metadata": {"name": f"{self.node}-vfs"},
-                    "spec": {
-                        "driver": self.driver,
-                        "pool": {"name": self.node, "generation": 1, "resourceSliceCount": 1},
-                        "nodeName": self.node,
-                        "devices": [
-                            {
-                                "name": f"vf-{i}",
-                                "attributes": {
-                                    "resource.kubernetes.io/pciBusID": {"string": f"0000:3b:02.{i}"}
-                                },
-                            }
-                            for i in range(devices)
-                        ],
-                    },
-                },
+                resource_slice(
+                    f"{self.node}-vfs",
+                    self.driver,
+                    [
+                        {
+                            "name": f"vf-{i}",
+                            "attributes": {
+                                "resource.kubernetes.io/pciBusID": {"string": f"0000:3b:02.{i}"}
+                            },
+                        }
+                        for i in range(devices)
+                    ],
+                    nodeName=self.node,
+                ),
             ],
         )
 
@@ -225,7 +220,7 @@ def test_the_whole_host_path(world, controller, capsys):
     assert pod.spec.node_name == world.node
     for claim in claims.values():
         (result,) = claim.status.allocation.devices.results
-        assert (result.driver, result.pool) == (world.driver, world.node)
+        assert (result.driver, result.pool) == (world.driver, f"{world.node}-vfs")
     # virt-handler's part: the VMI runs on the pod's node
     world.custom.patch_namespaced_custom_object(
         "kubevirt.io", "v1", world.ns, "virtualmachineinstances", "vm1",

@@ -3,7 +3,7 @@ the plugin DaemonSet's ServiceAccount token and the shipped RBAC (get claims, li
 field selectors return this node's slices and the node-less ones, never another node's."""
 
 import pytest
-from clusterlab import SYSTEM, add_node, apply, token_for
+from clusterlab import SYSTEM, add_node, apply, resource_slice, token_for
 from controlplane import token_kubeconfig
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -12,17 +12,7 @@ from kvdev.host.plugin.kube import KubeClaimSource
 
 
 def slice_body(name, driver, **where):
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            **where,
-            "devices": [{"name": "d0"}],
-        },
-    }
+    return resource_slice(name, driver, [{"name": "d0"}], **where)
 
 
 @pytest.fixture
