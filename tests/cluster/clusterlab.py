@@ -26,6 +26,13 @@ SYSTEM = "kvdev-system"  # the shipped manifests' namespace
 GUARD = 120.0
 
 
+def refusals(log: str) -> list[str]:
+    """The lines of a kvdev-host log where RBAC or the owner-reference admission refused it
+    (not a 403 for a namespace being deleted: the real server refuses writes there too)."""
+    marks = ('forbidden: User "', "cannot set blockOwnerDeletion", "cannot set an ownerRef")
+    return [line for line in log.splitlines() if any(m in line for m in marks)]
+
+
 def documents(name: str) -> list[dict[str, Any]]:
     """The objects of ``packaging/kubernetes/<name>``, as shipped."""
     import yaml  # noqa: PLC0415

@@ -11,187 +11,8 @@ VMI deleted -> the real garbage collector deletes the ConfigMap.
 import json
 
 import pytest
-from clusterlab import SYSTEM, add_node, apply, kvdev_host, resource_slice, wait_for
-from kubernetes import client
-
-
-def first_object(text):
-    """The first JSON object of a stream (a stream may hold several versions)."""
-    return json.JSONDecoder().raw_decode(text)[0]
-
-
-class World:
-    """The objects of one test namespace, and the calls that read them."""
-
-    def __init__(self, kube, namespace):
-        self.kube, self.ns = kube, namespace
-        self.core = client.CoreV1Api(kube)
-        self.resource = client.ResourceV1Api(kube)
-        self.custom = client.CustomObjectsApi(kube)
-        self.node = f"node-{namespace}"
-        self.driver = f"{namespace}.sriov.example.com"
-        self.cls = f"vf-{namespace}"
-
-    def publish(self, devices=4):
-        add_node(self.core, self.node)
-        selector = f'device.driver == "{self.driver}"'
-        apply(
-            self.kube,
-            [
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": self.cls},
-                    "spec": {"selectors": [{"cel": {"expression": selector}}]},
-                },
-                resource_slice(
-                    f"{self.node}-vfs",
-                    self.driver,
-                    [
-                        {
-                            "name": f"vf-{i}",
-                            "attributes": {
-                                "resource.kubernetes.io/pciBusID": {"string": f"0000:3b:02.{i}"}
-                            },
-                        }
-                        for i in range(devices)
-                    ],
-                    nodeName=self.node,
-                ),
-            ],
-        )
-
-    def unpublish(self):
-        self.resource.delete_resource_slice(f"{self.node}-vfs")
-        self.resource.delete_device_class(self.cls)
-        self.core.delete_node(self.node)
-
-    def claim(self, name="vm1-devices"):
-        request = {"name": "nic-1", "exactly": {"deviceClassName": self.cls}}
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {"devices": {"requests": [request]}},
-        }
-        return apply(self.kube, [body])[0]
-
-    def template(self):
-        request = {"name": "nic", "exactly": {"deviceClassName": self.cls}}
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "fast-nic", "namespace": self.ns},
-            "spec": {"spec": {"devices": {"requests": [request]}}},
-        }
-        apply(self.kube, [body])
-
-    def vmi(self, name="vm1"):
-        body = {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstance",
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {
-                "resourceClaims": [
-                    {"name": "devices", "resourceClaimName": "vm1-devices"},
-                    {"name": "fast-nic", "resourceClaimTemplateName": "fast-nic"},
-                ],
-                "networks": [
-                    {"name": "default", "pod": {}},
-                    {
-                        "name": "data0",
-                        "resourceClaim": {"claimName": "devices", "requestName": "nic-1"},
-                    },
-                    {
-                        "name": "fast",
-                        "resourceClaim": {"claimName": "fast-nic", "requestName": "nic"},
-                    },
-                ],
-                "domain": {
-                    "devices": {
-                        "interfaces": [
-                            {"name": "default", "masquerade": {}},
-                            {
-                                "name": "data0",
-                                "sriov": {},
-                                "macAddress": "02:00:00:3b:02:01",
-                                "tag": "data0",
-                            },
-                            {"name": "fast", "sriov": {}, "pciAddress": "0000:07:00.0"},
-                        ]
-                    }
-                },
-            },
-        }
-        return apply(self.kube, [body])[0]
-
-    def launcher(self, vmi, suffix="abcde"):
-        """The virt-launcher pod KubeVirt would make for the VMI (owned by it)."""
-        owner = {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstance",
-            "name": vmi.metadata.name,
-            "uid": vmi.metadata.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"virt-launcher-{vmi.metadata.name}-{suffix}",
-                "namespace": self.ns,
-                "labels": {"kubevirt.io": "virt-launcher"},
-                "ownerReferences": [owner],
-            },
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": self.node},
-                "resourceClaims": [
-                    {"name": "devices", "resourceClaimName": "vm1-devices"},
-                    {"name": "fast-nic", "resourceClaimTemplateName": "fast-nic"},
-                ],
-                "containers": [
-                    {
-                        "name": "compute",
-                        "image": "registry.invalid/virt-launcher:1",
-                        "resources": {"claims": [{"name": "devices"}, {"name": "fast-nic"}]},
-                    }
-                ],
-            },
-        }
-        return apply(self.kube, [body])[0]
-
-    def scheduled(self, pod_name):
-        """The pod bound and every claim of it allocated: {pod claim name: claim}."""
-
-        def check():
-            pod = self.core.read_namespaced_pod(pod_name, self.ns)
-            statuses = {
-                s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []
-            }
-            names = {"devices": "vm1-devices", **statuses}
-            if not pod.spec.node_name or "fast-nic" not in names:
-                return None
-            claims = {
-                k: self.resource.read_namespaced_resource_claim(v, self.ns)
-                for k, v in names.items()
-            }
-            if not all(c.status and c.status.allocation for c in claims.values()):
-                return None
-            return pod, claims
-
-        return wait_for(f"pod {pod_name} scheduled and its claims allocated", check)
-
-    def configmap(self, name="kvdev-vm1"):
-        found = self.core.list_namespaced_config_map(
-            self.ns, field_selector=f"metadata.name={name}"
-        )
-        return found.items[0] if found.items else None
-
-    def stream(self, key, cm=None):
-        cm = cm or self.configmap()
-        value = (cm.data or {}).get(key) if cm else None
-        return first_object(value) if value else None
+from clusterlab import SYSTEM, kvdev_host, refusals, wait_for
+from hostworld import World
 
 
 @pytest.fixture
@@ -208,7 +29,7 @@ def controller(controller_config, tmp_path):
     args = ("controller", "--kubeconfig", str(controller_config), "--leader-elect")
     with kvdev_host(tmp_path / "controller.log", *args, env=env) as ctl:
         yield ctl
-    assert "403" not in ctl.text(), ctl.text()
+    assert refusals(ctl.text()) == []
 
 
 def test_the_whole_host_path(world, controller, capsys):
@@ -249,24 +70,8 @@ def test_the_whole_host_path(world, controller, capsys):
     assert "02:00:00:3b:02:01" in json.dumps(hints)
 
     # The driver reports the NIC's network data: the ConfigMap follows (generation 2).
-    (result,) = claims["devices"].status.allocation.devices.results
-    status = {
-        "status": {
-            "devices": [
-                {
-                    "driver": result.driver,
-                    "pool": result.pool,
-                    "device": result.device,
-                    "networkData": {"interfaceName": "net1", "ips": ["10.1.0.5/24"]},
-                }
-            ]
-        }
-    }
-    world.resource.patch_namespaced_resource_claim_status("vm1-devices", world.ns, status)
-    followed = wait_for(
-        "the network data in the stream",
-        lambda: (s := world.stream(devices_key)) and "10.1.0.5/24" in json.dumps(s) and s,
-    )
+    world.report_network(claims["devices"], "10.1.0.5/24")
+    followed = world.stream_with("10.1.0.5/24")
     assert followed["metadata"]["generation"] == 2
 
     # The claim re-created under the same name (the launcher pod replaced): generation 1 again.
