@@ -20,6 +20,7 @@ import pytest
 from clusterlab import SYSTEM, apply, documents, token_for, wait_for
 from controlplane import Cluster, ClusterError, build, token_kubeconfig
 from crds import install
+from hostworld import World
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +94,12 @@ def controller_config(
     token = token_for(kube, SYSTEM, "kvdev-host-controller")
     path = tmp_path_factory.mktemp("sa") / "controller.kubeconfig"
     return token_kubeconfig(path, cluster.server, cluster.pki / "ca.crt", token)
+
+
+@pytest.fixture
+def world(kube: Any, namespace: str) -> Iterator[World]:
+    """A Node, a DeviceClass and a ResourceSlice of VFs for this test (``hostworld.World``)."""
+    w = World(kube, namespace)
+    w.publish()
+    yield w
+    w.unpublish()

@@ -8,9 +8,7 @@ import signal
 import threading
 import time
 
-import pytest
 from clusterlab import SYSTEM, kvdev_host, wait_for
-from hostworld import World
 from kubernetes import client
 
 from kvdev.host.controller.index import Kind, parse
@@ -18,14 +16,6 @@ from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 
 LEASE = "kvdev-host-controller"
-
-
-@pytest.fixture
-def world(kube, namespace):
-    w = World(kube, namespace)
-    w.publish()
-    yield w
-    w.unpublish()
 
 
 def controller(config, tmp_path, identity, *, elect=True):

@@ -12,15 +12,6 @@ import json
 
 import pytest
 from clusterlab import SYSTEM, kvdev_host, refusals, wait_for
-from hostworld import World
-
-
-@pytest.fixture
-def world(kube, namespace):
-    w = World(kube, namespace)
-    w.publish()
-    yield w
-    w.unpublish()
 
 
 @pytest.fixture
