@@ -13,6 +13,8 @@ import json
 import pytest
 from clusterlab import SYSTEM, kvdev_host, refusals, wait_for
 
+from kvdev.host.controller.render import configmap_name, vmi_label
+
 
 @pytest.fixture
 def controller(controller_config, tmp_path):
@@ -92,3 +94,25 @@ def test_the_whole_host_path(world, controller, capsys):
         "kubevirt.io", "v1", world.ns, "virtualmachineinstances", "vm1"
     )
     wait_for("the garbage collector deletes kvdev-vm1", lambda: world.configmap() is None)
+
+
+def test_vmi_names_at_the_length_limit_get_valid_distinct_configmaps(world, controller):
+    """253 characters (the most a VMI name may have): kvdev-<name> would be 259; the real API
+    server accepts the derived names, and two names sharing 252 characters stay apart."""
+    names = ["v" * 252 + "1", "v" * 252 + "2"]
+    for name in names:
+        world.vmi(name)
+    expected = {configmap_name(n) for n in names}
+
+    def both():
+        assert controller.alive(), controller.text()
+        return expected <= {
+            c.metadata.name for c in world.core.list_namespaced_config_map(world.ns).items
+        }
+
+    wait_for("both ConfigMaps", both)
+    for name in names:
+        cm = world.configmap(configmap_name(name))
+        assert len(cm.metadata.name) == 253
+        assert cm.metadata.owner_references[0].name == name
+        assert cm.metadata.labels["kvdev.io/vmi"] == vmi_label(name)

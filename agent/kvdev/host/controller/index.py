@@ -6,7 +6,7 @@ holding the parsed model and the JSON it came from; the parsing of API JSON into
 (``parse``: list items come without apiVersion and kind); and the join: ``affected`` VMIs of a
 change (a VMI itself; a pod's owner VMI; every VMI using a claim, directly or through a pod's
 ``status.resourceClaimStatuses``; every VMI with a device in a slice's pool; the VMI a
-ConfigMap's ``kvdev.io/vmi`` label names) and ``inputs`` for ``render``.
+ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names) and ``inputs`` for ``render``.
 
 An object that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an
 unchanged cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
@@ -202,8 +202,10 @@ class Index:
         if kind is Kind.POD:
             return {(namespace, o.name) for o in _vmi_owners(stored.model)}
         if kind is Kind.CONFIGMAP:
+            # the owner's name: the label holds a cut name for a VMI name longer than 63
+            owners = {(namespace, o.name) for o in _vmi_owners(stored.model)}
             vmi = (stored.model.metadata.labels or {}).get(VMI_LABEL)
-            return {(namespace, vmi)} if vmi else set()
+            return owners or ({(namespace, vmi)} if vmi else set())
         if kind is Kind.CLAIM:
             return {
                 k
@@ -250,10 +252,10 @@ class Index:
                     del self._pods_of[owner.uid]
 
 
-def _vmi_owners(pod: Pod) -> list[Any]:
+def _vmi_owners(obj: Pod | ConfigMap) -> list[Any]:
     return [
         o
-        for o in pod.metadata.owner_references or []
+        for o in obj.metadata.owner_references or []
         if o.kind == VMI_KIND and o.api_version == VMI_API_VERSION
     ]
 
