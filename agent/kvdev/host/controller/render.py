@@ -112,9 +112,11 @@ class Rendered:
 
 
 def _bounded(text: str, limit: int) -> str:
-    """``text`` when it has at most ``limit`` characters; else its start, cut back to end in a
-    letter or digit, ``-`` and the first 10 hex digits of the SHA-256 of the whole ``text``
-    (``limit`` characters at most: valid where ``text`` was, and still distinct)."""
+    """``text``, or when longer than ``limit`` a name of at most ``limit`` characters.
+
+    That is its start, cut back to end in a letter or digit, ``-`` and the first 10 hex digits
+    of the SHA-256 of the whole ``text``: valid where ``text`` was, and still distinct.
+    """
     if len(text) <= limit:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_DIGITS]
@@ -123,15 +125,19 @@ def _bounded(text: str, limit: int) -> str:
 
 
 def configmap_name(vmi_name: str) -> str:
-    """``kvdev-<vmi-name>``; for a VMI name longer than 247 characters (a VMI name may have
-    253) the first characters of ``kvdev-<vmi-name>``, ``-`` and 10 hex digits of its SHA-256,
-    253 characters in all (``_bounded``)."""
+    """``kvdev-<vmi-name>``, at most 253 characters.
+
+    For a VMI name longer than 247 characters (a VMI name may have 253): the first characters
+    of ``kvdev-<vmi-name>``, ``-`` and 10 hex digits of its SHA-256 (``_bounded``).
+    """
     return _bounded(f"{NAME_PREFIX}{vmi_name}", NAME_MAX)
 
 
 def vmi_label(vmi_name: str) -> str:
-    """The ``kvdev.io/vmi`` label's value: the VMI's name, or for a name longer than a label
-    value may be (63) its first 52 characters, ``-`` and 10 hex digits of its SHA-256."""
+    """The ``kvdev.io/vmi`` label's value: the VMI's name, at most 63 characters.
+
+    For a longer name: its first 52 characters, ``-`` and 10 hex digits of its SHA-256.
+    """
     return _bounded(vmi_name, LABEL_VALUE_MAX)
 
 
@@ -489,9 +495,9 @@ __all__ = [
     "Rendered",
     "Verb",
     "configmap_name",
-    "vmi_label",
     "labels",
     "owner_reference",
     "render",
     "uses_dra",
+    "vmi_label",
 ]
