@@ -26,7 +26,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
-.PHONY: upstream-cluster cluster cluster-down
+.PHONY: upstream-cluster cluster cluster-down bench-controller
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; 
 
 bench-api: $(STAMP)  ## (root) GET /v1/status latency and req/s vs two floors; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_api.py $(BENCH_ARGS)
+
+bench-controller: $(STAMP) upstream-cluster  ## the controller on a real API server: 1k/10k VMIs, start, p50/p99
+	$(BIN)/python tests/bench/bench_controller_cluster.py $(BENCH_ARGS)
 
 bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on/off; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_schedule.py $(BENCH_ARGS)

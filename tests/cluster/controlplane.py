@@ -339,7 +339,7 @@ class Cluster:
     def stop(self) -> None:
         """Stop every component this object started, the last started first."""
         for component in reversed(COMPONENTS):
-            self.terminate(component)
+            self.terminate(component, grace=10.0)  # see restart: the API server may linger
         (self.root / "state.json").unlink(missing_ok=True)
 
     def write_state(self) -> None:
