@@ -8,8 +8,10 @@ change (a VMI itself; a pod's owner VMI; every VMI using a claim, directly or th
 ``status.resourceClaimStatuses``; every VMI with a device in a slice's pool; the VMI a
 ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names) and ``inputs`` for ``render``.
 
-An object that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an
-unchanged cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
+The joins (VMI -> its claim names, claim -> its VMIs, driver and pool -> allocated claims,
+driver -> slices) are kept as objects change, so no event looks at every cached VMI. An object
+that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an unchanged
+cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
 Pure: no I/O.
 """
 
