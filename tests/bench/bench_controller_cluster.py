@@ -233,12 +233,14 @@ def change_latencies(
         out.append((follower.seen[ip] - sent) * 1000)
     requests = configmap_requests(cluster) - before
     follower.stream.stop()
+    slowest = max(range(len(out)), key=out.__getitem__)
     out.sort()
     return {
         "changes": changes,
         "p50_ms": round(statistics.median(out), 1),
         "p99_ms": round(out[min(len(out) - 1, int(len(out) * 0.99))], 1),
         "max_ms": round(out[-1], 1),
+        "max_at_change": slowest + 1,
         "configmap_requests_per_change": round(requests / changes, 2),
     }
 
