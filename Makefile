@@ -29,6 +29,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick test-loaded check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
+.PHONY: upstream-cluster cluster cluster-down bench-controller
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -70,7 +71,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP) upstream
+unit: $(STAMP) upstream-cluster
 	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
@@ -79,11 +80,23 @@ bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; 
 bench-api: $(STAMP)  ## (root) GET /v1/status latency and req/s vs two floors; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_api.py $(BENCH_ARGS)
 
+bench-controller: $(STAMP) upstream-cluster  ## the controller on a real API server: 1k/10k VMIs, start, p50/p99
+	$(BIN)/python tests/bench/bench_controller_cluster.py $(BENCH_ARGS)
+
 bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on/off; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_schedule.py $(BENCH_ARGS)
 
 upstream:  ## upstream's own Go code (v1.37.2) as judges: build/upstream/bin, cached by go.sum + sources
 	tests/upstream/build.sh
+
+upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -controller-manager, -scheduler)
+	tests/upstream/build.sh --cluster
+
+cluster: $(STAMP)  ## start a real v1.37.2 control plane under build/cluster; prints its kubeconfig
+	$(BIN)/python tests/cluster/controlplane.py up
+
+cluster-down:  ## stop what make cluster started (the pids in build/cluster/state.json)
+	$(PYTHON) tests/cluster/controlplane.py down
 
 proto: $(STAMP)  ## regenerate the committed gRPC stubs of agent/kvdev/host/proto/*.proto
 	$(BIN)/python -m kvdev.host.proto

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvdev.host.controller.double import ApiDouble
+from apidouble import ApiDouble
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = REPO / "packaging" / "examples" / "host"

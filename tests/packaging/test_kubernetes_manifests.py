@@ -121,6 +121,8 @@ def rules(kind, name):
 def test_the_controller_may_read_what_it_watches_and_write_only_configmaps():
     assert rules("ClusterRole", "kvdev-host-controller") == {
         ("kubevirt.io", "virtualmachineinstances"): ["get", "list", "watch"],
+        # blockOwnerDeletion under OwnerReferencesPermissionEnforcement (tests/cluster)
+        ("kubevirt.io", "virtualmachineinstances/finalizers"): ["update"],
         ("", "pods"): ["get", "list", "watch"],
         ("resource.k8s.io", "resourceclaims"): ["get", "list", "watch"],
         ("resource.k8s.io", "resourceslices"): ["get", "list", "watch"],

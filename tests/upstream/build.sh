@@ -15,9 +15,11 @@ cd "$here"
 with_tools=0
 [[ "${1:-}" == "--cluster" ]] && with_tools=1
 
-key="$with_tools-$( { cat go.mod go.sum build.sh; find . -name '*.go' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-32)"
-if [[ -f "$out/.key" && "$(cat "$out/.key")" == "$key" ]]; then
-    echo "build/upstream: up to date (key $key)"
+sources="$( { cat go.mod go.sum build.sh; find . -name '*.go' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-32)"
+key="$with_tools-$sources"
+# A build with the control plane holds everything a build without it does.
+if [[ -f "$out/.key" && ( "$(cat "$out/.key")" == "$key" || "$(cat "$out/.key")" == "1-$sources" ) ]]; then
+    echo "build/upstream: up to date (key $(cat "$out/.key"))"
     exit 0
 fi
 
@@ -28,7 +30,17 @@ tools=()
 if ((with_tools)); then
     mapfile -t tools < <(awk '/^tool \(/{t=1;next} t&&/^\)/{t=0} t{print $1} /^tool [^(]/{print $2}' go.mod)
 fi
+# The release's version, as Kubernetes' hack/lib/version.sh stamps it (without that the binaries
+# print v0.0.0-master): taken from the k8s.io/kubernetes line of go.mod.
+kube="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' go.mod)"
+major="${kube#v}"; major="${major%%.*}"
+minor="${kube#v*.}"; minor="${minor%%.*}"
+ldflags=()
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    ldflags+=("-X $pkg.gitVersion=$kube" "-X $pkg.gitMajor=$major" "-X $pkg.gitMinor=$minor"
+        "-X $pkg.gitTreeState=clean")
+done
 echo "build/upstream: building ${#cmds[@]} oracles and ${#tools[@]} control-plane binaries ($(go version | cut -d' ' -f3))"
-go build -o "$out/bin/" "${cmds[@]}" "${tools[@]}"
+go build -ldflags "${ldflags[*]}" -o "$out/bin/" "${cmds[@]}" "${tools[@]}"
 echo "$key" > "$out/.key"
 echo "build/upstream: built in $((SECONDS - start)) s into $out/bin"

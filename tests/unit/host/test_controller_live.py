@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from apidouble import ApiDouble
 from kvdev.host.controller.backoff import Backoff
-from kvdev.host.controller.double import ApiDouble
 from kvdev.host.controller.election import Lease, LeaseElector
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.kube import KubeApi

@@ -3,6 +3,7 @@
 import copy
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,14 @@ from kvdev.host import cli
 from kvdev.host.commands.controller import index_of_files
 from kvdev.host.controller.hints import vmi_hints
 from kvdev.host.controller.index import Index, Kind, parse
-from kvdev.host.controller.render import HINTS_KEY, Inputs, Verb, render
+from kvdev.host.controller.render import (
+    HINTS_KEY,
+    Inputs,
+    Verb,
+    configmap_name,
+    render,
+    vmi_label,
+)
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.schema import GUEST_HINTS, decode_stream
 from kvdev.schema.stream import DEVICE_METADATA
@@ -300,14 +308,57 @@ def test_a_vmi_without_dra_gets_nothing_and_a_finished_one_is_left_alone():
     assert rendered(objects).verb is Verb.NONE
 
 
-def test_a_vmi_name_too_long_for_the_label_is_refused_by_name():
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
+
+
+@pytest.mark.parametrize("length", [63, 64, 247, 248, 253])
+def test_a_long_vmi_name_gets_a_valid_configmap_name_and_label(length):
+    """A VMI name may have 253 characters: kvdev-<name> and the label are cut and hashed
+    (they were refused past 63)."""
     objects = docs()
     vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
-    vmi["metadata"]["name"] = "v" * 64
+    name = ("vm-" + "a.b-" * 70)[: length - 1] + "z"
+    vmi["metadata"]["name"] = name
+    result = render(index_of(objects).inputs(("vms", name)))
+    assert result.verb is Verb.CREATE, result.problems
+    meta = result.body["metadata"]
+    assert len(meta["name"]) <= 253
+    assert DNS_SUBDOMAIN.match(meta["name"]), meta["name"]
+    label = meta["labels"]["kvdev.io/vmi"]
+    assert len(label) <= 63
+    assert LABEL_VALUE.match(label), label
+    if length <= 247:
+        assert meta["name"] == f"kvdev-{name}"
+    else:
+        assert len(meta["name"]) == 253
+        assert meta["name"].startswith(f"kvdev-{name[:200]}")
+    assert label == name if length <= 63 else label.startswith(name[:40])
+    assert meta["ownerReferences"][0]["name"] == name
+
+
+def test_long_vmi_names_sharing_a_prefix_get_distinct_names():
+    first, second = "v" * 252 + "1", "v" * 252 + "2"
+    assert configmap_name(first) != configmap_name(second)
+    assert len(configmap_name(first)) == 253
+    assert vmi_label(first) != vmi_label(second)
+    assert configmap_name("v" * 247) == "kvdev-" + "v" * 247  # fits: as it is
+    assert configmap_name("v" * 245 + ".x") == "kvdev-" + "v" * 245 + ".x"
+    cut = configmap_name("v" * 230 + "-" * 20 + "w")  # cut inside the dashes: none kept
+    assert cut == "kvdev-" + "v" * 230 + "-" + cut[-10:]
+    assert DNS_SUBDOMAIN.match(cut)
+
+
+def test_a_change_of_a_long_named_vmis_configmap_reaches_that_vmi():
+    objects = docs()
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    name = "v" * 100
+    vmi["metadata"]["name"] = name
     index = index_of(objects)
-    result = render(index.inputs(("vms", "v" * 64)))
-    assert result.verb is Verb.REFUSE
-    assert result.errors[0].path == "metadata.name"
+    body = render(index.inputs(("vms", name))).body
+    stored = {**copy.deepcopy(body), "apiVersion": "v1", "kind": "ConfigMap"}
+    stored["metadata"]["resourceVersion"] = "5"
+    assert index.upsert(Kind.CONFIGMAP, parse(Kind.CONFIGMAP, stored)) == {("vms", name)}
 
 
 def test_the_index_routes_each_change_to_the_vmi_it_concerns():

@@ -6,6 +6,6 @@ spec), ``index`` (the caches and which VMIs a change concerns), ``backoff`` (del
 I/O: ``kube`` (the ``kubernetes`` client, raw JSON, errors mapped to kvdev's), ``reflector``
 (list + watch with resourceVersion, bookmarks, re-list on 410 Gone, back-off), ``election``
 (a coordination.k8s.io Lease), ``live`` (the running controller: reflectors -> index ->
-queue -> render -> writes, 409 retried from a fresh read), ``double`` (a local API server
-double for tests).
+queue -> render -> writes, 409 retried from a fresh read). The tests' API server double is
+``tests/apidouble.py``; the real API server judges the controller in ``tests/cluster``.
 """

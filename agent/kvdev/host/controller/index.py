@@ -6,11 +6,13 @@ holding the parsed model and the JSON it came from; the parsing of API JSON into
 (``parse``: list items come without apiVersion and kind); and the join: ``affected`` VMIs of a
 change (a VMI itself; the VMI controlling a pod, in the pod's namespace; every VMI using a
 claim, directly or through a pod's ``status.resourceClaimStatuses``; every VMI with a device in
-a slice's pool; the VMI a ConfigMap's ``kvdev.io/vmi`` label names) and ``inputs`` for
-``render``.
+a slice's pool; the VMI a ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names) and
+``inputs`` for ``render``.
 
-An object that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an
-unchanged cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
+The joins (VMI -> its claim names, claim -> its VMIs, driver and pool -> allocated claims,
+driver -> slices) are kept as objects change, so no event looks at every cached VMI. An object
+that stays the same (same ``resourceVersion``) concerns nobody, so a re-list of an unchanged
+cluster queues nothing. Not thread-safe: the live controller holds a lock around it.
 Pure: no I/O.
 """
 
@@ -115,7 +117,12 @@ class Index:
 
     def __init__(self) -> None:
         self._objects: dict[Kind, dict[Key, Stored]] = {kind: {} for kind in Kind}
+        # The joins, kept as objects change, so that no event scans every VMI:
         self._pods_of: dict[Key, set[Key]] = {}  # (namespace, VMI uid) -> its pods' keys
+        self._claims_of: dict[Key, set[str]] = {}  # VMI -> the claim names it uses
+        self._users_of: dict[Key, set[Key]] = {}  # (namespace, claim name) -> its VMIs
+        self._claims_in: dict[tuple[str, str], set[Key]] = {}  # (driver, pool) -> claims
+        self._slices_of: dict[str, dict[Key, None]] = {}  # driver -> its slices, in order
         self.synced: set[Kind] = set()
 
     # ------------------------------------------------------------------ changes
@@ -127,10 +134,8 @@ class Index:
         if before is not None and before.version is not None and before.version == stored.version:
             return set()
         touched = self._concerns(kind, before) if before is not None else set()
-        if kind is Kind.POD:
-            self._unlink_pod(before)
-            self._link_pod(stored)
         objects[stored.key] = stored
+        self._relink(kind, before, stored)
         return touched | self._concerns(kind, stored)
 
     def remove(self, kind: Kind, key: Key) -> set[Key]:
@@ -138,9 +143,9 @@ class Index:
         before = self._objects[kind].pop(key, None)
         if before is None:
             return set()
-        if kind is Kind.POD:
-            self._unlink_pod(before)
-        return self._concerns(kind, before)
+        touched = self._concerns(kind, before)
+        self._relink(kind, before, None)
+        return touched
 
     def replace(self, kind: Kind, items: Iterable[Stored]) -> set[Key]:
         """A fresh list: what is gone is removed, what changed replaced."""
@@ -181,10 +186,10 @@ class Index:
             if claim is not None:
                 claims[name] = claim.model
         drivers = {r.driver for c in claims.values() for r in _results(c)}
-        slices: dict[str, list[ResourceSlice]] = {d: [] for d in drivers}
-        for s in self._objects[Kind.SLICE].values():
-            if s.model.spec.driver in slices:
-                slices[s.model.spec.driver].append(s.model)
+        slices: dict[str, list[ResourceSlice]] = {
+            d: [self._objects[Kind.SLICE][k].model for k in self._slices_of.get(d, {})]
+            for d in drivers
+        }
         existing = self._objects[Kind.CONFIGMAP].get((namespace, configmap_name(key[1])))
         return Inputs(
             vmi=vmi,
@@ -203,25 +208,82 @@ class Index:
         if kind is Kind.POD:
             return {(namespace, o.name) for o in _vmi_owners(stored.model)}
         if kind is Kind.CONFIGMAP:
+            # the owner's name: the label holds a cut name for a VMI name longer than 63
+            owners = {(namespace, o.name) for o in _vmi_owners(stored.model)}
             vmi = (stored.model.metadata.labels or {}).get(VMI_LABEL)
-            return {(namespace, vmi)} if vmi else set()
+            return owners or ({(namespace, vmi)} if vmi else set())
         if kind is Kind.CLAIM:
-            return {
-                k
-                for k, s in self._objects[Kind.VMI].items()
-                if k[0] == namespace and name in self._claim_names(s.model, self._pods(k, s.model))
-            }
+            return set(self._users_of.get((namespace, name), ()))
         spec = stored.model.spec
-        pool = (spec.driver, spec.pool.name)
         out: set[Key] = set()
-        for k, s in self._objects[Kind.VMI].items():
-            for claim_name in self._claim_names(s.model, self._pods(k, s.model)):
-                claim = self._objects[Kind.CLAIM].get((k[0], claim_name))
-                if claim is not None and any(
-                    (r.driver, r.pool) == pool for r in _results(claim.model)
-                ):
-                    out.add(k)
+        for claim in self._claims_in.get((spec.driver, spec.pool.name), ()):
+            out |= self._users_of.get(claim, set())
         return out
+
+    # ------------------------------------------------------------------ the joins kept
+
+    def _relink(self, kind: Kind, before: Stored | None, after: Stored | None) -> None:
+        """Keep the joins true after ``before`` became ``after`` (None: absent)."""
+        either = after or before
+        if either is None:
+            return
+        if kind is Kind.POD:
+            self._unlink_pod(before)
+            if after is not None:
+                self._link_pod(after)
+            owners = {
+                (s.key[0], o.name) for s in (before, after) if s for o in _vmi_owners(s.model)
+            }
+            for key in owners:
+                self._link_vmi(key)
+        elif kind is Kind.VMI:
+            self._link_vmi(either.key)
+        elif kind is Kind.CLAIM:
+            self._pool_claims(before, add=False)
+            self._pool_claims(after, add=True)
+        elif kind is Kind.SLICE:
+            self._driver_slices(before, after)
+
+    def _pool_claims(self, claim: Stored | None, *, add: bool) -> None:
+        if claim is None:
+            return
+        for r in _results(claim.model):
+            pool = (r.driver, r.pool)
+            claims = self._claims_in.setdefault(pool, set())
+            if add:
+                claims.add(claim.key)
+                continue
+            claims.discard(claim.key)
+            if not claims:
+                del self._claims_in[pool]
+
+    def _driver_slices(self, before: Stored | None, after: Stored | None) -> None:
+        new: str | None = after.model.spec.driver if after is not None else None
+        if before is not None:
+            old: str = before.model.spec.driver
+            if old != new:
+                self._slices_of[old].pop(before.key, None)
+                if not self._slices_of[old]:
+                    del self._slices_of[old]
+        if after is not None and new is not None:
+            self._slices_of.setdefault(new, {})[after.key] = None
+
+    def _link_vmi(self, key: Key) -> None:
+        """The claim names VMI ``key`` uses, now (its spec and its pods' claim statuses)."""
+        for name in self._claims_of.pop(key, set()):
+            users = self._users_of.get((key[0], name))
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._users_of[(key[0], name)]
+        found = self._objects[Kind.VMI].get(key)
+        if found is None:
+            return
+        names = self._claim_names(found.model, self._pods(key, found.model))
+        if names:
+            self._claims_of[key] = names
+            for name in names:
+                self._users_of.setdefault((key[0], name), set()).add(key)
 
     def _pods(self, key: Key, vmi: VirtualMachineInstance) -> list[Pod]:
         """The pods of ``key``'s namespace that ``vmi`` controls."""
@@ -253,17 +315,17 @@ class Index:
                     del self._pods_of[link]
 
 
-def _vmi_owners(pod: Pod) -> list[Any]:
-    """The VMI that controls ``pod`` (its ``controller: true`` owner reference), if any.
+def _vmi_owners(obj: Pod | ConfigMap) -> list[Any]:
+    """The VMI that controls ``obj`` (its ``controller: true`` owner reference), if any.
 
     As KubeVirt and Kubernetes read ownership (``metav1.GetControllerOf``): only the controller
-    reference counts, and owner references never cross namespaces, so the pod is joined only to
+    reference counts, and owner references never cross namespaces, so a pod is joined only to
     a VMI of its own namespace (``_link_pod`` keys by the pod's namespace and the owner's uid).
     A pod elsewhere naming a VMI's uid, or a non-controller reference, concerns no VMI.
     """
     return [
         o
-        for o in pod.metadata.owner_references or []
+        for o in obj.metadata.owner_references or []
         if o.kind == VMI_KIND and o.api_version == VMI_API_VERSION and o.controller is True
     ][:1]
 

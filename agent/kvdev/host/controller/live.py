@@ -130,6 +130,7 @@ class Controller:
                 page_size=page_size,
                 watch_seconds=watch_seconds,
                 backoff=backoff(),
+                known=self._known,
             )
             for kind in Kind
         ]
@@ -151,6 +152,12 @@ class Controller:
         if touched:
             self.idle.clear()
             self._queue.add(touched)
+
+    def _known(self, kind: Kind, key: Key, version: str) -> bool:
+        """The cache holds ``key`` at ``version`` (an event not worth parsing again)."""
+        with self._lock:
+            found = self.index.get(kind, key)
+        return found is not None and found.version == version
 
     # ------------------------------------------------------------------ one VMI
 

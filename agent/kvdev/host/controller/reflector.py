@@ -59,6 +59,12 @@ class Delete:
 
 Change = Replace | Upsert | Delete
 Sink = Callable[[Change], None]
+Known = Callable[[Kind, tuple[str, str], str], bool]
+"""Whether the cache already holds ``(namespace, name)`` of the kind at that resourceVersion."""
+
+
+def _never(_kind: Kind, _key: tuple[str, str], _version: str) -> bool:
+    return False
 
 
 @dataclass
@@ -72,6 +78,7 @@ class Reflector:
     page_size: int = 500
     watch_seconds: int = 300
     backoff: Backoff = field(default_factory=Backoff)
+    known: Known = _never  # an event the cache already holds is not parsed again
     synced: threading.Event = field(default_factory=threading.Event)
     lists: int = 0  # how many times it listed (the first one and each re-list)
     resource_version: str | None = None
@@ -152,6 +159,11 @@ class Reflector:
             return
         meta = raw.get("metadata")
         version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if kind in ("ADDED", "MODIFIED") and isinstance(meta, Mapping) and isinstance(version, str):
+            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            if version and self.known(self.kind, key, version):  # e.g. the echo of our own write
+                self.resource_version = version
+                return
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             stored = self._parse(raw)
             if stored is not None:

@@ -4,6 +4,8 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
 
 * name ``kvdev-<vmi-name>``, in the VMI's namespace; labels
   ``app.kubernetes.io/managed-by: kvdev-host-controller`` and ``kvdev.io/vmi: <vmi-name>``;
+  a name or label value that would be too long (253, 63) is cut and ends in ``-`` and 10 hex
+  digits of the SHA-256 of the whole (``configmap_name``, ``vmi_label``);
   ``ownerReferences``: the VMI (``controller`` and ``blockOwnerDeletion`` true), so garbage
   collection removes the ConfigMap with the VMI;
 * one key per KEP-5304 stream, ``<dir>.<request>.<driver>-metadata.json``: ``<dir>`` is the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +63,7 @@ LABEL_VALUE_MAX: Final = 63
 _KEY: Final = re.compile(r"[-._a-zA-Z0-9]+\Z")
 _LABEL_VALUE: Final = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
+_HASH_DIGITS: Final = 10
 
 
 class Verb(enum.Enum):
@@ -111,9 +115,34 @@ class Rendered:
         return sum(1 for k in self.data if k != HINTS_KEY)
 
 
+def _bounded(text: str, limit: int) -> str:
+    """``text``, or when longer than ``limit`` a name of at most ``limit`` characters.
+
+    That is its start, cut back to end in a letter or digit, ``-`` and the first 10 hex digits
+    of the SHA-256 of the whole ``text``: valid where ``text`` was, and still distinct.
+    """
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_DIGITS]
+    head = text[: limit - _HASH_DIGITS - 1].rstrip("-._")
+    return f"{head}-{digest}"
+
+
 def configmap_name(vmi_name: str) -> str:
-    """``kvdev-<vmi-name>``."""
-    return f"{NAME_PREFIX}{vmi_name}"
+    """``kvdev-<vmi-name>``, at most 253 characters.
+
+    For a VMI name longer than 247 characters (a VMI name may have 253): the first characters
+    of ``kvdev-<vmi-name>``, ``-`` and 10 hex digits of its SHA-256 (``_bounded``).
+    """
+    return _bounded(f"{NAME_PREFIX}{vmi_name}", NAME_MAX)
+
+
+def vmi_label(vmi_name: str) -> str:
+    """The ``kvdev.io/vmi`` label's value: the VMI's name, at most 63 characters.
+
+    For a longer name: its first 52 characters, ``-`` and 10 hex digits of its SHA-256.
+    """
+    return _bounded(vmi_name, LABEL_VALUE_MAX)
 
 
 def uses_dra(vmi: VirtualMachineInstance) -> bool:
@@ -135,7 +164,7 @@ def owner_reference(vmi: VirtualMachineInstance) -> dict[str, Any]:
 
 def labels(vmi: VirtualMachineInstance) -> dict[str, str]:
     """The labels every ConfigMap of the controller carries."""
-    return {MANAGED_BY: MANAGER, VMI_LABEL: vmi.metadata.name}
+    return {MANAGED_BY: MANAGER, VMI_LABEL: vmi_label(vmi.metadata.name)}
 
 
 # --------------------------------------------------------------------------- claims
@@ -336,14 +365,8 @@ def _vmi_refusal(vmi: VirtualMachineInstance, name: str) -> tuple[str, str] | No
         return f"{subject}: metadata.namespace is missing", "metadata.namespace"
     if not vmi.metadata.uid:
         return f"{subject}: metadata.uid is missing: nothing to own the ConfigMap", "metadata.uid"
-    if len(name) > NAME_MAX or len(vmi.metadata.name) > LABEL_VALUE_MAX:
-        message = (
-            f"{subject}: a name of {len(vmi.metadata.name)} characters makes no valid ConfigMap "
-            f"name {NAME_PREFIX}<name> (<= {NAME_MAX}) and label {VMI_LABEL} (<= {LABEL_VALUE_MAX})"
-        )
-        return message, "metadata.name"
-    if not _LABEL_VALUE.match(vmi.metadata.name):
-        return f"{subject}: the name is no label value", "metadata.name"
+    if len(name) > NAME_MAX or not _LABEL_VALUE.match(vmi_label(vmi.metadata.name)):
+        return f"{subject}: the name makes no ConfigMap name or label value", "metadata.name"
     return None
 
 
@@ -487,4 +510,5 @@ __all__ = [
     "owner_reference",
     "render",
     "uses_dra",
+    "vmi_label",
 ]

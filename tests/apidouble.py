@@ -35,7 +35,7 @@ field selectors, set-based label selectors, ``resourceVersionMatch``, server-sid
 PATCH, subresources, protobuf or watch-list streaming; lists are always the latest state
 (a ``resourceVersion`` on a list is ignored) and a continued list reads the current objects,
 not a consistent snapshot; the history is unbounded until ``compact``; one process, objects
-in memory. Test-only: nothing outside the tests imports it (an import contract checks).
+in memory. Test-only: it lives under tests/, outside the package.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not rest or rest[0] not in _RESOURCES:
             return None
         name = rest[1] if len(rest) > 1 else None
-        with self.api._cond:  # noqa: SLF001 - the handler is the double's own
+        with self.api._cond:
             self.api.requests.append(Request(self.command, parsed.path, query))
         return rest[0], namespace, name, query
 
@@ -325,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             self._error(404, "NotFound", f"the double does not serve {self.path}")
             return None
-        injected = self.api._failure(method, urllib.parse.urlsplit(self.path).path)  # noqa: SLF001
+        injected = self.api._failure(method, urllib.parse.urlsplit(self.path).path)
         if injected is not None:
             if method in ("POST", "PUT"):
                 self._body()
@@ -344,8 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         plural, namespace, name, query = route
         if name is not None:
-            with self.api._cond:  # noqa: SLF001
-                found = self.api._objects.get(plural, {}).get((namespace, name))  # noqa: SLF001
+            with self.api._cond:
+                found = self.api._objects.get(plural, {}).get((namespace, name))
                 found = copy.deepcopy(found)
             if found is None:
                 self._error(404, "NotFound", f'{plural} "{name}" not found')
@@ -361,17 +361,17 @@ class _Handler(BaseHTTPRequestHandler):
         selector = _selector(query.get("labelSelector", ""))
         limit = int(query.get("limit") or 0)
         offset = 0
-        with api._cond:  # noqa: SLF001
+        with api._cond:
             version = api.version
             if query.get("continue"):
                 at, _, start = query["continue"].partition(":")
-                if int(at) < api._compacted:  # noqa: SLF001
+                if int(at) < api._compacted:
                     self._error(410, "Expired", "the continue token is too old")
                     return
                 offset = int(start)
             items = [
                 copy.deepcopy(o)
-                for _, o in sorted(api._objects.get(plural, {}).items())  # noqa: SLF001
+                for _, o in sorted(api._objects.get(plural, {}).items())
                 if _matches(o, namespace, selector)
             ]
         page = items[offset : offset + limit] if limit else items[offset:]
@@ -403,9 +403,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         since = int(query.get("resourceVersion") or 0)
-        with api._cond:  # noqa: SLF001
-            epoch = api._epoch  # noqa: SLF001
-            if since and since < api._compacted:  # noqa: SLF001
+        with api._cond:
+            epoch = api._epoch
+            if since and since < api._compacted:
                 gone = status_body(410, "Expired", f"too old resource version: {since}")
                 self._chunk({"type": "ERROR", "object": gone})
                 self.wfile.write(b"0\r\n\r\n")
@@ -413,7 +413,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not since:  # "any": the current state first, as synthetic ADDED events
                 pending = [
                     {"type": "ADDED", "object": copy.deepcopy(o)}
-                    for _, o in sorted(api._objects.get(plural, {}).items())  # noqa: SLF001
+                    for _, o in sorted(api._objects.get(plural, {}).items())
                     if _matches(o, namespace, selector)
                 ]
                 since = api.version
@@ -429,7 +429,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _stream(  # noqa: PLR0913, PLR0917 - the state of one stream
+    def _stream(  # noqa: PLR0917 - the state of one stream
         self,
         plural: str,
         namespace: str,
@@ -445,15 +445,15 @@ class _Handler(BaseHTTPRequestHandler):
         end = time.monotonic() + timeout
         next_bookmark = time.monotonic() + api.bookmark_seconds
         while True:
-            with api._cond:  # noqa: SLF001
+            with api._cond:
                 while True:
-                    if api._closing or api._epoch != epoch:  # noqa: SLF001
+                    if api._closing or api._epoch != epoch:
                         return
-                    events = [e for e in api._history if e.version > since and e.plural == plural]  # noqa: SLF001
+                    events = [e for e in api._history if e.version > since and e.plural == plural]
                     now = time.monotonic()
                     if events or now >= end or (bookmarks and now >= next_bookmark):
                         break
-                    api._cond.wait(min(end, next_bookmark) - now)  # noqa: SLF001
+                    api._cond.wait(min(end, next_bookmark) - now)
                 version = api.version
             for e in events:
                 since = e.version
@@ -483,12 +483,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body["metadata"]["namespace"] = namespace or body["metadata"].get("namespace", "")
         name = body["metadata"].get("name")
-        with self.api._cond:  # noqa: SLF001
-            if (namespace, name) in self.api._objects.get(plural, {}):  # noqa: SLF001
+        with self.api._cond:
+            if (namespace, name) in self.api._objects.get(plural, {}):
                 self._error(409, "AlreadyExists", f'{plural} "{name}" already exists')
                 return
             body["metadata"].pop("resourceVersion", None)
-            stored = self.api._store(plural, body)  # noqa: SLF001
+            stored = self.api._store(plural, body)
         self._send(201, stored)
 
     def do_PUT(self) -> None:
@@ -500,8 +500,8 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None or not isinstance(body.get("metadata"), dict) or name is None:
             self._error(400, "BadRequest", "the body is no object with metadata")
             return
-        with self.api._cond:  # noqa: SLF001
-            old = self.api._objects.get(plural, {}).get((namespace, name))  # noqa: SLF001
+        with self.api._cond:
+            old = self.api._objects.get(plural, {}).get((namespace, name))
             if old is None:
                 self._error(404, "NotFound", f'{plural} "{name}" not found')
                 return
@@ -514,7 +514,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(409, "Conflict", message)
                 return
             body["metadata"]["namespace"] = namespace
-            stored = self.api._store(plural, body)  # noqa: SLF001
+            stored = self.api._store(plural, body)
         self._send(200, stored)
 
     def do_DELETE(self) -> None:
@@ -522,8 +522,8 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             return
         plural, namespace, name, _ = route
-        with self.api._cond:  # noqa: SLF001
-            gone = self.api._remove(plural, namespace, name or "")  # noqa: SLF001
+        with self.api._cond:
+            gone = self.api._remove(plural, namespace, name or "")
         if gone is None:
             self._error(404, "NotFound", f'{plural} "{name}" not found')
         else:

@@ -1,0 +1,272 @@
+"""``kvdev-host controller`` against the real v1.37.2 API server: 1,000 and 10,000 VMIs.
+
+Reports, never asserts: ``.venv/bin/python tests/bench/bench_controller_cluster.py
+[--sizes 1000,10000] [--changes 100]`` (``make bench-controller``).
+
+For each size N, on a fresh control plane (``tests/cluster/controlplane.py``): one Node, N
+ResourceClaims each allocated one VF (the allocation written as the scheduler would, through
+the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming its claim. Then:
+
+* **start**: ``kvdev-host controller`` started (a process, admin kubeconfig) -> every
+  ``kvdev-<vmi>`` ConfigMap written (seen by one watch on the namespace's ConfigMaps);
+* **change**: ``--changes`` claims, one at a time, get ``status.devices[].networkData``; the
+  time from the PATCH's answer to the ConfigMap's watch event carrying the new address: p50,
+  p99, max;
+* **requests per change**: the API server's own ``apiserver_request_total`` for configmaps
+  (every verb but WATCH), before and after the changes, over the number of changes;
+* **RSS** of the controller process (``VmRSS``) once every ConfigMap is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "cluster"))
+
+from controlplane import Cluster, build  # noqa: E402
+from crds import install  # noqa: E402
+
+NS = "bench"
+DRIVER = "sriov.bench.example.com"
+PER_SLICE = 128
+NODE = "bench-node"
+KVDEV_HOST = Path(sys.executable).with_name("kvdev-host")
+
+
+def _client(cluster: Cluster) -> Any:
+    from kubernetes import client, config  # noqa: PLC0415
+
+    api = config.new_client_from_config(str(cluster.kubeconfig))
+    api.configuration.connection_pool_maxsize = 16
+    return client, api
+
+
+def populate(cluster: Cluster, n: int) -> None:
+    """Node, slices, N allocated claims and N VMIs (8 client threads)."""
+    client, api = _client(cluster)
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    core.create_namespace({"metadata": {"name": NS}})
+    for s in range((n + PER_SLICE - 1) // PER_SLICE):
+        devices = [
+            {
+                "name": f"vf-{i}",
+                "attributes": {"resource.kubernetes.io/pciBusID": {"string": _pci(i)}},
+            }
+            for i in range(s * PER_SLICE, min(n, (s + 1) * PER_SLICE))
+        ]
+        pool = {
+            "name": NODE,
+            "generation": 1,
+            "resourceSliceCount": (n + PER_SLICE - 1) // PER_SLICE,
+        }
+        spec = {"driver": DRIVER, "pool": pool, "nodeName": NODE, "devices": devices}
+        resource.create_resource_slice({"metadata": {"name": f"bench-{s}"}, "spec": spec})
+
+    def one(i: int) -> None:
+        name = f"vm-{i}"
+        request = {"name": "nic", "exactly": {"deviceClassName": "vf"}}
+        claim = {"metadata": {"name": f"{name}-nic"}, "spec": {"devices": {"requests": [request]}}}
+        resource.create_namespaced_resource_claim(NS, claim)
+        result = {"request": "nic", "driver": DRIVER, "pool": NODE, "device": f"vf-{i}"}
+        status = {"status": {"allocation": {"devices": {"results": [result]}}}}
+        resource.patch_namespaced_resource_claim_status(f"{name}-nic", NS, status)
+        vmi = {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceClaims": [{"name": "nic", "resourceClaimName": f"{name}-nic"}],
+                "networks": [
+                    {"name": "data", "resourceClaim": {"claimName": "nic", "requestName": "nic"}}
+                ],
+                "domain": {"devices": {"interfaces": [{"name": "data", "sriov": {}}]}},
+            },
+        }
+        custom.create_namespaced_custom_object(
+            "kubevirt.io", "v1", NS, "virtualmachineinstances", vmi
+        )
+
+    with ThreadPoolExecutor(8) as pool_:
+        list(pool_.map(one, range(n)))
+
+
+def _pci(i: int) -> str:
+    return f"0000:{i // 256 % 256:02x}:{i // 8 % 32:02x}.{i % 8}"
+
+
+class Follower:
+    """One watch on the namespace's ConfigMaps: which exist (ours), when each address appeared."""
+
+    def __init__(self, core: Any) -> None:
+        from kubernetes import watch  # noqa: PLC0415
+
+        self.core = core
+        self.names: set[str] = set()
+        self.seen: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.stream = watch.Watch()
+        self.rv = core.list_namespaced_config_map(NS, limit=1).metadata.resource_version
+        threading.Thread(target=self._follow, daemon=True).start()
+
+    def _follow(self) -> None:
+        for event in self.stream.stream(
+            self.core.list_namespaced_config_map,
+            NS,
+            resource_version=self.rv,
+            label_selector="app.kubernetes.io/managed-by",
+            timeout_seconds=3600,
+        ):
+            obj = event["object"]
+            blob = "".join((obj.data or {}).values())
+            now = time.monotonic()
+            with self.cond:
+                self.names.add(obj.metadata.name)
+                for ip in re.findall(r"10\.200\.\d+\.\d+/32", blob):
+                    self.seen.setdefault(ip, now)
+                self.cond.notify_all()
+
+    def wait(self, done: Any, guard: float = 3600) -> bool:
+        with self.cond:
+            return bool(self.cond.wait_for(lambda: done(self), timeout=guard))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def configmap_requests(cluster: Cluster) -> int:
+    with cluster.urlopen(f"{cluster.server}/metrics") as answer:
+        text = answer.read().decode()
+    total = 0
+    for line in text.splitlines():
+        ours = line.startswith("apiserver_request_total{") and 'resource="configmaps"' in line
+        if ours and 'verb="WATCH"' not in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def measure(n: int, changes: int, root: Path) -> dict[str, Any]:
+    cluster = Cluster(root).start()
+    try:
+        install(cluster.kubeconfig)
+        began = time.monotonic()
+        populate(cluster, n)
+        populated = time.monotonic() - began
+        client, api = _client(cluster)
+        core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+        log = (root / "controller.log").open("wb")
+        args = [
+            str(KVDEV_HOST),
+            "controller",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--log-level=warning",
+        ]
+        follower = Follower(core)
+        started = time.monotonic()
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            if not follower.wait(lambda f: len(f.names) >= n):
+                raise RuntimeError((root / "controller.log").read_text()[-3000:])
+            start_s = time.monotonic() - started
+            rss = rss_mib(proc.pid)
+            latencies = change_latencies(follower, resource, n, changes, cluster)
+            rss_after = rss_mib(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            log.close()
+        return {
+            "vmis": n,
+            "populate_s": round(populated, 1),
+            "start_to_all_written_s": round(start_s, 1),
+            "rss_mib": round(rss, 1),
+            "rss_after_changes_mib": round(rss_after, 1),
+            **latencies,
+        }
+    finally:
+        cluster.stop()
+
+
+def change_latencies(
+    follower: Follower, resource: Any, n: int, changes: int, cluster: Cluster
+) -> dict[str, Any]:
+    """Patch ``changes`` claims' network data, one at a time; time until each ConfigMap shows it."""
+    before = configmap_requests(cluster)
+    out = []
+    for k in range(changes):
+        i = k * (n // changes) % n  # spread over the VMIs
+        ip = f"10.200.{k // 250}.{k % 250 + 1}/32"
+        status = {
+            "status": {
+                "devices": [
+                    {
+                        "driver": DRIVER,
+                        "pool": NODE,
+                        "device": f"vf-{i}",
+                        "networkData": {"ips": [ip]},
+                    }
+                ]
+            }
+        }
+        resource.patch_namespaced_resource_claim_status(f"vm-{i}-nic", NS, status)
+        sent = time.monotonic()
+        if not follower.wait(lambda f, ip=ip: ip in f.seen, guard=300):
+            raise RuntimeError(f"no ConfigMap update for {ip}")
+        out.append((follower.seen[ip] - sent) * 1000)
+    requests = configmap_requests(cluster) - before
+    follower.stream.stop()
+    slowest = max(range(len(out)), key=out.__getitem__)
+    out.sort()
+    return {
+        "changes": changes,
+        "p50_ms": round(statistics.median(out), 1),
+        "p99_ms": round(out[min(len(out) - 1, int(len(out) * 0.99))], 1),
+        "max_ms": round(out[-1], 1),
+        "max_at_change": slowest + 1,
+        "configmap_requests_per_change": round(requests / changes, 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--changes", type=int, default=100)
+    args = parser.parse_args()
+    build()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(prefix="kvdev-bench-cluster-") as tmp:
+            row = measure(n, args.changes, Path(tmp))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(
+        f"\nmeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores"
+    )
+    keys = list(rows[0])
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for row in rows:
+        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The CRDs the test control plane serves (``crds/*.yaml``: KubeVirt's VMI), installed and
+waited for until the API server reports them Established."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent / "crds"
+GUARD = 120.0  # a failure guard, not a speed claim
+
+
+def install(kubeconfig: Path) -> list[str]:
+    """Create (or replace) every CRD under ``crds/``; their names once each is Established."""
+    from kubernetes import client, config  # noqa: PLC0415 - the host extra
+
+    api = client.ApiextensionsV1Api(config.new_client_from_config(str(kubeconfig)))
+    names = []
+    for path in sorted(HERE.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        try:
+            api.create_custom_resource_definition(body)
+        except client.exceptions.ApiException as e:
+            if e.status != 409:
+                raise
+            body["metadata"]["resourceVersion"] = api.read_custom_resource_definition(
+                name
+            ).metadata.resource_version
+            api.replace_custom_resource_definition(name, body)
+        names.append(name)
+    deadline = time.monotonic() + GUARD
+    for name in names:
+        while not _established(api.read_custom_resource_definition(name)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRD {name} not Established after {GUARD:.0f} s")
+            time.sleep(0.1)
+    return names
+
+
+def _established(crd: object) -> bool:
+    conditions = getattr(getattr(crd, "status", None), "conditions", None) or []
+    return any(c.type == "Established" and c.status == "True" for c in conditions)
