@@ -38,6 +38,8 @@ from kvdev.schema import DEVICE_METADATA, decode_stream, gojson
 from kvdev.schema.metadata import GO_LAYOUT
 from upstreamlab import JsonLines
 
+pytestmark = pytest.mark.upstream
+
 UPSTREAM = Path(__file__).resolve().parents[1] / "upstream"
 
 # Where kvdev reads a stream upstream's reader refuses, on purpose (README: "deliberately

@@ -43,6 +43,8 @@ from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, device_attrib
 from kvdev.schema.metadata import V1ALPHA1, V1BETA1, NetworkDeviceData
 from upstreamlab import JsonLines
 
+pytestmark = pytest.mark.upstream
+
 EXAMPLES = int(os.environ.get("METADATA_ORACLE_EXAMPLES", "60"))
 DRIVERS = ("dra.net", "gpu.nvidia.com", "sriov.example.com", "x9.example")
 
