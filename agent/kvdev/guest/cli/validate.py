@@ -67,8 +67,10 @@ def add_parser(meta: argparse.ArgumentParser, func: Command) -> None:
     )
     validate.add_argument(
         "--json",
-        action="store_true",
-        default=argparse.SUPPRESS,  # the global option's default applies
+        dest="output",
+        action="store_const",
+        const="json",
+        default=argparse.SUPPRESS,  # the global option's default applies (-o json is the same)
         help="print the report, with normalized content, as JSON",
     )
     validate.add_argument(
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> i
         return EXIT_INVALID
     raws = [raw for p in paths for raw in files.read_path(p)]
     result = check.build(raws)
-    if args.json:
+    if getattr(args, "output", None) == "json":
         json.dump(check.render_json(result), out, indent=2)
         out.write("\n")
     else:
