@@ -1,4 +1,4 @@
-"""guest.linkfiles on a real file system: only kvdev's .link files, written and removed safely."""
+"""guest.linkfiles on a real file system: only kvdev's link wishes, written and removed safely."""
 
 import os
 import stat
@@ -8,9 +8,7 @@ import pytest
 from kvdev.guest.adapters import linkfiles
 from kvdev.guest.core import steps as s
 
-CONTENT = (
-    "# Written by kvdev\n[Match]\nPermanentMACAddress=02:00:00:00:00:01\n\n[Link]\nName=net0\n"
-)
+CONTENT = "permanent-mac 02:00:00:00:00:01\n"  # a link wish (core/linkwish.py)
 
 
 def write_step(path, content=CONTENT):
@@ -40,22 +38,19 @@ def test_write_replaces_an_existing_file_and_its_mode(tmp_path):
     assert os.listdir(tmp_path) == ["10-kvdev-net0.link"]
 
 
-def test_read_returns_only_kvdev_link_files(tmp_path):
+def test_read_returns_only_link_wishes(tmp_path):
     for name, text in [
-        ("10-kvdev-net0.link", "a\n"),
-        ("10-kvdev-net1.link", "b\n"),
-        ("10-other.link", "x\n"),
-        ("99-default.link", "x\n"),
-        ("10-kvdev-net0.network", "x\n"),
-        ("10-kvdev-net0.link.bak", "x\n"),
-        (".10-kvdev-net2.link.abc.tmp", "x\n"),
-        ("x10-kvdev-net3.link", "x\n"),
+        ("net0.wish", "a\n"),
+        ("net1.wish", "b\n"),
+        ("10-kvdev-net0.link", "x\n"),  # what the root helper renders: not the agent's to read
+        ("net0.wish.bak", "x\n"),
+        ("net0.network", "x\n"),
     ]:
         (tmp_path / name).write_text(text)
-    (tmp_path / "10-kvdev-dir.link").mkdir()  # unreadable as a file: skipped
+    (tmp_path / "dir.wish").mkdir()  # unreadable as a file: skipped
     assert linkfiles.read(str(tmp_path)) == {
-        f"{tmp_path}/10-kvdev-net0.link": "a\n",
-        f"{tmp_path}/10-kvdev-net1.link": "b\n",
+        f"{tmp_path}/net0.wish": "a\n",
+        f"{tmp_path}/net1.wish": "b\n",
     }
 
 
@@ -69,7 +64,7 @@ def test_read_of_a_regular_file_is_empty(tmp_path):
 
 
 def test_read_sees_what_apply_wrote(tmp_path):
-    path = tmp_path / "10-kvdev-net0.link"
+    path = tmp_path / "net0.wish"
     linkfiles.apply(write_step(path))
     assert linkfiles.read(str(tmp_path)) == {str(path): CONTENT}
 
