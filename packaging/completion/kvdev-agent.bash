@@ -8,7 +8,7 @@ _kvdev_agent()
         --config|--hints|--config-drive|--socket)
             COMPREPLY=($(compgen -f -- "$cur"))
             return ;;
-        --metadata-root|--state-dir|--link-dir)
+        --metadata-root|--state-dir|--link-dir|--config-root)
             COMPREPLY=($(compgen -d -- "$cur"))
             return ;;
         --log-level)
@@ -17,13 +17,16 @@ _kvdev_agent()
         --poll-interval)
             COMPREPLY=($(compgen -W "auto 0 2" -- "$cur"))
             return ;;
+        --read-deadline)
+            COMPREPLY=($(compgen -W "5 15 60" -- "$cur"))
+            return ;;
         --match-kind)
             COMPREPLY=($(compgen -W "veth dummy" -- "$cur"))
             return ;;
     esac
     COMPREPLY=($(compgen -W "--help --version --config --metadata-root --hints --config-drive
-        --socket --state-dir --link-dir --no-altnames --match-kind --log-level --poll-interval
-        --once --dry-run --json --dump-config" -- "$cur"))
+        --socket --state-dir --link-dir --config-root --no-altnames --match-kind --log-level
+        --poll-interval --read-deadline --once --dry-run --json --dump-config" -- "$cur"))
 }
 
 complete -F _kvdev_agent kvdev-agent

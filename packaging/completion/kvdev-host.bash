@@ -47,7 +47,7 @@ _kvdev_host()
         bundle) words="--from-tree --from-cdi --claim-uid --domain-xml --guest-plan --out
                        -o --output --json" ;;
         serve) words="--driver --plugin-data-dir --cdi-dir --registry-dir --claims-dir --kube
-                      --kubeconfig --node-name --grace --log-level" ;;
+                      --kubeconfig --node-name --pod-uid --grace --log-level" ;;
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
                            --log-level" ;;

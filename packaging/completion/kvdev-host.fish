@@ -55,3 +55,4 @@ complete -c kvdev-host -n "$f controller" -l identity -x -d "the holder identity
 complete -c kvdev-host -n "$f controller" -l resync -x -d "seconds between resyncs"
 complete -c kvdev-host -s h -l help -d "help, examples and exit codes"
 complete -c kvdev-host -n "not $f $commands" -l version -d "the version"
+complete -c kvdev-host -n "$f serve" -l pod-uid -x -d "this plugin pod's UID: sockets named per pod"
