@@ -80,6 +80,33 @@ def test_networkd_match_lists_and_globs(tmp_path):
     assert problems == ()
 
 
+def test_a_networkd_file_or_profile_of_static_addresses_only_names_no_way_out(tmp_path):
+    # cloud-init renders one such file per NIC of its network data (the VM e2e's neighbours
+    # run): those NICs are not the guest's own way out, kvdev may take them
+    write(
+        tmp_path,
+        "etc/systemd/network/10-cloud-init-ens16.network",
+        "[Match]\nMACAddress=52:54:00:e2:00:10\nName=ens16\n\n[Network]\nAddress=10.251.0.10/24\n",
+    )
+    write(
+        tmp_path,
+        "etc/systemd/network/10-cloud-init-ens17.network",
+        f"[Match]\nMACAddress={MAC}\n\n[Network]\nAddress=10.0.0.2/24\nGateway=10.0.0.1\n",
+    )
+    static = "[connection]\ninterface-name=ens18\n\n[ipv4]\nmethod=manual\naddress1=10.9.0.2/24\n"
+    static += "\n[ipv6]\nmethod=disabled\n"
+    write(tmp_path, "etc/NetworkManager/system-connections/s.nmconnection", static)
+    routed = static.replace("address1=10.9.0.2/24", "address1=10.9.0.2/24,10.9.0.1")
+    write(
+        tmp_path,
+        "etc/NetworkManager/system-connections/r.nmconnection",
+        routed.replace("ens18", "ens19"),
+    )
+    found, problems = named(tmp_path)
+    assert found == {(None, MAC), ("ens19", None)}  # the gateway's; never the static ones
+    assert problems == ()
+
+
 def test_bad_files_are_problems_and_the_others_still_count(tmp_path):
     pytest.importorskip("yaml")
     bad = write(tmp_path, "etc/netplan/bad.yaml", "network: [unclosed\n")
@@ -92,7 +119,8 @@ def test_bad_files_are_problems_and_the_others_still_count(tmp_path):
 
 def test_reading_is_bounded_in_files_and_bytes(tmp_path):
     for i in range(netconfig.MAX_FILES_PER_DIR + 36):
-        write(tmp_path, f"etc/systemd/network/{i:03}.network", f"[Match]\nName=n{i}\n")
+        text = f"[Match]\nName=n{i}\n\n[Network]\nDHCP=yes\n"
+        write(tmp_path, f"etc/systemd/network/{i:03}.network", text)
     big = write(tmp_path, "etc/network/interfaces", "auto eth0\n" * 10_000)
     configured, problems = netconfig.read(tmp_path)
     assert len(configured) == netconfig.MAX_FILES_PER_DIR  # the first 64 files by name

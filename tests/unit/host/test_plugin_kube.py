@@ -207,8 +207,8 @@ def test_a_404_while_listing_slices_is_not_a_missing_claim(api, source):
 def test_constructing_the_source_needs_no_cluster(tmp_path):
     source = KubeClaimSource(DRIVER, kubeconfig=tmp_path / "missing")
     assert source._api is None
-    with pytest.raises(PermanentError, match="cannot configure the Kubernetes client"):
-        source.fetch("vms", "vm1-nic")
+    with pytest.raises(PermanentError, match=r"--kubeconfig .*/missing: no such file"):
+        source.fetch("vms", "vm1-nic")  # the missing file named (issue 26 friction 7)
 
 
 def test_a_missing_claim_is_not_found(source):

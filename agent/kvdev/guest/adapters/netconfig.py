@@ -3,7 +3,8 @@
 Under a config root (``/`` in a guest; a scratch tree in tests) it reads, bounded:
 
 * NetworkManager keyfiles, ``etc/NetworkManager/system-connections/*.nmconnection``:
-  ``interface-name=`` of ``[connection]``, ``mac-address=`` of ``[ethernet]``;
+  ``interface-name=`` of ``[connection]``, ``mac-address=`` of ``[ethernet]``, of a profile
+  that will give its NIC a default route (DHCP/SLAAC, NM's default method, or a gateway);
 * netplan, ``etc/netplan/*.yaml``, and cloud-init's network-config (version 2 like netplan,
   version 1 ``type: physical`` entries with ``name``/``mac_address``) in
   ``etc/cloud/cloud.cfg.d/*.cfg`` and ``var/lib/cloud/seed/*/network-config``: each
@@ -11,7 +12,10 @@ Under a config root (``/`` in a guest; a scratch tree in tests) it reads, bounde
 * ifupdown, ``etc/network/interfaces`` and ``etc/network/interfaces.d/*``: the names of
   ``iface``, ``auto`` and ``allow-*`` lines (``lo`` aside);
 * systemd-networkd, ``etc/systemd/network/*.network``: ``[Match]`` ``Name=`` and
-  ``MACAddress=`` (lists too); names with glob characters name no NIC.
+  ``MACAddress=`` (lists too) of a file with ``DHCP=`` on or a ``Gateway=``: cloud-init renders
+  a file of static addresses for every NIC of its network data, and those NICs are not the
+  guest's way out (kvdev may take them; its marks then keep networkd off them); names with glob
+  characters name no NIC.
 
 YAML is read with PyYAML when the guest has it (cloud-init and netplan need it there); without
 it, every MAC after a ``macaddress:``/``mac_address:`` key is still found. Bounds: 64 files per
@@ -88,9 +92,31 @@ def _ini(text: str, source: str, problems: list[str]) -> configparser.ConfigPars
     return parser
 
 
+_NETWORKD_ROUTED = re.compile(
+    r"(?m)^\s*(?:DHCP\s*=\s*(?:yes|true|on|1|ipv4|ipv6)\s*$|Gateway\s*=\s*\S)"
+)
+
+
+def _keyfile_routed(parser: configparser.ConfigParser) -> bool:
+    """Whether the profile will give its NIC a default route: DHCP/SLAAC or a gateway.
+
+    DHCP/SLAAC is NM's default method; a profile of static addresses only is not the guest's
+    way out.
+    """
+    for family in ("ipv4", "ipv6"):
+        method = parser.get(family, "method", fallback="auto") or "auto"
+        if method in {"auto", "dhcp"} or parser.get(family, "gateway", fallback=None):
+            return True
+        if parser.has_section(family) and any(
+            k.startswith("address") and "," in (v or "") for k, v in parser.items(family)
+        ):
+            return True  # address1=10.0.0.2/24,10.0.0.1: a gateway
+    return False
+
+
 def _keyfile(text: str, source: str, problems: list[str]) -> Iterator[Configured]:
     parser = _ini(text, source, problems)
-    if parser is None:
+    if parser is None or not _keyfile_routed(parser):
         return
     name = _name(parser.get("connection", "interface-name", fallback=None))
     mac = _mac(parser.get("ethernet", "mac-address", fallback=None))
@@ -102,6 +128,8 @@ def _networkd(text: str, source: str, problems: list[str]) -> Iterator[Configure
     parser = _ini(text, source, problems)
     if parser is None or not parser.has_section("Match"):
         return
+    if not _NETWORKD_ROUTED.search(text):
+        return  # static addresses only (cloud-init renders these for every NIC): not the way out
     for mac in (parser.get("Match", "MACAddress", fallback="") or "").split():
         if _mac(mac):
             yield Configured(f"{source} [Match]", None, _mac(mac))
