@@ -105,7 +105,7 @@ def _keyfile_routed(parser: configparser.ConfigParser) -> bool:
     """
     for family in ("ipv4", "ipv6"):
         method = parser.get(family, "method", fallback="auto") or "auto"
-        if method in {"auto", "dhcp"} or parser.get(family, "gateway", fallback=None):
+        if method in {"auto", "dhcp"} or parser.get(family, "gateway", fallback=""):
             return True
         if parser.has_section(family) and any(
             k.startswith("address") and "," in (v or "") for k, v in parser.items(family)
