@@ -104,8 +104,9 @@ def _keyfile_routed(parser: configparser.ConfigParser) -> bool:
     way out.
     """
     for family in ("ipv4", "ipv6"):
-        method = parser.get(family, "method", fallback="auto") or "auto"
-        if method in {"auto", "dhcp"} or parser.get(family, "gateway", fallback=""):
+        method: str = parser.get(family, "method", fallback="auto") or "auto"
+        gateway: str = parser.get(family, "gateway", fallback="") or ""
+        if method in {"auto", "dhcp"} or gateway:
             return True
         if parser.has_section(family) and any(
             k.startswith("address") and "," in (v or "") for k, v in parser.items(family)
