@@ -89,3 +89,17 @@ def test_a_damaged_record_starts_again_from_what_holds(cfg):
     outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
     assert devices(outcome)[VF2].phase.value == "Error"
     assert devices(outcome)[VF1].phase.value == "Configured"
+
+
+def test_a_bad_configuration_file_is_logged_once_not_on_every_udev_event(cfg, caplog):
+    bad = cfg.config_root / "etc/systemd/network/x.network"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text("no section header\n")
+    reconciler = Reconciler(cfg, example_kernel(), scan_devices=tuple)
+    caplog.set_level("WARNING", logger="kvdev")
+    for _ in range(5):  # five passes after udev events: the configuration is read five times
+        reconciler.stale_devices = True
+        converge(reconciler)
+    said = [r.getMessage() for r in caplog.records if "network configuration" in r.getMessage()]
+    assert len(said) == 1, said
+    assert str(bad) in said[0]

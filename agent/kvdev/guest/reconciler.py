@@ -139,6 +139,7 @@ class Reconciler:
     _kernel_keeps_proto: bool = False  # an address showed a protocol: no journal is needed
     _inputs: object = None  # what the last pass acted on: described devices, hints, tags
     _configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
+    _config_problems: tuple[str, ...] = ()  # what its last read said (logged once each)
     _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
     _lap_at: float = 0.0
@@ -285,10 +286,15 @@ class Reconciler:
         return matching, the_plan, restore
 
     def _read_netconfig(self) -> tuple[primary.Configured, ...]:
-        """The NICs the guest's own network configuration names (read again on udev events)."""
+        """The NICs the guest's own network configuration names (read again on udev events).
+
+        A problem is logged when it first appears, not again on every re-read while it lasts.
+        """
         configured, problems = netconfig.read(self.config.config_root)
         for problem in problems:
-            log.warning("the guest's network configuration: %s", problem)
+            if problem not in self._config_problems:
+                log.warning("the guest's network configuration: %s", problem)
+        self._config_problems = problems
         return configured
 
     def _guest_owned(self) -> primary.Decision:
