@@ -3,7 +3,8 @@
 ``vf_slice(n)`` publishes ``vf-0`` .. ``vf-<n-1>`` of driver ``DRIVER`` on node-a;
 ``allocated_claim(i)`` is ``vms/claim-<i>``, allocated ``vf-<i>`` for request ``nic``.
 ``fill(path)`` writes until the file system is full (for small-tmpfs tests).
-``start_serve(args)`` starts ``kvdev-host serve`` and returns once its sockets listen.
+``start_serve(args)`` starts ``kvdev-host serve`` and returns once its sockets listen
+(``start_serve_line``: and the line it printed then).
 """
 
 import subprocess
@@ -85,10 +86,15 @@ class NeverRun:
 
 def start_serve(args: list[str]) -> subprocess.Popen[str]:
     """Run ``args`` (a ``kvdev-host serve`` command line); return once both sockets listen."""
+    return start_serve_line(args)[0]
+
+
+def start_serve_line(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """``start_serve``, and the "serving" line it printed (with its health and metrics ports)."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # printed once both sockets listen
     if not line.startswith("serving"):
         proc.kill()
         pytest.fail(f"serve did not start: {line!r} {proc.communicate()[1]}")
-    return proc
+    return proc, line

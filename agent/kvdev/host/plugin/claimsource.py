@@ -25,6 +25,10 @@ class ClaimNotFoundError(PermanentError):
     """The claim kubelet named does not exist (or no longer exists) in the source."""
 
 
+class ClaimUidMismatchError(PermanentError):
+    """The claim found under kubelet's name has another UID (deleted and re-created?)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Fetched:
     """A claim and the ResourceSlices of the plugin's driver, read at the same time."""

@@ -8,7 +8,8 @@ namespace/name, LIST the driver's ResourceSlices (paged). Given the node's name 
 per-device pools), never the other nodes' slices. Without it, every slice of the driver.
 The raw JSON is validated by kvdev's own models (``kvdev.host.k8s``), never by the client's.
 The client is built on first use, so constructing the source needs no cluster. This module
-must not write files; it only reads from the API server.
+must not write files; it only reads from the API server (``claimstatus`` writes a claim's
+device status, through the client ``resource_api`` gives it).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class KubeClaimSource:
     def fetch(self, namespace: str, name: str) -> Fetched:
         """See ``kvdev.host.plugin.claimsource.ClaimSource.fetch``."""
         what = f"ResourceClaim {namespace}/{name}"
-        api = self._resource_api()
+        api = self.resource_api()
         raw = self._call(
             what, api.read_namespaced_resource_claim, name, namespace, missing_is_gone=True
         )
@@ -75,7 +76,7 @@ class KubeClaimSource:
         own = self._slices(api, f"{driver},spec.nodeName={self.node}")
         return Fetched(claim, (*own, *self._slices(api, f"{driver},spec.nodeName=")))
 
-    def _slices(self, api: Any, selector: str) -> list[ResourceSlice]:  # noqa: ANN401 - see _resource_api
+    def _slices(self, api: Any, selector: str) -> list[ResourceSlice]:  # noqa: ANN401 - see resource_api
         slices: list[ResourceSlice] = []
         token: str | None = None
         while True:
@@ -134,13 +135,14 @@ class KubeClaimSource:
             raise RetryableError(f"{what}: API server sent {type(data).__name__}, not an object")
         return data
 
-    def _resource_api(self) -> Any:  # noqa: ANN401 - used untyped: we read raw responses
+    def resource_api(self) -> Any:  # noqa: ANN401 - used untyped: we read raw responses
+        """The ``ResourceV1Api``, built on first use and shared (thread-safe)."""
         with self._lock:
             if self._api is None:
                 self._api = self._build()
             return self._api
 
-    def _build(self) -> Any:  # noqa: ANN401 - see _resource_api
+    def _build(self) -> Any:  # noqa: ANN401 - see resource_api
         from kubernetes import client  # noqa: PLC0415 - needs the host extra only here
 
         return client.ResourceV1Api(client.ApiClient(kubeclient.configuration(self.kubeconfig)))

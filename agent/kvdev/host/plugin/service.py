@@ -4,15 +4,20 @@
 the UID kubelet sent, call ``kvdev.host.publish.writer`` and return the prepared devices (with their
 CDI device IDs) or an error string for that claim alone. Calls for the same claim UID are
 serialized by a per-claim lock (the writer adds an flock across processes), so concurrent and
-repeated calls are safe. The gRPC servicers below translate the v1 and v1beta1 wire messages
-(identical shapes, distinct packages) and the registration service. Sockets and server
-lifecycle live in ``kvdev.host.plugin.server``; this module opens no socket.
+repeated calls are safe. Each claim's outcome, duration and error reason go to the plugin's
+``PluginMetrics``. With a ``DeviceStatusSink`` (``--kube``), a successful prepare then applies
+the claim's ``status.devices`` and an unprepare removes them; a failed status write is logged
+and counted, never the claim's error (kubelet would retry the whole prepare), and the next
+prepare of the claim applies it again. The gRPC servicers below translate the v1 and v1beta1
+wire messages (identical shapes, distinct packages) and the registration service. Sockets and
+server lifecycle live in ``kvdev.host.plugin.server``; this module opens no socket.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,8 +25,11 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from kvdev.errors import KvdevError, PermanentError
-from kvdev.host.plugin.claimsource import ClaimSource
+from kvdev.errors import KvdevError
+from kvdev.host.k8s import ResourceClaim
+from kvdev.host.plugin.claimsource import ClaimSource, ClaimUidMismatchError
+from kvdev.host.plugin.claimstatus import DeviceStatusSink, DeviceStatusWriteError
+from kvdev.host.plugin.metrics import PluginMetrics, error_reason
 from kvdev.host.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -92,6 +100,8 @@ class Plugin:
 
     layout: writer.Layout
     source: ClaimSource
+    status: DeviceStatusSink | None = None
+    metrics: PluginMetrics = field(default_factory=PluginMetrics)
     _locks: _KeyedLocks = field(default_factory=_KeyedLocks, init=False, repr=False)
 
     def prepare(self, ref: ClaimRef) -> ClaimResult:
@@ -106,31 +116,52 @@ class Plugin:
         fetched = self.source.fetch(ref.namespace, ref.name)
         uid = fetched.claim.metadata.uid
         if uid != ref.uid:
-            raise PermanentError(
+            raise ClaimUidMismatchError(
                 f"the claim found has uid {uid or '(none)'}, not the one kubelet asked for "
                 "(deleted and recreated?)"
             )
         prepared = writer.prepare(fetched.claim, fetched.slices, self.layout)
+        self._write_status(ref, fetched.claim)
         return ClaimResult(devices=prepared.devices)
 
     def _unprepare(self, ref: ClaimRef) -> ClaimResult:
         writer.unprepare(ref.namespace, ref.name, ref.uid, self.layout)
+        self._write_status(ref, None)
         return ClaimResult()
+
+    def _write_status(self, ref: ClaimRef, claim: ResourceClaim | None) -> None:
+        """Apply (``claim``) or clear (None) the claim's device status; failures only logged."""
+        if self.status is None:
+            return
+        try:
+            if claim is not None:
+                self.status.apply(claim)
+            else:
+                self.status.clear(ref.namespace, ref.name, ref.uid)
+        except DeviceStatusWriteError as e:
+            self.metrics.error("device_status", e.reason)
+            retry = "the next prepare applies it again" if claim is not None else "not retried"
+            log.warning("%s: device status not written (%s): %s", ref, retry, e)
 
     def _guarded(
         self, verb: str, ref: ClaimRef, work: Callable[[ClaimRef], ClaimResult]
     ) -> ClaimResult:
+        began = time.monotonic()
+        reason: str | None = None
         if not (ref.namespace and ref.name and ref.uid):
+            self.metrics.claim_done(verb, ref.uid, time.monotonic() - began, "invalid")
             return ClaimResult(error=f"{ref}: namespace, name and uid are all required")
         with self._locks.hold(ref.uid):
             try:
                 result = work(ref)
             except KvdevError as e:
-                result = ClaimResult(error=f"{verb} {ref}: {e}")
+                result, reason = ClaimResult(error=f"{verb} {ref}: {e}"), error_reason(e)
             except Exception as e:
                 # A bug must fail this claim only, visibly, not the whole request.
                 log.exception("%s %s: unexpected error", verb, ref)
                 result = ClaimResult(error=f"{verb} {ref}: internal error: {e!r}")
+                reason = error_reason(e)
+            self.metrics.claim_done(verb, ref.uid, time.monotonic() - began, reason)
         if result.error:
             log.warning("%s", result.error)
         else:
