@@ -13,6 +13,7 @@ Every exception class in kvdev, wherever it is defined::
     │   ├── host.allocation.plans.AllocationFailedError   the allocator's failure, raised inside it
     │   │                             (a fixture keyword + message; returned as ``Failed``)
     │   ├── host.plugin.claimsource.ClaimNotFoundError    the claim kubelet named does not exist
+    │   ├── host.plugin.claimsource.ClaimUidMismatchError the claim found has another UID
     │   ├── guest.cli.client.AccessDeniedError     the agent's socket refuses this user
     │   └── guest.cli.client.ApiError              the agent answered an error (HTTP 4xx, 500)
     └── RetryableError                the same call may succeed later: back off and try again
@@ -21,6 +22,8 @@ Every exception class in kvdev, wherever it is defined::
         │                             read the object again, decide again
         ├── host.controller.kube.ExpiredError      a resourceVersion or continue token is too
         │                             old (410 Gone): list again
+        ├── host.plugin.claimstatus.DeviceStatusWriteError   a claim's status.devices was not
+        │                             applied (``reason``): the next prepare applies it again
         ├── guest.cli.client.NotRunningError       no socket (yet): the agent is not running
         ├── guest.cli.client.UnreachableError      the socket gave no usable answer in time
         └── guest.cli.client.AgentBusyError        the agent answered 503 (busy, no pass yet)

@@ -163,3 +163,39 @@ def test_metrics_count_each_claim_its_duration_and_errors_by_reason(root):
     assert moved("kvdev_plugin_unprepare_claims_total", success, prepared, after) == 2
     assert moved("kvdev_plugin_unprepare_claim_duration_seconds_count", (), prepared, after) == 2
     assert after[("kvdev_plugin_prepared_claims", ())] == 1
+
+
+def run_serve(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "kvdev.host", "serve", "--driver", DRIVER]
+    args += ["--claims-dir", str(root / "claims"), "--plugin-data-dir", str(root / "plugin")]
+    args += ["--cdi-dir", str(root / "cdi"), "--registry-dir", str(root / "registry")]
+    return subprocess.run([*args, *extra], capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--metrics-address", "8081", "--metrics-address '8081': must be HOST:PORT or :PORT"),
+        ("--metrics-address", "h:99999", "--metrics-address 'h:99999'"),
+        ("--health-port", "70000", "--health-port 70000: must be 1-65535, or 0 for off"),
+    ],
+)
+def test_a_bad_flag_value_is_a_usage_error_naming_it(root, flag, value, message):
+    done = run_serve(root, flag, value)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--metrics-address", "--health-port"])
+def test_a_port_in_use_is_exit_1_naming_the_flag_and_leaves_no_socket(root, flag):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))  # noqa: S104 - what serve binds, taken first
+        taken.listen()
+        port = taken.getsockname()[1]
+        value = f"127.0.0.1:{port}" if flag == "--metrics-address" else str(port)
+        done = run_serve(root, flag, value)
+    assert done.returncode == 1, done.stderr
+    assert f"kvdev-host serve: {flag} " in done.stderr
+    assert "cannot listen" in done.stderr
+    assert not (root / "plugin" / "dra.sock").exists()
+    assert not (root / "registry" / f"{DRIVER}-reg.sock").exists()

@@ -147,6 +147,7 @@ class HealthServer:
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="health"),
             maximum_concurrent_rpcs=MAX_CONCURRENT,
+            options=[("grpc.so_reuseport", 0)],  # a port in use is an error, not shared
         )
         health_pb2_grpc.add_HealthServicer_to_server(_HealthServicer(self.self_check), self._server)
 
