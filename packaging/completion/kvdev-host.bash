@@ -28,6 +28,7 @@ _kvdev_host()
             COMPREPLY=($(compgen -W "debug info warning error" -- "$cur"))
             return ;;
         --node|--driver|--feature-gates|--filter-timeout|--claim-uid|--node-name|--grace|\
+        --health-port|--metrics-address|\
         --lease-namespace|--lease-name|--identity|--resync)
             return ;;
     esac
@@ -47,7 +48,8 @@ _kvdev_host()
         bundle) words="--from-tree --from-cdi --claim-uid --domain-xml --guest-plan --out
                        -o --output --json" ;;
         serve) words="--driver --plugin-data-dir --cdi-dir --registry-dir --claims-dir --kube
-                      --kubeconfig --node-name --pod-uid --grace --log-level" ;;
+                      --kubeconfig --node-name --pod-uid --grace --health-port
+                      --metrics-address --log-level" ;;
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
                            --log-level" ;;

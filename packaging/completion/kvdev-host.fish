@@ -45,6 +45,8 @@ complete -c kvdev-host -n "$f serve" -l kube -d "read claims from the API server
 complete -c kvdev-host -n "$f serve controller" -l kubeconfig -r -F -d "a kubeconfig file"
 complete -c kvdev-host -n "$f serve" -l node-name -x -d "this node"
 complete -c kvdev-host -n "$f serve" -l grace -x -d "seconds to finish on SIGTERM"
+complete -c kvdev-host -n "$f serve" -l health-port -x -d "gRPC health service on this TCP port (0: off)"
+complete -c kvdev-host -n "$f serve" -l metrics-address -x -d "Prometheus metrics on HOST:PORT (empty: off)"
 complete -c kvdev-host -n "$f serve controller" -l log-level -x -a "debug info warning error" -d "log level"
 complete -c kvdev-host -n "$f controller" -l once -d "render from -f files, print, change nothing"
 complete -c kvdev-host -n "$f controller" -l leader-elect -d "take the Lease"

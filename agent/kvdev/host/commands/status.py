@@ -1,8 +1,9 @@
 """``kvdev-host status``: the ``status.devices[]`` a driver would apply to its prepared claims.
 
 Prints, per claim with devices of ``--driver``, an apply configuration for server-side apply
-(``kubectl apply --server-side --subresource=status --field-manager <driver> -f -``), built by
-the pure ``kvdev.host.publish.devicestatus``. Exit 0 ok, 2 usage error or invalid input.
+(``kubectl apply --server-side --subresource=status --field-manager kvdev-host/<driver> -f -``:
+what ``kvdev-host serve --kube`` applies itself after a prepare), built by the pure
+``kvdev.host.publish.devicestatus``. Exit 0 ok, 2 usage error or invalid input.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ output: per claim that has devices of NAME, a ResourceClaim apply configuration
   (apiVersion, kind, metadata name/namespace/uid, status.devices[] with NAME's entries:
   driver, pool, device, shareID, a Ready condition, networkData). -o yaml: one document per
   claim; -o json: a v1 List. A Ready condition already True keeps its lastTransitionTime.
+  'kvdev-host serve --kube' applies the same to each claim it prepares (field manager
+  kvdev-host/NAME); by hand, use that manager, so serve's unprepare removes the entries.
 
 examples:
   kvdev-host status -f claims.yaml --driver dra.net
   kvdev-host status -f claims.yaml --driver dra.net -o json --network-data net.yaml |
-      kubectl apply --server-side --subresource=status --field-manager dra.net -f -
+      kubectl apply --server-side --subresource=status --field-manager kvdev-host/dra.net -f -
 
 exit status: 0 ok, 2 usage error or invalid input (names the object and field).
 """

@@ -1,7 +1,8 @@
 """The ``status.devices[]`` entries a driver applies to a prepared claim (KEP-4817).
 
-Owns the apply configuration a driver sends with server-side apply (field manager = the
-driver; ``kubectl apply --server-side --subresource=status``): ``apiVersion``, ``kind``,
+Owns the apply configuration a driver sends with server-side apply (``kvdev-host serve --kube``
+sends it with the field manager ``kvdev-host/<driver>``: ``plugin.claimstatus``;
+``kubectl apply --server-side --subresource=status`` by hand): ``apiVersion``, ``kind``,
 ``metadata`` (name, namespace and uid, so a claim re-created under the same name is not
 touched) and ``status.devices[]`` with only this driver's entries, each keyed like upstream's
 list map (driver, pool, device, shareID) and carrying a ``Ready`` condition and the device's
