@@ -8,6 +8,9 @@ tests/cluster/test_serve_device_status.py); ``SelfCheck`` against a real ``Plugi
 
 import shutil
 import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -223,3 +226,43 @@ def test_a_probe_does_not_wait_past_its_budget_for_a_running_check(short_dir):
         verdict = check.check(0.01)
     assert verdict.reason == "an earlier check is still running"
     assert not verdict.healthy
+
+
+def test_concurrent_probes_share_dials_instead_of_piling_up(short_dir):
+    """Six probes while a dial hangs: the hung one, then one more that answers all the others."""
+    ticks = []
+    lock = threading.Lock()
+
+    def clock():
+        with lock:
+            ticks.append(None)
+            return float(len(ticks))
+
+    check = SelfCheck(Sockets(short_dir / "dra.sock", short_dir / "reg.sock"), DRIVER, clock)
+    gate, dials = threading.Event(), []
+
+    def dial(budget):
+        began = clock()
+        dials.append(began)
+        assert gate.wait(60), "the test never released the dial"  # a failure guard
+        return Verdict(healthy=True, reason="", began=began)
+
+    check._dial = dial
+    with ThreadPoolExecutor(6) as pool:
+        first = pool.submit(check.check, 60.0)
+        wait_until(lambda: len(dials) == 1)
+        rest = [pool.submit(check.check, 60.0) for _ in range(5)]
+        wait_until(lambda: len(ticks) == 7)  # every probe has arrived (1 dial + 6 arrivals)
+        gate.set()
+        verdicts = [first.result(), *(r.result() for r in rest)]
+    assert all(v.healthy for v in verdicts)
+    assert len(dials) == 2  # not six
+
+
+def wait_until(condition, steps=60_000):
+    """Poll ``condition`` (bounded: fails only if it never holds)."""
+    for _ in range(steps):
+        if condition():
+            return
+        time.sleep(0.001)
+    pytest.fail("condition never held")

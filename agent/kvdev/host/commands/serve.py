@@ -72,7 +72,7 @@ health (--health-port PORT, 0 = off):
   (NodePrepareResources, no claims), each with a deadline: SERVING when both answer,
   NOT_SERVING otherwise (the reason logged). For a pod's grpc: liveness/readiness probes.
 
-metrics (--metrics-address HOST:PORT, :PORT = every address, empty or 0 = off):
+metrics (--metrics-address HOST:PORT, :PORT = every IPv4 address, empty or 0 = off):
   Prometheus text on http://HOST:PORT/metrics: kvdev_plugin_prepare_claims_total{{result}},
   kvdev_plugin_unprepare_claims_total{{result}}, kvdev_plugin_prepare_claim_duration_seconds,
   kvdev_plugin_unprepare_claim_duration_seconds (histograms),
@@ -87,7 +87,7 @@ examples:
       --plugin-data-dir /tmp/plugin --cdi-dir /tmp/cdi --registry-dir /tmp/registry
 
 exit status: 0 stopped by SIGTERM/SIGINT, 1 cannot serve (socket in use, directory not
-  writable), 2 usage error or invalid options.
+  writable, health port or metrics address in use), 2 usage error or invalid options.
   (default registry dir: {DEFAULT_REGISTRY_DIR})
 """
 
@@ -160,7 +160,7 @@ def register(commands: Commands) -> None:
         "--metrics-address",
         default="",
         metavar="HOST:PORT",
-        help="serve Prometheus metrics on http://HOST:PORT/metrics (:PORT: every address; "
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (:PORT: every IPv4 address; "
         "default: empty, off)",
     )
     serve.add_argument(
