@@ -19,6 +19,7 @@ import yaml
 from hostlab import DRIVER, allocated_claim, vf_slice
 from kvdev.errors import PermanentError, Problem, RetryableError, SchemaError, UsageError
 from kvdev.host.k8s import ResourceClaim
+from kvdev.host.plugin import claimstatus
 from kvdev.host.plugin.claimsource import (
     ClaimNotFoundError,
     ClaimUidMismatchError,
@@ -266,3 +267,27 @@ def wait_until(condition, steps=60_000):
             return
         time.sleep(0.001)
     pytest.fail("condition never held")
+
+
+@pytest.mark.parametrize(
+    ("status", "unavailable"), [(None, True), (408, True), (429, True), (503, True), (403, False)]
+)
+def test_which_api_answers_are_unavailable(status, unavailable):
+    assert claimstatus._unavailable(status) is unavailable
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '{"kind": "Status", "message": "changing status.devices requires"}',
+            "changing status.devices requires",
+        ),
+        (b'{"message": "x"}', "x"),
+        ("not json", ""),
+        ('["a list"]', ""),
+        (None, ""),
+    ],
+)
+def test_the_api_servers_message_is_taken_from_its_status_body(body, message):
+    assert claimstatus._message(body) == message
