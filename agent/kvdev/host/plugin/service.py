@@ -138,6 +138,7 @@ class Plugin:
                 self.status.apply(claim)
             else:
                 self.status.clear(ref.namespace, ref.name, ref.uid)
+            log.debug("%s: device status %s", ref, "applied" if claim is not None else "cleared")
         except DeviceStatusWriteError as e:
             self.metrics.error("device_status", e.reason)
             retry = "the next prepare applies it again" if claim is not None else "not retried"
