@@ -5,8 +5,8 @@ which also gets the claims' device status), the writer layout, the ``PluginServe
 when asked, the gRPC health service (``--health-port``) and the metrics server
 (``--metrics-address``), and waits for a signal; then it stops gracefully (health first, then
 the registration socket, in-flight calls finish, metrics last) and removes its sockets. Exit 0
-after a clean stop, 1 when it cannot serve (a socket in use, an unwritable directory), 2 usage error
-or invalid options. The services live in ``kvdev.host.plugin.service`` and
+after a clean stop, 1 when it cannot serve (a socket or port in use, an unwritable directory),
+2 usage error or invalid options. The services live in ``kvdev.host.plugin.service`` and
 ``kvdev.host.plugin.server``.
 """
 
