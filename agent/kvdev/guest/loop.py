@@ -207,7 +207,7 @@ class _Loop:
             if ready or dirty or due or self.signals.kick:
                 if due or self.signals.kick:
                     self.reconciler.stale_devices = self.reconciler.stale_links = True
-                trigger = _trigger(self.woke_by, due=due, kick=self.signals.kick)
+                trigger = _trigger(self.woke_by, dirty=dirty, due=due, kick=self.signals.kick)
                 self.signals.kick = False
                 outcome = self._pass(outcome, trigger)
 
@@ -290,17 +290,23 @@ class _Loop:
         self.signals.close()
 
 
-_TRIGGERS: Final = (("files", "metadata"), ("udev", "udev"), ("netlink", "link"))
+def _trigger(woke_by: set[str], *, dirty: bool, due: bool, kick: bool) -> str:
+    """What a pass is counted for (``core.metrics.TRIGGERS``).
 
-
-def _trigger(woke_by: set[str], *, due: bool, kick: bool) -> str:
-    """What a pass is counted for: SIGHUP, then an event, then a due timer, else verifying."""
+    SIGHUP, then a file event (new metadata), then verifying the pass before (whose own
+    changes also raise the udev and netlink events it absorbs), then udev, netlink, a due timer.
+    """
     if kick:
         return "signal"
-    for kind, trigger in _TRIGGERS:
-        if kind in woke_by:
-            return trigger
-    return "timer" if due else "verify"
+    if "files" in woke_by:
+        return "metadata"
+    if dirty:
+        return "verify"
+    if "udev" in woke_by:
+        return "udev"
+    if "netlink" in woke_by:
+        return "link"
+    return "timer" if due else "verify"  # else: a ready source of no kind above
 
 
 def _settle_collector() -> None:
