@@ -74,7 +74,7 @@ _kvdev()
             if [[ -z $sub ]]; then
                 words="validate --help"
             elif [[ $cur == -* ]]; then
-                words="--json --verbose -v --color --help"
+                words="--json -o --output --verbose -v --color --help"
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
                 return
