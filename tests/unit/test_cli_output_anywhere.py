@@ -4,8 +4,8 @@
 import json
 
 import pytest
-
 from builders import metadata_doc, stream
+
 from kvdev.guest.cli import main as cli
 
 AGENT_COMMANDS = {  # every command that asks the agent, with the arguments it needs
