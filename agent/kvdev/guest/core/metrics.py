@@ -147,6 +147,8 @@ class Metrics:
             self._drift += applied
 
     def _count_metadata_errors(self, status: Status) -> None:
+        if not self._seen and not status.file_errors and not status.conditions:
+            return  # the usual pass: nothing held before, nothing holds now
         holding = {("invalid", str(p)) for p in status.file_errors}
         holding |= {
             (_CONDITIONS[c.type], c.message) for c in status.conditions if c.type in _CONDITIONS
