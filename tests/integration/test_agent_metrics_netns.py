@@ -9,8 +9,10 @@ that agree, so the pass counters are compared with the agent's own count of pass
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from kvdev.guest.cli.client import Client, UnixHTTPConnection
 from kvdev.guest.core.metrics import STEP_KINDS
 
 KVDEV = str(Path(sys.executable).parent / "kvdev")
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 pytestmark = [
     pytest.mark.netns,
@@ -227,3 +230,31 @@ def test_a_once_run_does_not_import_prometheus_client(guest):
     assert done.returncode == 1, done.stderr  # the example's GPU is missing in a netns
     assert "LOADED [] EXPOSITION False" in done.stdout, done.stdout + done.stderr
     assert addresses(ns, "data0") == ["10.1.0.5/24"]  # the run was real: it configured data0
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv to ask as nobody")
+def test_metrics_are_read_by_whom_status_is_read_by(guest):
+    ns, tree, work = guest
+    sockdir = Path(tempfile.mkdtemp(prefix="kvdev-metrics-"))  # reachable by nobody
+    sockdir.chmod(0o755)
+    sock = sockdir / "agent.sock"
+    try:
+        with serving(ns, tree, work, sock=sock):
+            sock.chmod(0o666)  # nobody may connect; the agent's rule still applies
+            answers = {}
+            for endpoint in ("metrics", "status"):
+                done = subprocess.run(
+                    [*NOBODY, KVDEV, "--socket", str(sock), endpoint],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                answers[endpoint] = (done.returncode, done.stderr)
+            assert answers["metrics"] == answers["status"]
+            code, err = answers["metrics"]
+            assert code == 2
+            assert "GET is not permitted to uid 65534" in err
+            assert passes(parse(Client(str(sock)).text("/v1/metrics")), trigger="start") == 1
+    finally:
+        shutil.rmtree(sockdir, ignore_errors=True)
