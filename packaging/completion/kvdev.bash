@@ -13,7 +13,7 @@ _kvdev()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
     local global="--socket -o --output --json --color --timeout --help"
-    local commands="status devices explain plan wait reconcile collect metadata"
+    local commands="status devices explain plan wait reconcile metrics collect metadata"
     local command="" sub="" socket=() i word
 
     # Find the command (and metadata's subcommand), skipping options and their values.
@@ -52,7 +52,7 @@ _kvdev()
     case $command in
         "")
             words="$global --version $commands" ;;
-        status|devices|plan|reconcile)
+        status|devices|plan|reconcile|metrics)
             words=$global ;;
         explain)
             if [[ $cur == -* ]]; then
@@ -74,7 +74,7 @@ _kvdev()
             if [[ -z $sub ]]; then
                 words="validate --help"
             elif [[ $cur == -* ]]; then
-                words="--json --verbose -v --color --help"
+                words="--json -o --output --verbose -v --color --help"
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
                 return

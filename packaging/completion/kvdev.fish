@@ -1,6 +1,6 @@
 # fish completion for kvdev(1). Install as /usr/share/fish/vendor_completions.d/kvdev.fish.
 
-set -l commands status devices explain plan wait reconcile collect metadata
+set -l commands status devices explain plan wait reconcile metrics collect metadata
 complete -c kvdev -f
 complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a status -d "converged? counts by phase, errors, claims"
 complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a devices -d "the described devices and their guest interfaces"
@@ -8,6 +8,7 @@ complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a explain -d "
 complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a plan -d "the steps a pass would apply now"
 complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a wait -d "wait until converged or ready"
 complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a reconcile -d "a full pass now (root only)"
+complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a metrics -d "the agent's counters, Prometheus text"
 complete -c kvdev -n "not __fish_seen_subcommand_from $commands" -a collect -d "one support tarball"
 complete -c kvdev -n "__fish_seen_subcommand_from collect" -l tarfile -r -F -d "where to write it"
 complete -c kvdev -n "__fish_seen_subcommand_from collect" -l metadata-root -x -a "(__fish_complete_directories)" -d "the metadata tree to list"

@@ -50,7 +50,7 @@ packages=(
     linux-image-amd64 initramfs-tools kmod
     systemd systemd-sysv udev iproute2
     python3 python3-pydantic python3-pyudev python3-watchdog
-    python3-psutil python3-h11 python3-systemd
+    python3-psutil python3-h11 python3-prometheus-client python3-systemd
     # The neighbours the agent must live with (tests/e2e/test_vm_neighbours.py): installed in
     # every image but started only where a boot enables them (trim.sh disables them).
     network-manager dbus cloud-init

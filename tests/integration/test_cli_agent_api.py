@@ -515,7 +515,8 @@ def test_reconcile_by_another_user_is_refused_with_exit_2(agent, as_nobody):
 
 
 @pytest.mark.parametrize(
-    "command", ["", "status", "devices", "explain", "plan", "wait", "reconcile", "collect"]
+    "command",
+    ["", "status", "devices", "explain", "plan", "wait", "reconcile", "metrics", "collect"],
 )
 def test_help_shows_examples_and_exit_codes(capsys, command):
     with pytest.raises(SystemExit) as exited:

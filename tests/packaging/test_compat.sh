@@ -28,6 +28,8 @@ tests=(
     tests/unit/test_schema_regressions.py
     tests/unit/test_fields.py
     tests/unit/test_config.py
+    tests/unit/test_agent_metrics.py
+    tests/integration/test_agent_metrics_netns.py
 )
 
 floor_pins() {  # every "name>=X" of [project].dependencies as "name==X"

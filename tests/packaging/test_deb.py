@@ -163,7 +163,11 @@ def test_the_control_fields(deb):
         "systemd | systemd-standalone-sysusers | systemd-sysusers",
     ):
         assert wanted in depends, control["Depends"]
-    assert {d.split()[0] for d in depends} >= {"python3-pyudev", "python3-watchdog"}
+    assert {d.split()[0] for d in depends} >= {
+        "python3-pyudev",
+        "python3-watchdog",
+        "python3-prometheus-client",  # GET /v1/metrics
+    }
     assert control["Suggests"] == "python3-yaml"  # kvdev -o yaml
     # the agent's rtnetlink codec is its own (guest/adapters/netlink): no netlink library
     assert "python3-pyroute2" not in {d.split()[0] for d in depends}

@@ -48,7 +48,7 @@ def ask(kind):
 @pytest.mark.parametrize("kind", ["plan", "reconcile"])
 def test_an_ask_whose_client_hung_up_is_dropped_and_the_loop_goes_on(loop, kind):
     the_loop, kernel = loop
-    outcome = the_loop._pass(None)
+    outcome = the_loop._pass(None, "start")
     gone, waiting = ask(kind), ask(kind)
     assert gone.answer.cancel()  # what the server does when the client hangs up
     the_loop.asks = [gone, waiting]
@@ -61,7 +61,7 @@ def test_an_ask_whose_client_hung_up_is_dropped_and_the_loop_goes_on(loop, kind)
 
 def test_a_running_ask_can_no_longer_be_cancelled(loop):
     the_loop, _ = loop
-    outcome = the_loop._pass(None)
+    outcome = the_loop._pass(None, "start")
     a = ask("plan")
     the_loop.asks = [a]
     the_loop._answer(outcome)
@@ -71,7 +71,7 @@ def test_a_running_ask_can_no_longer_be_cancelled(loop):
 
 def test_many_asks_cost_one_plan_and_one_pass(loop):
     the_loop, kernel = loop
-    outcome = the_loop._pass(None)
+    outcome = the_loop._pass(None, "start")
     plans = [ask("plan") for _ in range(50)]
     passes = [ask("reconcile") for _ in range(50)]
     the_loop.asks = [*plans, *passes]
@@ -85,7 +85,7 @@ def test_many_asks_cost_one_plan_and_one_pass(loop):
 
 def test_an_unknown_ask_is_answered_with_an_error(loop):
     the_loop, _ = loop
-    outcome = the_loop._pass(None)
+    outcome = the_loop._pass(None, "start")
     a = ask("dance")
     the_loop.asks = [a]
     the_loop._answer(outcome)
@@ -98,8 +98,8 @@ def test_a_pass_logs_each_device_configured_once_with_its_message_id(loop, caplo
 
     the_loop, _ = loop
     with caplog.at_level("INFO", logger="kvdev.agent"):
-        outcome = the_loop._pass(None)
-        the_loop._pass(outcome)  # nothing changed: nothing said again
+        outcome = the_loop._pass(None, "start")
+        the_loop._pass(outcome, "verify")  # nothing changed: nothing said again
     said = [r for r in caplog.records if getattr(r, "MESSAGE_ID", None) == CONFIGURED]
     configured = [d.ref for d in outcome.status.devices if d.phase.value == "Configured"]
     assert configured

@@ -11,7 +11,7 @@ exponentially; so do passes that keep finding work, each cause on its own clock 
 passes acting on new metadata (a metadata storm: every write is applied at once, only the
 verifying passes wait), and passes that find the links changed back (something else is
 fighting over them). A streak of one cause never delays a pass of the other, and the warning
-names its cause.
+names its cause. Each pass is counted in the bridge's ``metrics``, with what woke the loop for it.
 """
 
 from __future__ import annotations
@@ -188,9 +188,10 @@ class _Loop:
         self.ping = systemd.watchdog_interval()
         self.summary = ""
         self.asks: list[Ask] = []
+        self.woke_by: set[str] = set()  # the kinds of event the last wait returned for
 
     def run(self) -> None:
-        outcome = self._pass(None)
+        outcome = self._pass(None, "start")
         systemd.notify("READY=1", f"STATUS={outcome.status.summary()}")
         settled = False
         while not self.signals.stopping():
@@ -206,11 +207,16 @@ class _Loop:
             if ready or dirty or due or self.signals.kick:
                 if due or self.signals.kick:
                     self.reconciler.stale_devices = self.reconciler.stale_links = True
+                trigger = _trigger(self.woke_by, dirty=dirty, due=due, kick=self.signals.kick)
                 self.signals.kick = False
-                outcome = self._pass(outcome)
+                outcome = self._pass(outcome, trigger)
 
-    def _pass(self, previous: Outcome | None) -> Outcome:
+    def _pass(self, previous: Outcome | None, trigger: str) -> Outcome:
+        started = time.perf_counter()
         outcome = attempt(self.reconciler, previous)
+        if self.bridge is not None:
+            took = time.perf_counter() - started
+            self.bridge.metrics.record(trigger, outcome, previous, seconds=took, now=time.time())
         before = previous.status if previous is not None else None
         refused = previous.plan.blocked if previous is not None else ()
         for alert in alerts(before, outcome.status, refused, outcome.plan.blocked):
@@ -232,6 +238,7 @@ class _Loop:
             self.clock.ping_at = now + self.ping
         ready = self.selector.select(_timeout(dirty, self.clock, now))
         self.reconciler.woke_at = time.perf_counter()  # the pass's "wake" phase starts here
+        self.woke_by = {key.data[0] for key, _ in ready}
         for key, _ in ready:
             kind, src = key.data
             self.reconciler.stale_devices |= kind == "udev"
@@ -265,7 +272,7 @@ class _Loop:
                     answer = encode.plan_json(self.reconciler.preview())
                 else:
                     self.reconciler.stale_devices = self.reconciler.stale_links = True
-                    outcome = self._pass(outcome)
+                    outcome = self._pass(outcome, "api")
                     answer = encode.status_json(outcome.status)
             except Exception as e:  # noqa: BLE001 - the askers get it; the loop goes on
                 for ask in waiting:
@@ -281,6 +288,25 @@ class _Loop:
     def close(self) -> None:
         self.selector.close()
         self.signals.close()
+
+
+def _trigger(woke_by: set[str], *, dirty: bool, due: bool, kick: bool) -> str:
+    """What a pass is counted for (``core.metrics.TRIGGERS``).
+
+    SIGHUP, then a file event (new metadata), then verifying the pass before (whose own
+    changes also raise the udev and netlink events it absorbs), then udev, netlink, a due timer.
+    """
+    if kick:
+        return "signal"
+    if "files" in woke_by:
+        return "metadata"
+    if dirty:
+        return "verify"
+    if "udev" in woke_by:
+        return "udev"
+    if "netlink" in woke_by:
+        return "link"
+    return "timer" if due else "verify"  # else: a ready source of no kind above
 
 
 def _settle_collector() -> None:

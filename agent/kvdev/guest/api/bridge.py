@@ -6,7 +6,8 @@ future the next event resolves). The API ``ask``s the loop to do what only the l
 full reconcile, a dry-run plan: the netlink sockets and their cache belong to the loop's
 thread); the loop sees a readable ``fileno()``, ``drain()``s the requests and answers each
 through its future. Nothing here blocks either side: the API's server never waits on a future,
-it is called back.
+it is called back. The loop's counters (``core.metrics``) travel here too: the loop records
+each pass in ``metrics``, the API reads ``metrics.view`` (a frozen value, published whole).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvdev.guest.core.metrics import Metrics
 from kvdev.guest.core.status import Change, Status, changes
 
 EVENTS_KEPT = 512
@@ -70,6 +72,7 @@ class Bridge:
         self._waiters: list[concurrent.futures.Future[None]] = []
         self._asks: queue.SimpleQueue[Ask] = queue.SimpleQueue()
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.metrics = Metrics()  # written by the loop's thread only; ``view`` read by the API
 
     # ------------------------------------------------------------------ loop side
 

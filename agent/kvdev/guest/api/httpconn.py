@@ -76,12 +76,14 @@ class Request:
 class Response:
     """The handler's answer; ``body`` goes through ``json.dumps`` (plus a newline).
 
-    Framing headers (Content-Type, Content-Length, Transfer-Encoding, Connection) are dropped.
+    A ``bytes`` body is sent as it is, with ``content_type``. Framing headers given in
+    ``headers`` (Content-Type, Content-Length, Transfer-Encoding, Connection) are dropped.
     """
 
     status: int
     body: object
     headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -741,6 +743,8 @@ def _request(head: h11.Request, body: bytes, peer: Peer) -> Request:
 
 
 def _encode(response: Response) -> bytes:
+    if isinstance(response.body, bytes):
+        return response.body
     return (json.dumps(response.body) + "\n").encode()
 
 
@@ -756,7 +760,7 @@ def _render(
     if payload is None:
         payload = _encode(response)
     headers = [
-        ("Content-Type", "application/json"),
+        ("Content-Type", response.content_type),
         ("Content-Length", str(len(payload))),
         *((k, v) for k, v in response.headers if k.lower() not in _FRAMING),
     ]

@@ -16,6 +16,9 @@ renamed):
   name or, for template claims, the pod's claim name; ``request`` may be ``nic/rdma`` (two
   segments or one percent-encoded). ``?driver=`` and ``?pool=`` settle a name used twice.
 * ``GET /v1/plan``: what a pass would do now, from a fresh observation; changes nothing.
+* ``GET /v1/metrics``: the loop's counters (``core.metrics``) in Prometheus's text format
+  (``adapters.exposition``, imported at the first scrape: the start does not pay for
+  prometheus_client); answered before the first pass too, with the counters at zero.
 * ``POST /v1/reconcile`` (root only): a full pass now, with fresh observations; its status.
 * ``GET /v1/events?since=N&wait=S``: state changes numbered above N, waiting up to S seconds
   (at most 60) for one; ``next`` is the N to ask from next time; numbers restart with the
@@ -33,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
 from kvdev import __version__
@@ -42,6 +45,9 @@ from kvdev.guest.api.bridge import Bridge, Event, Snapshot
 from kvdev.guest.api.server import Deferred, Request, Response, error_response
 from kvdev.guest.core.status import DeviceStatus
 from kvdev.guest.views import encode
+
+if TYPE_CHECKING:
+    from kvdev.guest.adapters.exposition import Exposition
 
 API_VERSION: Final = encode.STATUS_API_VERSION
 STATS_FRESH: Final = 1.0  # seconds the interface counters of /v1/devices are served for
@@ -78,12 +84,14 @@ class Api:
         self._stats: tuple[float, Snapshot, dict[str, dict[str, Any]]] | None = None
         self.agent_stats = agent_stats
         self._encoded: tuple[Snapshot, dict[str, Any]] | None = None  # the latest status, encoded
+        self._exposition: Exposition | None = None  # made at the first scrape
         self._routes: dict[tuple[str, ...], tuple[str, _Route]] = {
             ("healthz",): ("GET", self._health),
             ("v1", "status"): ("GET", self._status),
             ("v1", "devices"): ("GET", self._devices),
             ("v1", "devices", "*"): ("GET", self._device),  # /v1/devices/{claim}/{request}/{device}
             ("v1", "plan"): ("GET", self._plan),
+            ("v1", "metrics"): ("GET", self._metrics),
             ("v1", "reconcile"): ("POST", self._reconcile),
             ("v1", "events"): ("GET", self._events),
         }
@@ -134,6 +142,14 @@ class Api:
             }
         )
         return Response(200, body)
+
+    def _metrics(self, _request: Request, _parts: list[str]) -> Response:
+        if self._exposition is None:  # the first scrape imports prometheus_client, not the start
+            from kvdev.guest.adapters import exposition  # noqa: PLC0415
+
+            self._exposition = exposition.Exposition(lambda: self.bridge.metrics.view, __version__)
+        text = self._exposition.render()
+        return Response(200, text, content_type=self._exposition.content_type)
 
     def _described_stats(self, snap: Snapshot) -> dict[str, dict[str, Any]]:
         """The counters of the described devices' interfaces, read at most once a second.

@@ -79,10 +79,11 @@ class AgentBusyError(AnsweredError, RetryableError):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One HTTP answer: status code and decoded JSON object."""
+    """One HTTP answer: status code and decoded JSON object (or, for a text answer, its text)."""
 
     status: int
     body: dict[str, Any]
+    text: str | None = None  # a text/plain answer (GET /v1/metrics), as it came
 
 
 def default_socket() -> str:
@@ -188,6 +189,10 @@ class Client:
         finally:
             conn.close()
         busy = response.status == 503 and response.getheader("Retry-After") is not None
+        if (response.getheader("Content-Type") or "").startswith("text/plain"):
+            if len(data) > MAX_BODY:
+                raise UnreachableError(f"the agent at {self.socket_path} answered more than 64 MiB")
+            return Answer(response.status, {}, data.decode(errors="replace")), busy
         return Answer(response.status, self._decode(data)), busy
 
     def get(
@@ -195,6 +200,15 @@ class Client:
     ) -> dict[str, Any]:
         """GET ``path``: the JSON body of a 2xx answer; ``ApiError`` for an error status."""
         return self.check(self.request("GET", path, query, timeout=timeout))
+
+    def text(self, path: str) -> str:
+        """GET ``path``: the text of a 2xx text/plain answer; ``ApiError`` for an error."""
+        answer = self.request("GET", path)
+        body = self.check(answer)
+        if answer.text is None:
+            message = f"the agent at {self.socket_path} answered {path} with JSON, not text"
+            raise UnreachableError(message + (f": {body}" if body else ""))
+        return answer.text
 
     def post(self, path: str, *, timeout: float | None = None) -> dict[str, Any]:
         """POST ``path`` with no body: the JSON of a 2xx answer; ``ApiError`` otherwise."""

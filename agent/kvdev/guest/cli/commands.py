@@ -1,6 +1,7 @@
-"""``kvdev``'s agent commands: status, devices, explain, plan, wait, reconcile.
+"""``kvdev``'s agent commands: status, devices, explain, plan, wait, reconcile, metrics.
 
-Each asks the running agent through ``client`` and prints with ``tables``, or with ``-o json``
+``metrics`` prints the agent's counters as it answers them (Prometheus text). The others
+ask the running agent through ``client`` and print with ``tables``, or with ``-o json``
 (``--json``) or ``-o yaml`` the agent's answer as it came; ``devices`` also takes ``-o wide``
 and ``-o name`` (``explain``: ``-o name``). This module owns what those commands do with
 the answers and their exit codes: 0 ok, 1 not converged / not found / timed out, 2 the agent
@@ -67,6 +68,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> i
     default = ASK_TIMEOUT if args.command in {"plan", "reconcile"} else READ_TIMEOUT
     timeout = args.timeout if args.timeout is not None else default
     output = getattr(args, "output", None)
+    if output is not None and args.command == "metrics":
+        err.write(f"kvdev: metrics prints Prometheus's text format only; drop -o {output}\n")
+        return EXIT_ERROR
     if output in _LISTS and args.command not in _LISTS[output]:
         takes = " and ".join(sorted(_LISTS[output]))
         err.write(f"kvdev: -o {output} is for {takes}; {args.command} takes -o json or yaml\n")
@@ -192,6 +196,11 @@ def _reconcile(ctx: Context, _args: argparse.Namespace) -> int:
     return EXIT_OK if body.get("converged") else EXIT_NOT_READY
 
 
+def _metrics(ctx: Context, _args: argparse.Namespace) -> int:
+    ctx.out.write(ctx.client.text("/v1/metrics"))
+    return EXIT_OK
+
+
 def _yaml(body: Mapping[str, Any]) -> str:
     """``-o yaml``: PyYAML, when installed (the guest's own dependencies do not need it)."""
     try:
@@ -286,4 +295,5 @@ _COMMANDS: Final[dict[str, Callable[[Context, argparse.Namespace], int]]] = {
     "plan": _plan,
     "wait": _wait,
     "reconcile": _reconcile,
+    "metrics": _metrics,
 }

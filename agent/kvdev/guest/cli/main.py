@@ -2,7 +2,7 @@
 
 It owns the command line: the parser (global options, every command's help, examples and exit
 codes) and the entry point. The commands that ask the running agent over its socket (status,
-devices, explain, plan, wait, reconcile) are in ``commands``, their socket client is
+devices, explain, plan, wait, reconcile, metrics) are in ``commands``, their socket client is
 ``client`` and their renderings ``kvdev.guest.views.tables``; ``metadata validate`` (offline,
 no agent) is ``validate``; ``collect`` (a support tarball) is ``collect``. Exit codes are
 a contract: 0 success, 1 not converged / not found / timed out, 2 usage error, invalid input,
@@ -49,6 +49,7 @@ examples:
   kvdev devices -o name                         # one full ref per line, for scripts
   kvdev metadata validate ./tree                # offline, no agent needed
   sudo kvdev collect                            # one support tarball for a bug report
+  kvdev metrics                                 # the agent's counters, Prometheus text
 
 {_EXIT_CODES}
 Run 'kvdev COMMAND --help' for a command's options and examples.
@@ -161,6 +162,28 @@ examples:
 
 exit status: 0 converged after the pass, 1 not converged, 2 not root, agent not reachable,
 or the pass failed.
+""",
+    ),
+    "metrics": (
+        "the agent's counters in Prometheus's text format (passes, steps, errors, durations)",
+        (
+            "Print the agent's counters as GET /v1/metrics answers them (Prometheus text "
+            "exposition format 0.0.4): passes by trigger and result, steps applied and failed "
+            "by kind, drift restored, metadata errors by kind, the pass duration histogram, "
+            "devices by phase, the time of the last ok pass and the build."
+        ),
+        """\
+examples:
+  kvdev metrics
+  kvdev metrics | grep '^kvdev_agent_steps_applied_total'
+
+  # a node exporter's textfile collector (--collector.textfile.directory): write a
+  # temporary file in the same directory, then rename it into place, so the collector
+  # never reads half a file (it reads only *.prom); from cron or a systemd timer:
+  dir=/var/lib/prometheus/node-exporter
+  kvdev metrics > "$dir/kvdev.prom.$$" && mv "$dir/kvdev.prom.$$" "$dir/kvdev.prom"
+
+exit status: 0 printed, 2 the agent is not reachable, or -o was given (text only).
 """,
     ),
 }

@@ -40,6 +40,7 @@ examples:
   kvdev metadata validate                         # the agent's default tree, {ROOT}
   kvdev metadata validate ./tree meta_data.json   # a tree and a config drive file
   kvdev metadata validate --json ./tree | jq '.files[].devices'
+  kvdev metadata validate -o json ./tree          # the same; -o may also come before 'metadata'
 
 exit status: 0 all valid and conforming (other warnings allowed), 1 all valid but some value
 breaks a writer's rule ([upstream]: report it to the driver), 2 a file or a device kvdev cannot
@@ -66,6 +67,13 @@ def add_parser(meta: argparse.ArgumentParser, func: Command) -> None:
         help=f"a file or a directory tree to check (default: {ROOT})",
     )
     validate.add_argument(
+        "-o",
+        "--output",
+        choices=("json",),
+        default=argparse.SUPPRESS,  # as --json: kvdev's global -o, given before, applies
+        help="json: the report as JSON (the same as --json); the default is the text report",
+    )
+    validate.add_argument(
         "--json",
         dest="output",
         action="store_const",
@@ -87,6 +95,12 @@ def add_parser(meta: argparse.ArgumentParser, func: Command) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> int:
     """Check ``args.paths`` (default: the agent's tree); 0 valid, 2 invalid or missing."""
+    output = getattr(args, "output", None)
+    if output not in {None, "json"}:  # kvdev's global -o, given before 'metadata'
+        err.write(
+            f"kvdev: metadata validate prints its report as text or -o json, not -o {output}\n"
+        )
+        return EXIT_INVALID
     paths: list[Path] = args.paths or [Path(ROOT)]
     missing = [p for p in paths if not p.exists()]
     if missing:
@@ -94,7 +108,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> i
         return EXIT_INVALID
     raws = [raw for p in paths for raw in files.read_path(p)]
     result = check.build(raws)
-    if getattr(args, "output", None) == "json":
+    if output == "json":
         json.dump(check.render_json(result), out, indent=2)
         out.write("\n")
     else:

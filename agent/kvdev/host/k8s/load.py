@@ -1,4 +1,4 @@
-"""Parse Kubernetes objects from YAML or JSON text.
+r"""Parse Kubernetes objects from YAML or JSON text.
 
 Owns multi-document streams and ``kind: List``, dispatching on apiVersion/kind, and turning
 errors into Problems that name the source, the object and the field path.
@@ -8,11 +8,17 @@ Python's int conversion is an error naming the source, and a stream whose YAML a
 to more values than the text has characters (an alias bomb: ~10 lines can stand for 10**9
 values) is refused before anything walks or serializes the expansion.
 
+JSON text is read as Go's ``encoding/json`` reads it where libyaml would refuse it: a
+``\uD83D\uDE00`` surrogate-pair escape is the astral character it stands for, and a lone
+surrogate escape is U+FFFD (``_json_surrogates``, before libyaml sees the text).
+
 Takes text, does no I/O (see ``kvdev.host.commands.inputs`` for files).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +46,13 @@ from kvdev.schema.stream import problems_from
 
 # libyaml's safe loader when PyYAML has it: ~8x faster on big `kubectl get -o yaml` dumps.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_JSON_START = re.compile(r"\s*[{\[]")
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_ESCAPES = re.compile(
+    r"(\\\\)"  # an escaped backslash: what follows it is no escape
+    r"|\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"  # a pair
+    r"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"  # a lone surrogate
+)
 _EXPANSION_SLACK = 10_000  # values allowed beyond the text's length (small files, aliases)
 
 K8sObject = (
@@ -108,6 +121,7 @@ def load_kinds(
     Raises:
         SchemaError: as ``load_with_warnings``.
     """
+    text = _json_surrogates(text)
     try:
         documents = list(yaml.load_all(text, Loader=_LOADER))
     except yaml.YAMLError as e:
@@ -189,6 +203,33 @@ def _collect(value: object, source: str, index: int, prefix: str, out: _Found[_O
             )
             for p in problems_from(e, source=source, index=index)
         )
+
+
+def _json_surrogates(text: str) -> str:
+    r"""JSON ``text`` with its surrogate escapes as Go decodes them, in YAML's escapes.
+
+    libyaml refuses ``\uD800``-``\uDFFF``; Go's ``encoding/json`` reads a high and low pair as
+    one character and any other surrogate as U+FFFD. Only JSON text is rewritten (text with
+    such an escape is checked with ``json`` first: YAML, a flow mapping too, is left to libyaml,
+    as before): there every backslash is inside a double-quoted string, so an escape is exactly
+    a backslash not itself escaped.
+    """
+    if not _JSON_START.match(text) or not _SURROGATE.search(text):
+        return text
+    try:
+        json.loads(text)
+    except ValueError:  # YAML, or no valid JSON: libyaml says what it says
+        return text
+
+    def rewrite(m: re.Match[str]) -> str:
+        if m[1] is not None:
+            return m[1]
+        if m[2] is None:
+            return "\\uFFFD"
+        high, low = int(m[2], 16), int(m[3], 16)
+        return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08X}"
+
+    return _ESCAPES.sub(rewrite, text)
 
 
 def _join(prefix: str, path: str) -> str:
