@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -43,6 +43,11 @@ from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
+
+if TYPE_CHECKING:
+    from kvdev.host.controller.endpoints import Endpoints
+    from kvdev.host.controller.kube import KubeApi
+    from kvdev.host.controller.live import Controller
 
 EXIT_NOT_RENDERED = 1
 EXIT_CANNOT_RUN = 1
@@ -133,6 +138,34 @@ def register(commands: Commands) -> None:
         default=600.0,
         metavar="SECONDS",
         help="live: render every VMI again this often, writing only changes (default: 600)",
+    )
+    sub.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="live: a candidate takes a Lease not renewed for this long (default: 15)",
+    )
+    sub.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="live: the leader stops (exit 1) when it could not renew for this long (default: 10)",
+    )
+    sub.add_argument(
+        "--retry-period",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="live: how often to renew the Lease, or try to take it (default: 2)",
+    )
+    sub.add_argument(
+        "--http-address",
+        default="0",
+        metavar="HOST:PORT",
+        help="live: serve /healthz, /readyz, /leader and /metrics there (':8080': every "
+        "address, port 8080; '127.0.0.1:0': a free port, logged); '0' or '' (default): no server",
     )
     sub.add_argument(
         "--log-level",
@@ -260,10 +293,36 @@ def _lease_namespace(args: argparse.Namespace) -> str | None:
         return None
 
 
+def _lease_timing(args: argparse.Namespace) -> str | None:
+    """What is wrong with the leader-election durations, if anything."""
+    retry, renew, lease = args.retry_period, args.renew_deadline, args.lease_duration
+    if not 0 < retry < renew < lease:
+        return (
+            f"--retry-period ({retry:g}) must be positive and less than --renew-deadline "
+            f"({renew:g}), which must be less than --lease-duration ({lease:g})"
+        )
+    return None
+
+
+def _settings_error(args: argparse.Namespace) -> str | None:
+    """A usage error in the live settings, naming the flag."""
+    if args.resync <= 0:
+        return "--resync must be positive"
+    timing = _lease_timing(args)
+    if timing is not None:
+        return timing
+    from kvdev.host.controller.endpoints import parse_address  # noqa: PLC0415 - live only
+
+    try:
+        parse_address(args.http_address)
+    except ValueError as e:
+        return f"--http-address: {e}"
+    return None
+
+
 def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     from kvdev.host.controller.election import Lease, LeaseElector  # noqa: PLC0415 - live only
     from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
-    from kvdev.host.controller.live import Controller  # noqa: PLC0415
 
     logging.basicConfig(
         stream=err,
@@ -271,16 +330,24 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     log = logging.getLogger("kvdev.host.controller")
-    if args.resync <= 0:
-        err.write("kvdev-host controller: --resync must be positive\n")
+    problem = _settings_error(args)
+    if problem is not None:
+        err.write(f"kvdev-host controller: {problem}\n")
         return EXIT_INVALID
+    identity = _identity(args)
     elector = None
     if args.leader_elect:
         namespace = _lease_namespace(args)
         if namespace is None:
             err.write("kvdev-host controller: --leader-elect needs --lease-namespace\n")
             return EXIT_INVALID
-        elector = LeaseElector(Lease(namespace, args.lease_name), _identity(args))
+        elector = LeaseElector(
+            Lease(namespace, args.lease_name),
+            identity,
+            lease_seconds=args.lease_duration,
+            renew_seconds=args.renew_deadline,
+            retry_seconds=args.retry_period,
+        )
     try:
         api = KubeApi.connect(args.kubeconfig)
     except KvdevError as e:
@@ -294,6 +361,42 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    controller = Controller(api, resync=args.resync)
-    status = controller.run(stop, elector=elector)
+    try:
+        controller, endpoints = _assemble(api, args, identity)
+    except KvdevError as e:
+        err.write(f"kvdev-host controller: {e}\n")
+        return EXIT_CANNOT_RUN
+    try:
+        status = controller.run(stop, elector=elector)
+    finally:
+        if endpoints is not None:
+            endpoints.close()
     return EXIT_OK if status else EXIT_CANNOT_RUN
+
+
+def _assemble(
+    api: KubeApi, args: argparse.Namespace, identity: str
+) -> tuple[Controller, Endpoints | None]:
+    """The controller with its metrics and Event recorder, and its HTTP endpoints (serving).
+
+    Raises:
+        PermanentError: the --http-address cannot be listened on.
+    """
+    from kvdev.host.controller.endpoints import Endpoints, Probes, parse_address  # noqa: PLC0415
+    from kvdev.host.controller.events import Correlator  # noqa: PLC0415
+    from kvdev.host.controller.live import Controller  # noqa: PLC0415
+    from kvdev.host.controller.metrics import CONTENT_TYPE, Metrics  # noqa: PLC0415
+    from kvdev.host.controller.recorder import Recorder  # noqa: PLC0415
+
+    metrics = Metrics()
+    recorder = Recorder(api, Correlator(MANAGER, identity), metrics)
+    controller = Controller(api, resync=args.resync, metrics=metrics, recorder=recorder)
+    address = parse_address(args.http_address)
+    if address is None:
+        return controller, None
+    probes = Probes(
+        controller.healthz, controller.readyz, controller.leader, metrics.exposition, CONTENT_TYPE
+    )
+    endpoints = Endpoints(address, probes)
+    endpoints.start()
+    return controller, endpoints
