@@ -291,11 +291,3 @@ def test_two_replicas_on_one_lease_one_leads_both_ready(kube, controller_config,
     finally:
         coordination.delete_namespaced_lease(lease, SYSTEM)
 
-
-def test_bad_lease_timing_is_a_usage_error_naming_the_flags(controller_config, tmp_path):
-    args = ["--leader-elect", "--lease-duration=5", "--renew-deadline=6", "--retry-period=1"]
-    with served(controller_config, tmp_path, "ctl-bad", *args) as ctl:
-        assert ctl.proc.wait(timeout=60) == 2
-    text = ctl.text()
-    assert "--renew-deadline (6)" in text
-    assert "--lease-duration (5)" in text
