@@ -9,6 +9,7 @@ condition with the generous guard of ``clusterlab.wait_for``; nothing is timed."
 
 import contextlib
 import re
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -97,7 +98,7 @@ def recorded_events(core, namespace, uid):
     return events
 
 
-def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path):
+def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, capsys):
     with served(controller_config, tmp_path, "ctl-ops", "--no-leader-elect") as ctl:
         url = base_url(ctl)
         wait_for("/readyz 200", lambda: get(url, "/readyz") == (200, "ok\n"))
@@ -157,7 +158,14 @@ def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path):
         assert value(m, "kvdev_controller_events_total", result="created") >= len(events)
         assert value(m, "kvdev_controller_events_total", result="patched") >= 1
         assert value(m, "kvdev_controller_events_total", result="failed") == 0
+        size = len(get(url, "/metrics")[1].encode())
     assert refusals(ctl.text()) == []
+    count, total = value(changed, f"{histogram}_count"), value(changed, f"{histogram}_sum")
+    with capsys.disabled():
+        mean = total / count * 1000
+        print(f"\n  /metrics: {size} bytes; event -> write: {count:.0f} writes, mean {mean:.0f} ms")
+        for e in sorted(events, key=lambda e: e.first_timestamp):
+            print(f"  {e.type:8} {e.reason:17} x{e.count:<3} {e.message[:90]}")
 
 
 def test_a_configmap_of_that_name_not_its_own_is_a_warning_event(
@@ -252,7 +260,7 @@ def test_readyz_is_503_naming_what_is_not_synced_until_it_is(partial_rbac, tmp_p
         assert ctl.alive(), ctl.text()
 
 
-def test_two_replicas_on_one_lease_one_leads_both_ready(kube, controller_config, tmp_path):
+def test_two_replicas_on_one_lease_one_leads_both_ready(kube, controller_config, tmp_path, capsys):
     lease = f"t-{uuid.uuid4().hex[:8]}"
     timing = ["--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5"]
     args = ["--leader-elect", f"--lease-name={lease}", *timing]
@@ -282,12 +290,15 @@ def test_two_replicas_on_one_lease_one_leads_both_ready(kube, controller_config,
             assert value(scrape(urls[leader]), "kvdev_controller_leader") == 1
             assert value(scrape(urls[follower]), "kvdev_controller_leader") == 0
             processes = {"ctl-one": one, "ctl-two": two}
+            began = time.monotonic()
             assert processes[leader].stop() == 0  # SIGTERM: it releases the Lease
             wait_for(
                 "the standby leads",
                 lambda: get(urls[follower], "/leader") == (200, "leader\n"),
             )
+            took = time.monotonic() - began
             assert processes[follower].alive(), processes[follower].text()
+        with capsys.disabled():
+            print(f"\n  leader SIGTERMed -> the standby's /leader 200: {took:.1f} s (retry 0.5 s)")
     finally:
         coordination.delete_namespaced_lease(lease, SYSTEM)
-
