@@ -50,6 +50,7 @@ _kvdev_host()
                       --kubeconfig --node-name --pod-uid --grace --log-level" ;;
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
+                           --lease-duration --renew-deadline --retry-period --http-address
                            --log-level" ;;
         *) return ;;
     esac

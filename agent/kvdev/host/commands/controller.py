@@ -2,11 +2,13 @@
 
 Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and the
 controller's own ConfigMaps, and create or update each VMI's ConfigMap
-(``kvdev.host.controller.live``), under a Lease when ``--leader-elect``. ``--once -f FILE...``:
-the same index and renderer over objects read from files; prints what it would apply and
-changes nothing. Exit 0 ok (live: stopped by SIGTERM/SIGINT), 1 some VMI's bundle could not be
-rendered (--once) or the controller cannot go on (live: lost its lease, API unusable),
-2 usage error or invalid input.
+(``kvdev.host.controller.live``), under a Lease when ``--leader-elect``, recording Events on
+the VMIs and serving ``/healthz``, ``/readyz``, ``/leader``, ``/metrics`` on
+``--http-address``. ``--once -f FILE...``: the same index and renderer over objects read
+from files; prints what it would apply and changes nothing. Exit 0 ok (live: stopped by
+SIGTERM/SIGINT), 1 some VMI's bundle could not be rendered (--once) or the controller cannot
+go on (live: lost its lease, API unusable, the --http-address cannot be listened on), 2 usage
+error or invalid input.
 """
 
 from __future__ import annotations
@@ -75,14 +77,29 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
 live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
   with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
   409 conflict from a fresh read. --leader-elect takes the Lease --lease-namespace/--lease-name
-  (coordination.k8s.io/v1) first, so that only one replica writes.
+  (coordination.k8s.io/v1) before writing, so that only one replica writes; a standby watches
+  meanwhile (ready, warm caches). Timing as client-go's: --retry-period < --renew-deadline <
+  --lease-duration (2 < 10 < 15 s).
+
+endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, port 8080):
+  /healthz  200, or 500 naming a watch silent for 2 x (watch timeout + request timeout), 660 s
+  /readyz   200 once every kind is listed, or 503 naming those not yet (leading or not)
+  /leader   200 "leader" while it holds the Lease (or runs without one), else 503
+  /metrics  Prometheus text, kvdev_controller_*: configmap renders/writes{{result}}/conflicts,
+            errors{{reason}}, relists/watch_restarts{{resource}}, event_to_write_seconds,
+            vmis_tracked, claims_tracked, leader, events{{result}}
+
+Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
+  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapRefused (Warning). The same
+  reason and message again raises the Event's count; at most 25 per VMI, then 1 per 5 min.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
   kubectl get resourceslices -o yaml > slices.yaml
   kvdev-host controller --once -f ns.yaml -f slices.yaml
   kvdev-host controller --once -f ns.yaml -f slices.yaml -o json | kubectl apply -f -
-  kvdev-host controller --leader-elect --lease-namespace kvdev-system
+  kvdev-host controller --leader-elect --lease-namespace kvdev-system --http-address :8080
+  kubectl get events -n vms --field-selector involvedObject.name=vm1
 
 exit status: 0 ok (live: stopped by SIGTERM/SIGINT), 1 a VMI's bundle could not be rendered
   (--once; the others are still printed) or the controller cannot go on (live: lost its lease),
