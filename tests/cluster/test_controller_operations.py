@@ -98,6 +98,22 @@ def recorded_events(core, namespace, uid):
     return events
 
 
+def recorded_anew_once_deleted(world, core, uid, events, claims):
+    """The Event gone (the API server's --event-ttl, or deleted): the next PATCH is a 404, and
+    the recorder creates it anew, count 1."""
+    (old,) = [e for e in events if e.reason == "HintRefused"]
+    core.delete_namespaced_event(old.metadata.name, world.ns)
+    world.report_network(claims["devices"], "10.6.6.7/24")
+    world.stream_with("10.6.6.7/24", "the claim's second network data")
+
+    def anew():
+        found = [e for e in vmi_events(core, world.ns, uid) if e.reason == "HintRefused"]
+        return found and found[0].metadata.name != old.metadata.name and found
+
+    (again,) = wait_for("HintRefused recorded anew", anew)
+    assert again.count == 1
+
+
 def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, capsys):
     with served(controller_config, tmp_path, "ctl-ops", "--no-leader-elect") as ctl:
         url = base_url(ctl)
@@ -154,6 +170,7 @@ def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, cap
             assert ("kvdev_controller_relists_total", (("resource", resource),)) in changed
 
         events = recorded_events(core, world.ns, uid)
+        recorded_anew_once_deleted(world, core, uid, events, claims)
         m = scrape(url)
         assert value(m, "kvdev_controller_events_total", result="created") >= len(events)
         assert value(m, "kvdev_controller_events_total", result="patched") >= 1

@@ -26,6 +26,8 @@ from kvdev.host.controller.events import (
 from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.metrics import Metrics
+from kvdev.host.controller.render import Inputs, Rendered, Verb
+from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
 VMI = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1", "uid-1")
 OTHER = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm2", "uid-2")
@@ -230,6 +232,43 @@ def test_leader_and_the_leader_gauge_follow_the_lease(controller):
     assert "kvdev_controller_leader 1.0" in text
     assert 'kvdev_controller_relists_total{resource="VirtualMachineInstance"} 0.0' in text
     assert 'kvdev_controller_configmap_writes_total{result="created"} 0.0' in text
+
+
+class Notes:
+    """Stands in for the Recorder: what the controller asked to record."""
+
+    def __init__(self):
+        self.asked = []
+
+    def record(self, ref, notes):
+        self.asked.append((ref.name, [n.reason.reason for n in notes]))
+
+
+def test_a_note_repeated_by_a_sync_that_wrote_nothing_is_not_recorded_again():
+    notes = Notes()
+    ctl = Controller(KubeApi(client=None), recorder=notes)
+    vmi = VirtualMachineInstance.model_validate(
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": "vms", "uid": "uid-1"},
+            "spec": {"domain": {"devices": {}}},
+        }
+    )
+    inputs = Inputs(vmi)
+    base = {"vmi": "vms/vm1", "namespace": "vms", "name": "kvdev-vm1"}
+    pending = (PENDING,)
+    ctl._record(("vms", "vm1"), inputs, Rendered(**base, verb=Verb.CREATE, notes=pending))
+    ctl._record(("vms", "vm1"), inputs, Rendered(**base, verb=Verb.NONE, notes=pending))
+    ctl._record(("vms", "vm1"), inputs, Rendered(**base, verb=Verb.UPDATE, notes=pending))
+    refused = (Note(Reason.HINT_REFUSED, "x"),)
+    ctl._record(("vms", "vm1"), inputs, Rendered(**base, verb=Verb.NONE, notes=refused))
+    assert notes.asked == [
+        ("vm1", ["ClaimPending", "ConfigMapCreated"]),
+        # the heartbeat sync: nothing written, the same note: nothing asked
+        ("vm1", ["ClaimPending", "ConfigMapUpdated"]),  # a write: its count goes up
+        ("vm1", ["HintRefused"]),  # a new note is recorded whatever the sync wrote
+    ]
 
 
 # --------------------------------------------------------------------------- HTTP and flags

@@ -136,6 +136,7 @@ class Controller:
         self.stale_after = 2.0 * (watch_seconds + api.timeout)
         self._since: dict[Key, float] = {}  # the first change not yet written, per VMI
         self._beat: float | None = None  # the worker's last turn
+        self._noted: dict[Key, frozenset[Note]] = {}  # each VMI's notes at its last sync
         self._lock = threading.Lock()
         self._queue = _Queue(clock)
         self._backoff = backoff
@@ -200,6 +201,7 @@ class Controller:
             inputs = self.index.inputs(key)
             since = self._since.pop(key, None)
         if inputs is None:
+            self._noted.pop(key, None)
             return None
         self.stats.syncs += 1
         self.metrics.renders.inc()
@@ -222,7 +224,7 @@ class Controller:
             else:
                 if since is not None and written.verb in (Verb.CREATE, Verb.UPDATE):
                     self.metrics.latency.observe(max(self.clock() - since, 0.0))
-                self._record(inputs, written)
+                self._record(key, inputs, written)
                 return written
         if since is not None:
             with self._lock:
@@ -230,12 +232,20 @@ class Controller:
         msg = f"{key[0]}/{key[1]}: ConfigMap still conflicting after {CONFLICT_TRIES} tries"
         raise RetryableError(msg)
 
-    def _record(self, inputs: Inputs, result: Rendered) -> None:
-        """The sync's notes as Events on the VMI (queued: never waits for the API server)."""
+    def _record(self, key: Key, inputs: Inputs, result: Rendered) -> None:
+        """The sync's notes as Events on the VMI (queued: never waits for the API server).
+
+        A note the VMI's previous sync had too is recorded again (its Event's count raised)
+        only by a sync that wrote: a pod's status heartbeat costs no Event PATCH, and the spam
+        filter's budget is left for what changed.
+        """
         vmi = inputs.vmi.metadata
         if self.recorder is None or not vmi.uid or not vmi.namespace:
             return
-        notes = list(result.notes)
+        previous = self._noted.get(key, frozenset())
+        self._noted[key] = frozenset(result.notes)
+        wrote = result.verb in (Verb.CREATE, Verb.UPDATE)
+        notes = [n for n in result.notes if wrote or n not in previous]
         streams = f"{result.streams} metadata stream(s) and the guest hints"
         if result.verb is Verb.CREATE:
             notes.append(

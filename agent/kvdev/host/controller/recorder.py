@@ -42,14 +42,11 @@ class Recorder:
         self.api, self.correlator, self.metrics, self.clock = api, correlator, metrics, clock
         self._queue: queue.Queue[tuple[ObjectRef, Note]] = queue.Queue(capacity)
         self._failed_once = False
-        self.idle = threading.Event()  # nothing queued and nothing being sent
-        self.idle.set()
 
     def record(self, ref: ObjectRef, notes: Sequence[Note]) -> None:
         """Queue ``notes`` on ``ref``; never blocks (a full queue drops, counted)."""
         for note in notes:
             try:
-                self.idle.clear()
                 self._queue.put_nowait((ref, note))
             except queue.Full:
                 self.metrics.events.labels("dropped_queue").inc()
@@ -60,11 +57,8 @@ class Recorder:
             try:
                 ref, note = self._queue.get(timeout=0.5)
             except queue.Empty:
-                self.idle.set()
                 continue
             self._send(ref, note)
-            if self._queue.empty():
-                self.idle.set()
 
     def _send(self, ref: ObjectRef, note: Note) -> None:
         now = self.clock()
