@@ -122,10 +122,14 @@ def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, cap
         assert get(url, "/leader") == (200, "leader\n")  # no election: it writes
         assert get(url, "/nothing")[0] == 404
 
-        def first_pass_done():  # the VMIs of earlier tests rendered once
+        def first_pass_done():  # each VMI of earlier tests synced to its end once
             m = scrape(url)
-            renders = value(m, "kvdev_controller_configmap_renders_total")
-            return renders >= value(m, "kvdev_controller_vmis_tracked") and m
+            done = sum(writes(m, r) for r in ("created", "updated", "unchanged"))
+            done += sum(
+                value(m, "kvdev_controller_errors_total", reason=r)
+                for r in ("refused", "retryable", "permanent")
+            )
+            return done >= value(m, "kvdev_controller_vmis_tracked") and m
 
         before = wait_for("the first pass over the cluster's VMIs", first_pass_done)
         assert value(before, "kvdev_controller_leader") == 1
