@@ -52,6 +52,7 @@ _kvdev_host()
                       --metrics-address --log-level" ;;
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
+                           --lease-duration --renew-deadline --retry-period --http-address
                            --log-level" ;;
         *) return ;;
     esac

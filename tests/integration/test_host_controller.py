@@ -27,7 +27,9 @@ def run(*args, **kwargs):
 def test_help_lists_the_contract_and_examples():
     done = run("controller", "--help")
     assert done.returncode == 0
-    for text in ("kvdev-<vmi>", "guest-hints.json", "--once", "--leader-elect", "examples:"):
+    texts = ("kvdev-<vmi>", "guest-hints.json", "--once", "--leader-elect", "examples:")
+    more = ("--http-address", "/readyz", "/metrics", "--renew-deadline", "ConfigMapNotOwned")
+    for text in (*texts, *more):
         assert text in done.stdout
     assert "controller" in run("--help").stdout
 

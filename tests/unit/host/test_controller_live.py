@@ -374,9 +374,12 @@ def test_two_replicas_only_the_leader_writes(double, tmp_path):
     leader = one.__enter__()
     until(lambda: configmap(double) is not None and leader.idle.is_set(), "leader synced")
     with two as standby:
-        time.sleep(0.5)  # a few of its retry periods
-        assert not standby.synced.is_set()
-        assert second.calls["list"] == 0
+        # A standby lists and watches while it waits (warm caches, ready), but writes nothing.
+        until(lambda: standby.readyz()[0], "the standby's caches synced")
+        assert standby.leader() == (False, "not leading")
+        assert not standby.synced.is_set()  # its worker waits for the Lease
+        assert second.calls["create"] == 0
+        assert double.count("PUT", "/configmaps") == 0
         one.__exit__(None, None, None)  # stops and releases the Lease
         until(standby.synced.is_set, "the standby took over")
         until(standby.idle.is_set, "the standby synced")

@@ -12,6 +12,7 @@ import yaml
 from kvdev.errors import Severity
 from kvdev.host import cli
 from kvdev.host.commands.controller import index_of_files
+from kvdev.host.controller.events import Reason
 from kvdev.host.controller.hints import vmi_hints
 from kvdev.host.controller.index import Index, Kind, parse
 from kvdev.host.controller.render import (
@@ -171,6 +172,16 @@ def test_a_dra_sriov_interfaces_mac_is_not_the_guests_and_stays_out_of_the_hint(
     assert "networkData.hardwareAddress" in warnings[0].message
 
 
+def test_a_refused_mac_is_a_hint_refused_note_and_a_clean_vmi_has_none():
+    assert rendered(docs()).notes == ()
+    objects = docs()
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    vmi["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = "52:54:00:00:00:01"
+    (note,) = rendered(objects).notes
+    assert note.reason is Reason.HINT_REFUSED
+    assert note.message.startswith("spec.domain.devices.interfaces[1].macAddress: KubeVirt does")
+
+
 def test_a_binding_plugin_interfaces_mac_is_the_guests():
     """Through a network binding plugin KubeVirt puts macAddress on the domain's interface."""
     vmi = _with_binding_plugin(
@@ -268,6 +279,9 @@ def test_a_configmap_kvdev_does_not_manage_is_left_alone():
     assert result.verb is Verb.REFUSE
     assert result.body is None
     assert "not managed by kvdev-host-controller" in result.errors[0].message
+    (note,) = result.notes  # the Event on the VMI
+    assert note.reason is Reason.CONFIGMAP_NOT_OWNED
+    assert note.message.startswith("ConfigMap/vms/kvdev-vm1 exists and is not managed")
 
 
 def test_waiting_claims_give_hints_only_and_say_why():
@@ -282,6 +296,12 @@ def test_waiting_claims_give_hints_only_and_say_why():
     assert any("waiting for ResourceClaim/vms/vm1-devices to be allocated" in m for m in messages)
     assert any("waiting for the claim generated for 'fast-nic'" in m for m in messages)
     assert not result.errors
+    pending = [n.message for n in result.notes if n.reason is Reason.CLAIM_PENDING]
+    assert "spec.resourceClaims[0]: waiting for ResourceClaim/vms/vm1-devices to be allocated" in (
+        pending
+    )
+    assert len(pending) == 2
+    assert all(not m.startswith("VirtualMachineInstance/") for m in pending)  # the Event's object
 
 
 def test_a_claim_that_cannot_be_built_keeps_its_stored_keys():
@@ -499,3 +519,6 @@ def test_a_bundle_of_more_keys_than_the_agent_reads_is_refused_and_nothing_writt
     assert any(
         f"over the {CONFIGMAP_MAX_KEYS} keys kvdev-agent reads" in p.message for p in result.errors
     )
+    (note,) = result.notes  # one Event on the VMI says so
+    assert note.reason is Reason.CONFIGMAP_REFUSED
+    assert note.message.startswith(f"the bundle is {len(result.data)} keys")

@@ -2,11 +2,13 @@
 
 Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and the
 controller's own ConfigMaps, and create or update each VMI's ConfigMap
-(``kvdev.host.controller.live``), under a Lease when ``--leader-elect``. ``--once -f FILE...``:
-the same index and renderer over objects read from files; prints what it would apply and
-changes nothing. Exit 0 ok (live: stopped by SIGTERM/SIGINT), 1 some VMI's bundle could not be
-rendered (--once) or the controller cannot go on (live: lost its lease, API unusable),
-2 usage error or invalid input.
+(``kvdev.host.controller.live``), under a Lease when ``--leader-elect``, recording Events on
+the VMIs and serving ``/healthz``, ``/readyz``, ``/leader``, ``/metrics`` on
+``--http-address``. ``--once -f FILE...``: the same index and renderer over objects read
+from files; prints what it would apply and changes nothing. Exit 0 ok (live: stopped by
+SIGTERM/SIGINT), 1 some VMI's bundle could not be rendered (--once) or the controller cannot
+go on (live: lost its lease, API unusable, the --http-address cannot be listened on), 2 usage
+error or invalid input.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -43,6 +45,11 @@ from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
+
+if TYPE_CHECKING:
+    from kvdev.host.controller.endpoints import Endpoints
+    from kvdev.host.controller.kube import KubeApi
+    from kvdev.host.controller.live import Controller
 
 EXIT_NOT_RENDERED = 1
 EXIT_CANNOT_RUN = 1
@@ -70,14 +77,29 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
 live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
   with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
   409 conflict from a fresh read. --leader-elect takes the Lease --lease-namespace/--lease-name
-  (coordination.k8s.io/v1) first, so that only one replica writes.
+  (coordination.k8s.io/v1) before writing, so that only one replica writes; a standby watches
+  meanwhile (ready, warm caches). Timing as client-go's: --retry-period < --renew-deadline <
+  --lease-duration (2 < 10 < 15 s).
+
+endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, port 8080):
+  /healthz  200, or 500 naming a watch silent for 2 x (watch timeout + request timeout), 660 s
+  /readyz   200 once every kind is listed, or 503 naming those not yet (leading or not)
+  /leader   200 "leader" while it holds the Lease (or runs without one), else 503
+  /metrics  Prometheus text, kvdev_controller_*: configmap renders/writes{{result}}/conflicts,
+            errors{{reason}}, relists/watch_restarts{{resource}}, event_to_write_seconds,
+            vmis_tracked, claims_tracked, leader, events{{result}}
+
+Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
+  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapRefused (Warning). The same
+  reason and message again raises the Event's count; at most 25 per VMI, then 1 per 5 min.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
   kubectl get resourceslices -o yaml > slices.yaml
   kvdev-host controller --once -f ns.yaml -f slices.yaml
   kvdev-host controller --once -f ns.yaml -f slices.yaml -o json | kubectl apply -f -
-  kvdev-host controller --leader-elect --lease-namespace kvdev-system
+  kvdev-host controller --leader-elect --lease-namespace kvdev-system --http-address :8080
+  kubectl get events -n vms --field-selector involvedObject.name=vm1
 
 exit status: 0 ok (live: stopped by SIGTERM/SIGINT), 1 a VMI's bundle could not be rendered
   (--once; the others are still printed) or the controller cannot go on (live: lost its lease),
@@ -133,6 +155,34 @@ def register(commands: Commands) -> None:
         default=600.0,
         metavar="SECONDS",
         help="live: render every VMI again this often, writing only changes (default: 600)",
+    )
+    sub.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="live: a candidate takes a Lease not renewed for this long (default: 15)",
+    )
+    sub.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="live: the leader stops (exit 1) when it could not renew for this long (default: 10)",
+    )
+    sub.add_argument(
+        "--retry-period",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="live: how often to renew the Lease, or try to take it (default: 2)",
+    )
+    sub.add_argument(
+        "--http-address",
+        default="0",
+        metavar="HOST:PORT",
+        help="live: serve /healthz, /readyz, /leader and /metrics there (':8080': every "
+        "address, port 8080; '127.0.0.1:0': a free port, logged); '0' or '' (default): no server",
     )
     sub.add_argument(
         "--log-level",
@@ -260,10 +310,36 @@ def _lease_namespace(args: argparse.Namespace) -> str | None:
         return None
 
 
+def _lease_timing(args: argparse.Namespace) -> str | None:
+    """What is wrong with the leader-election durations, if anything."""
+    retry, renew, lease = args.retry_period, args.renew_deadline, args.lease_duration
+    if not 0 < retry < renew < lease:
+        return (
+            f"--retry-period ({retry:g}) must be positive and less than --renew-deadline "
+            f"({renew:g}), which must be less than --lease-duration ({lease:g})"
+        )
+    return None
+
+
+def _settings_error(args: argparse.Namespace) -> str | None:
+    """A usage error in the live settings, naming the flag."""
+    if args.resync <= 0:
+        return "--resync must be positive"
+    timing = _lease_timing(args)
+    if timing is not None:
+        return timing
+    from kvdev.host.controller.endpoints import parse_address  # noqa: PLC0415 - live only
+
+    try:
+        parse_address(args.http_address)
+    except ValueError as e:
+        return f"--http-address: {e}"
+    return None
+
+
 def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     from kvdev.host.controller.election import Lease, LeaseElector  # noqa: PLC0415 - live only
     from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
-    from kvdev.host.controller.live import Controller  # noqa: PLC0415
 
     logging.basicConfig(
         stream=err,
@@ -271,16 +347,24 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     log = logging.getLogger("kvdev.host.controller")
-    if args.resync <= 0:
-        err.write("kvdev-host controller: --resync must be positive\n")
+    problem = _settings_error(args)
+    if problem is not None:
+        err.write(f"kvdev-host controller: {problem}\n")
         return EXIT_INVALID
+    identity = _identity(args)
     elector = None
     if args.leader_elect:
         namespace = _lease_namespace(args)
         if namespace is None:
             err.write("kvdev-host controller: --leader-elect needs --lease-namespace\n")
             return EXIT_INVALID
-        elector = LeaseElector(Lease(namespace, args.lease_name), _identity(args))
+        elector = LeaseElector(
+            Lease(namespace, args.lease_name),
+            identity,
+            lease_seconds=args.lease_duration,
+            renew_seconds=args.renew_deadline,
+            retry_seconds=args.retry_period,
+        )
     try:
         api = KubeApi.connect(args.kubeconfig)
     except KvdevError as e:
@@ -294,6 +378,42 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    controller = Controller(api, resync=args.resync)
-    status = controller.run(stop, elector=elector)
+    try:
+        controller, endpoints = _assemble(api, args, identity)
+    except KvdevError as e:
+        err.write(f"kvdev-host controller: {e}\n")
+        return EXIT_CANNOT_RUN
+    try:
+        status = controller.run(stop, elector=elector)
+    finally:
+        if endpoints is not None:
+            endpoints.close()
     return EXIT_OK if status else EXIT_CANNOT_RUN
+
+
+def _assemble(
+    api: KubeApi, args: argparse.Namespace, identity: str
+) -> tuple[Controller, Endpoints | None]:
+    """The controller with its metrics and Event recorder, and its HTTP endpoints (serving).
+
+    Raises:
+        PermanentError: the --http-address cannot be listened on.
+    """
+    from kvdev.host.controller.endpoints import Endpoints, Probes, parse_address  # noqa: PLC0415
+    from kvdev.host.controller.events import Correlator  # noqa: PLC0415
+    from kvdev.host.controller.live import Controller  # noqa: PLC0415
+    from kvdev.host.controller.metrics import CONTENT_TYPE, Metrics  # noqa: PLC0415
+    from kvdev.host.controller.recorder import Recorder  # noqa: PLC0415
+
+    metrics = Metrics()
+    recorder = Recorder(api, Correlator(MANAGER, identity), metrics)
+    controller = Controller(api, resync=args.resync, metrics=metrics, recorder=recorder)
+    address = parse_address(args.http_address)
+    if address is None:
+        return controller, None
+    probes = Probes(
+        controller.healthz, controller.readyz, controller.leader, metrics.exposition, CONTENT_TYPE
+    )
+    endpoints = Endpoints(address, probes)
+    endpoints.start()
+    return controller, endpoints

@@ -47,7 +47,7 @@ class LeaseElector:
 
     lease: Lease
     identity: str
-    lease_seconds: int = 15
+    lease_seconds: float = 15.0  # the Lease's leaseDurationSeconds: whole seconds, at least 1
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
@@ -58,8 +58,8 @@ class LeaseElector:
     _held: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.retry_seconds < self.renew_seconds < self.lease_seconds:
-            msg = "the Lease needs retry < renew deadline < lease duration"
+        if not 0 < self.retry_seconds < self.renew_seconds < self.lease_seconds:
+            msg = "the Lease needs 0 < retry period < renew deadline < lease duration"
             raise ValueError(msg)
 
     # ------------------------------------------------------------------ one try
@@ -103,7 +103,7 @@ class LeaseElector:
     def _spec(self, acquired: str, renewed: str, transitions: int) -> dict[str, Any]:
         return {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": self.lease_seconds,
+            "leaseDurationSeconds": max(int(self.lease_seconds), 1),
             "acquireTime": acquired,
             "renewTime": renewed,
             "leaseTransitions": transitions,

@@ -2,9 +2,9 @@
 
 Owns: building the client (in-cluster service account, a kubeconfig file, or the default
 kubeconfig), the five watched resources (list with paging, watch with ``resourceVersion``,
-``allowWatchBookmarks`` and ``timeoutSeconds``), ConfigMap GET/POST/PUT and Lease
-GET/POST/PUT, all as raw JSON (kvdev's own models validate it, never the client's), and the
-one map from what the API server answers to kvdev's errors:
+``allowWatchBookmarks`` and ``timeoutSeconds``), ConfigMap GET/POST/PUT, Lease GET/POST/PUT
+and core/v1 Event POST/PATCH, all as raw JSON (kvdev's own models validate it, never the
+client's), and the one map from what the API server answers to kvdev's errors:
 
 * 409 (AlreadyExists on create, Conflict on a stale ``resourceVersion``) and 404 on a write:
   ``ConflictError`` (re-read, decide again);
@@ -12,7 +12,8 @@ one map from what the API server answers to kvdev's errors:
 * 408, 429, 5xx, a connection error, invalid JSON: ``RetryableError``;
 * any other 4xx (401, 403: RBAC): ``PermanentError``, naming the call.
 
-Counts every call by verb (``calls``), for the measured API calls per reconcile. The watch
+Counts every call by verb (``calls``), for the measured API calls per reconcile (Event writes
+under ``event``, apart from the ConfigMap's). The watch
 machinery (reading the chunked stream line by line, ERROR events as exceptions) is the
 client's ``kubernetes.watch.Watch``; what to do with the events is ``reflector``'s.
 """
@@ -215,6 +216,20 @@ class KubeApi:
         method = self._core().replace_namespaced_config_map
         return _object(
             self.call("update", what, method, name=name, namespace=namespace, body=dict(body))
+        )
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a core/v1 Event."""
+        what = f"create Event {namespace}/{body['metadata']['name']}"
+        method = self._core().create_namespaced_event
+        return _object(self.call("event", what, method, namespace=namespace, body=dict(body)))
+
+    def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PATCH (strategic merge) a core/v1 Event: its count and last time."""
+        what = f"patch Event {namespace}/{name}"
+        method = self._core().patch_namespaced_event
+        return _object(
+            self.call("event", what, method, name=name, namespace=namespace, body=dict(body))
         )
 
     def _coordination(self) -> Any:  # noqa: ANN401 - the client is untyped

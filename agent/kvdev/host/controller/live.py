@@ -8,8 +8,14 @@ or nothing when nothing changed. A 409 (someone else wrote first, the object alr
 or a 404 on an update is retried from a fresh GET, deciding again (at most
 ``CONFLICT_TRIES`` times in one sync). A retryable failure puts the VMI back after a per-VMI
 back-off; a permanent one waits for the next change. Every ``resync`` seconds every VMI is
-queued again (writes still happen only on change). With an elector, nothing runs before the
-Lease is held, and losing it stops everything (``run`` returns False).
+queued again (writes still happen only on change). With an elector, the reflectors list and
+watch at once (a standby's caches are warm, and it is ready when they are synced, as a
+controller-runtime manager's readiness does not depend on leading), but nothing is written
+before the Lease is held, and losing it stops everything (``run`` returns False).
+
+What each sync decides goes to the ``Metrics`` and, as Events on the VMI (ConfigMap created
+or updated, a claim pending, a hint or ConfigMap refused), to the ``Recorder`` when there is
+one; ``healthz``, ``readyz`` and ``leading`` are the HTTP probes' answers.
 
 Measured, per sync: API calls (``api.calls``) and the reconcile count (``stats``).
 """
@@ -26,10 +32,15 @@ from typing import Any
 from kvdev.errors import KvdevError, RetryableError
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
+from kvdev.host.controller.events import Note, ObjectRef, Reason
 from kvdev.host.controller.index import Index, Key, Kind, parse
 from kvdev.host.controller.kube import ConflictError, KubeApi
+from kvdev.host.controller.metrics import Metrics, State, Watched
+from kvdev.host.controller.recorder import Recorder
 from kvdev.host.controller.reflector import Change, Delete, Reflector, Replace, Upsert
-from kvdev.host.controller.render import MANAGED_BY, MANAGER, Rendered, Verb, render
+from kvdev.host.controller.render import MANAGED_BY, MANAGER, Inputs, Rendered, Verb, render
+from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
+from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
@@ -101,7 +112,7 @@ class _Queue:
 class Controller:
     """Keep every DRA-using VMI's ConfigMap current (see the module docstring)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only settings and parts
         self,
         api: KubeApi,
         *,
@@ -110,12 +121,22 @@ class Controller:
         page_size: int = 500,
         clock: Callable[[], float] = time.monotonic,
         backoff: Callable[[], Backoff] = Backoff,
+        metrics: Metrics | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.api = api
         self.resync = resync
         self.index = Index()
         self.stats = Stats()
         self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.recorder = recorder
+        # A watch that shows no sign of life (event, bookmark, list, a clean end) for this
+        # long is wedged: a healthy one ends by its timeout and is opened again.
+        self.stale_after = 2.0 * (watch_seconds + api.timeout)
+        self._since: dict[Key, float] = {}  # the first change not yet written, per VMI
+        self._beat: float | None = None  # the worker's last turn
+        self._noted: dict[Key, frozenset[Note]] = {}  # each VMI's notes at its last sync
         self._lock = threading.Lock()
         self._queue = _Queue(clock)
         self._backoff = backoff
@@ -131,11 +152,14 @@ class Controller:
                 watch_seconds=watch_seconds,
                 backoff=backoff(),
                 known=self._known,
+                clock=clock,
             )
             for kind in Kind
         ]
         self.synced = threading.Event()  # every kind listed once
         self.idle = threading.Event()  # synced and nothing queued
+        self.leading = threading.Event()  # holds the Lease, or runs without one
+        self.metrics.watch_state(self.state)
 
     # ------------------------------------------------------------------ events
 
@@ -150,6 +174,10 @@ class Controller:
                 assert isinstance(change, Delete)
                 touched = self.index.remove(change.kind, change.key)
         if touched:
+            now = self.clock()
+            with self._lock:
+                for key in touched:
+                    self._since.setdefault(key, now)
             self.idle.clear()
             self._queue.add(touched)
 
@@ -171,21 +199,65 @@ class Controller:
         """
         with self._lock:
             inputs = self.index.inputs(key)
+            since = self._since.pop(key, None)
         if inputs is None:
+            self._noted.pop(key, None)
             return None
         self.stats.syncs += 1
+        self.metrics.renders.inc()
         for _ in range(CONFLICT_TRIES):
             result = render(inputs)
             try:
-                return self._write(result)
+                written = self._write(result)
             except ConflictError as e:
                 self.stats.conflicts += 1
+                self.metrics.conflicts.inc()
                 log.info("%s: %s: reading it again", result.vmi, e)
                 fresh = self.api.get_configmap(result.namespace, result.name)
                 inputs = replace(inputs, existing=fresh)
                 self._remember(fresh)
+            except KvdevError:
+                if since is not None:
+                    with self._lock:
+                        self._since.setdefault(key, since)
+                raise
+            else:
+                if since is not None and written.verb in (Verb.CREATE, Verb.UPDATE):
+                    self.metrics.latency.observe(max(self.clock() - since, 0.0))
+                self._record(key, inputs, written)
+                return written
+        if since is not None:
+            with self._lock:
+                self._since.setdefault(key, since)
         msg = f"{key[0]}/{key[1]}: ConfigMap still conflicting after {CONFLICT_TRIES} tries"
         raise RetryableError(msg)
+
+    def _record(self, key: Key, inputs: Inputs, result: Rendered) -> None:
+        """The sync's notes as Events on the VMI (queued: never waits for the API server).
+
+        A note the VMI's previous sync had too is recorded again (its Event's count raised)
+        only by a sync that wrote: a pod's status heartbeat costs no Event PATCH, and the spam
+        filter's budget is left for what changed.
+        """
+        vmi = inputs.vmi.metadata
+        if self.recorder is None or not vmi.uid or not vmi.namespace:
+            return
+        previous = self._noted.get(key, frozenset())
+        self._noted[key] = frozenset(result.notes)
+        wrote = result.verb in (Verb.CREATE, Verb.UPDATE)
+        notes = [n for n in result.notes if wrote or n not in previous]
+        streams = f"{result.streams} metadata stream(s) and the guest hints"
+        if result.verb is Verb.CREATE:
+            notes.append(
+                Note(Reason.CONFIGMAP_CREATED, f"created ConfigMap {result.name}: {streams}")
+            )
+        elif result.verb is Verb.UPDATE:
+            notes.append(
+                Note(Reason.CONFIGMAP_UPDATED, f"updated ConfigMap {result.name}: {streams}")
+            )
+        if notes:
+            ref = ObjectRef(VMI_API_VERSION, VMI_KIND, vmi.namespace, vmi.name, vmi.uid)
+            self.recorder.record(ref, notes)
 
     def _write(self, result: Rendered) -> Rendered:
         for problem in result.problems:
@@ -194,6 +266,7 @@ class Controller:
             assert result.body is not None
             self._remember(self.api.create_configmap(result.namespace, result.body))
             self.stats.creates += 1
+            self.metrics.writes.labels("created").inc()
             log.info(
                 "%s: created ConfigMap %s (%d streams)", result.vmi, result.name, result.streams
             )
@@ -201,13 +274,16 @@ class Controller:
             assert result.body is not None
             self._remember(self.api.replace_configmap(result.namespace, result.body))
             self.stats.updates += 1
+            self.metrics.writes.labels("updated").inc()
             log.info(
                 "%s: updated ConfigMap %s (%d streams)", result.vmi, result.name, result.streams
             )
         elif result.verb is Verb.REFUSE:
             self.stats.refused += 1
+            self.metrics.errors.labels("refused").inc()
         else:
             self.stats.unchanged += 1
+            self.metrics.writes.labels("unchanged").inc()
         return result
 
     def _remember(self, stored: dict[str, Any] | None) -> None:
@@ -230,23 +306,20 @@ class Controller:
         """Until ``stop``: True after a clean stop, False when the Lease was lost."""
         lost = threading.Event()
         keeper = None
-        if elector is not None:
-            elector.api = self.api
-            if not elector.acquire(stop):
-                return True
-            keeper = threading.Thread(
-                target=elector.keep, args=(stop, lost), name="kvdev-lease", daemon=True
-            )
-            keeper.start()
-        threads = [
-            threading.Thread(target=r.run, name=f"kvdev-watch-{r.kind.name.lower()}", daemon=True)
-            for r in self.reflectors
-        ]
-        for thread in threads:
-            thread.start()
+        threads = self._start()
         try:
+            if elector is not None:
+                elector.api = self.api
+                if not elector.acquire(stop):
+                    return True
+                keeper = threading.Thread(
+                    target=elector.keep, args=(stop, lost), name="kvdev-lease", daemon=True
+                )
+                keeper.start()
+            self.leading.set()
             self._work(stop, lost)
         finally:
+            self.leading.clear()
             self._stop.set()
             for reflector in self.reflectors:
                 reflector.close()
@@ -262,8 +335,25 @@ class Controller:
             return False
         return True
 
+    def _start(self) -> list[threading.Thread]:
+        """The reflectors' threads and the recorder's, started."""
+        threads = [
+            threading.Thread(target=r.run, name=f"kvdev-watch-{r.kind.name.lower()}", daemon=True)
+            for r in self.reflectors
+        ]
+        if self.recorder is not None:
+            name = "kvdev-events"
+            runner = self.recorder.run
+            threads.append(
+                threading.Thread(target=runner, args=(self._stop,), name=name, daemon=True)
+            )
+        for thread in threads:
+            thread.start()
+        return threads
+
     def _work(self, stop: threading.Event, lost: threading.Event) -> None:
         while not (stop.is_set() or lost.is_set()):
+            self._beat = self.clock()
             if all(r.synced.is_set() for r in self.reflectors):
                 break
             stop.wait(0.05)
@@ -275,6 +365,7 @@ class Controller:
             self._queue.add(self.index.vmis())
         next_resync = self.clock() + self.resync
         while not (stop.is_set() or lost.is_set()):
+            self._beat = self.clock()
             key = self._queue.get(stop, timeout=min(1.0, max(next_resync - self.clock(), 0.01)))
             if key is None:
                 if len(self._queue) == 0:
@@ -293,6 +384,7 @@ class Controller:
             result = self.sync(key)
         except KvdevError as e:
             self.stats.failures += 1
+            self.metrics.errors.labels("retryable" if e.retryable else "permanent").inc()
             backoff = self._failures.setdefault(key, self._backoff())
             if e.retryable:
                 delay = backoff.next()
@@ -304,3 +396,40 @@ class Controller:
         self._failures.pop(key, None)
         if result is not None:
             self.stats.last[key] = result
+
+    # ------------------------------------------------------------------ the probes
+
+    def state(self) -> State:
+        """What ``/metrics`` reads at each scrape."""
+        watched = [Watched(r.kind.kind, r.lists, r.watches) for r in self.reflectors]
+        with self._lock:
+            vmis, claims = self.index.count(Kind.VMI), self.index.count(Kind.CLAIM)
+        return State(watched, vmis, claims, self.leading.is_set())
+
+    def healthz(self) -> tuple[bool, str]:
+        """Alive: no watch and no worker silent for ``stale_after`` seconds."""
+        now = self.clock()
+        wedged = [
+            f"watch {r.kind.kind}: no event, bookmark or list for {now - r.progressed:.0f} s"
+            for r in self.reflectors
+            if r.progressed is not None and now - r.progressed > self.stale_after
+        ]
+        beat = self._beat
+        if self.leading.is_set() and beat is not None and now - beat > self.stale_after:
+            wedged.append(f"the worker has not turned for {now - beat:.0f} s")
+        if wedged:
+            return False, f"wedged (more than {self.stale_after:.0f} s): " + "; ".join(wedged)
+        return True, "ok"
+
+    def readyz(self) -> tuple[bool, str]:
+        """Ready: every reflector's first list is done (leading or not)."""
+        waiting = [r.kind.kind for r in self.reflectors if not r.synced.is_set()]
+        if waiting:
+            return False, "not synced: " + ", ".join(waiting)
+        return True, "ok"
+
+    def leader(self) -> tuple[bool, str]:
+        """This replica writes: it holds the Lease, or runs without one."""
+        if self.leading.is_set():
+            return True, "leader"
+        return False, "not leading"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,9 @@ class Reflector:
     known: Known = _never  # an event the cache already holds is not parsed again
     synced: threading.Event = field(default_factory=threading.Event)
     lists: int = 0  # how many times it listed (the first one and each re-list)
+    watches: int = 0  # how many watches it opened (the first one and each re-open)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    progressed: float | None = None  # clock() at the last list, watch opened, event or bookmark
     resource_version: str | None = None
     _watching: Watching | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -93,6 +97,7 @@ class Reflector:
                     self._list()
                     self.backoff.reset()
                 self._watch()
+                self.progressed = self.clock()  # a watch that ended cleanly (its timeout)
                 self.backoff.reset()
             except ExpiredError as e:
                 log.info("%s: %s: listing again", self.kind.kind, e)
@@ -133,6 +138,7 @@ class Reflector:
             if token is None:
                 break
         self.lists += 1
+        self.progressed = self.clock()
         self.sink(Replace(self.kind, tuple(items)))
         self.resource_version = version
         self.synced.set()
@@ -142,10 +148,12 @@ class Reflector:
         watching = self.api.watch(self.kind, self.resource_version, self.watch_seconds)
         with self._lock:
             self._watching = watching
+        self.watches += 1
         try:
             if self.stop.is_set():
                 return
             for event in watching.events:
+                self.progressed = self.clock()
                 self._event(event)
                 if self.stop.is_set():
                     return

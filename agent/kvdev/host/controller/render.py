@@ -39,6 +39,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.host.controller.events import Note, Reason
 from kvdev.host.controller.hints import vmi_hints, what
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
@@ -103,6 +104,7 @@ class Rendered:
     data: Mapping[str, str] = field(default_factory=dict)  # the data that should be stored
     problems: tuple[Problem, ...] = ()
     resource_version: str | None = None  # of the stored object an update replaces
+    notes: tuple[Note, ...] = ()  # worth an Event on the VMI (waiting, refused)
 
     @property
     def errors(self) -> tuple[Problem, ...]:
@@ -193,7 +195,15 @@ def _launcher(inputs: Inputs) -> list[Pod]:
     return on_node or live
 
 
-def _resolve(inputs: Inputs, subject: str, problems: list[Problem]) -> list[_Claim]:
+def _note(reason: Reason, problem: Problem, subject: str) -> Note:
+    """The Event's words for a problem: without the VMI (the Event is on it), with the field."""
+    message = problem.message.removeprefix(f"{subject}: ")
+    return Note(reason, f"{problem.path}: {message}" if problem.path else message)
+
+
+def _resolve(
+    inputs: Inputs, subject: str, problems: list[Problem], notes: list[Note]
+) -> list[_Claim]:
     pods = _launcher(inputs)
     out = []
     for i, entry in enumerate(inputs.vmi.spec.resource_claims or []):
@@ -226,6 +236,7 @@ def _resolve(inputs: Inputs, subject: str, problems: list[Problem]) -> list[_Cla
                 "(the virt-launcher pod's status.resourceClaimStatuses[])"
             )
             problems.append(Problem(message, path=path, severity=Severity.WARNING))
+            notes.append(_note(Reason.CLAIM_PENDING, problems[-1], subject))
         out.append(_Claim(entry.name, path, name, template=True))
     return out
 
@@ -269,11 +280,15 @@ def _claim_streams(
 
 
 def _streams(
-    inputs: Inputs, subject: str, old: Mapping[str, str], problems: list[Problem]
+    inputs: Inputs,
+    subject: str,
+    old: Mapping[str, str],
+    problems: list[Problem],
+    notes: list[Note],
 ) -> dict[str, str]:
     namespace = inputs.vmi.metadata.namespace
     data: dict[str, str] = {}
-    for ref in _resolve(inputs, subject, problems):
+    for ref in _resolve(inputs, subject, problems, notes):
         if ref.claim_name is None:
             continue
         claim = inputs.claims.get(ref.claim_name)
@@ -281,11 +296,13 @@ def _streams(
         if claim is None:
             message = f"{subject}: waiting for {claim_what} (not found)"
             problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
+            notes.append(_note(Reason.CLAIM_PENDING, problems[-1], subject))
             continue
         status = claim.status
         if status is None or status.allocation is None:
             message = f"{subject}: waiting for {claim_what} to be allocated"
             problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
+            notes.append(_note(Reason.CLAIM_PENDING, problems[-1], subject))
             continue
         annotation = (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
         if ref.template and annotation != ref.entry:
@@ -342,9 +359,12 @@ def _without_generation(document: GuestHints) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the object
 
 
-def _refuse(base: dict[str, Any], message: str, path: str = "") -> Rendered:
+def _refuse(
+    base: dict[str, Any], message: str, path: str = "", reason: Reason | None = None
+) -> Rendered:
     problem = Problem(message, path=path)
-    return Rendered(**base, verb=Verb.REFUSE, problems=(problem,))
+    notes = (Note(reason, message),) if reason is not None else ()
+    return Rendered(**base, verb=Verb.REFUSE, problems=(problem,), notes=notes)
 
 
 def _stored(existing: Mapping[str, Any], subject: str) -> ConfigMap:
@@ -370,15 +390,16 @@ def _vmi_refusal(vmi: VirtualMachineInstance, name: str) -> tuple[str, str] | No
     return None
 
 
-def _stored_refusal(stored: ConfigMap, subject: str) -> tuple[str, str] | None:
-    """Why the stored ConfigMap must not be touched, if it must not."""
+def _stored_refusal(stored: ConfigMap, subject: str) -> tuple[str, str, Reason] | None:
+    """Why the stored ConfigMap must not be touched (message, field, Event), if it must not."""
     if (stored.metadata.labels or {}).get(MANAGED_BY) != MANAGER:
         message = (
             f"{subject} exists and is not managed by {MANAGER} (label {MANAGED_BY}): left alone"
         )
-        return message, f"metadata.labels[{MANAGED_BY!r}]"
+        return message, f"metadata.labels[{MANAGED_BY!r}]", Reason.CONFIGMAP_NOT_OWNED
     if stored.immutable:
-        return f"{subject} is immutable: it cannot be updated", "immutable"
+        message = f"{subject} is immutable: it cannot be updated"
+        return message, "immutable", Reason.CONFIGMAP_REFUSED
     return None
 
 
@@ -394,10 +415,11 @@ def _precheck(inputs: Inputs, base: dict[str, Any]) -> Rendered | ConfigMap | No
         try:
             stored = _stored(inputs.existing, subject)
         except SchemaError as e:
-            return Rendered(**base, verb=Verb.REFUSE, problems=e.problems)
-        refusal = _stored_refusal(stored, subject)
-        if refusal is not None:
-            return _refuse(base, *refusal)
+            notes = tuple(_note(Reason.CONFIGMAP_REFUSED, p, "") for p in e.problems)
+            return Rendered(**base, verb=Verb.REFUSE, problems=e.problems, notes=notes)
+        stored_refusal = _stored_refusal(stored, subject)
+        if stored_refusal is not None:
+            return _refuse(base, *stored_refusal)
     finished = vmi.status is not None and vmi.status.phase in _FINISHED
     if vmi.metadata.deletion_timestamp is not None or finished:
         message = f"{what(vmi)}: finished or deleting; its ConfigMap is left as it is"
@@ -406,11 +428,15 @@ def _precheck(inputs: Inputs, base: dict[str, Any]) -> Rendered | ConfigMap | No
     return stored
 
 
-def _data(inputs: Inputs, old: Mapping[str, str], problems: list[Problem]) -> dict[str, str]:
+def _data(
+    inputs: Inputs, old: Mapping[str, str], problems: list[Problem], notes: list[Note]
+) -> dict[str, str]:
     """Every key the ConfigMap should hold, sorted."""
-    data = _streams(inputs, what(inputs.vmi), old, problems)
+    subject = what(inputs.vmi)
+    data = _streams(inputs, subject, old, problems, notes)
     hints, warnings = vmi_hints(inputs.vmi)
     problems.extend(warnings)
+    notes.extend(_note(Reason.HINT_REFUSED, w, subject) for w in warnings)
     hints = _hints_generation(hints, old.get(HINTS_KEY))
     data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
     return {k: data[k] for k in sorted(data)}
@@ -434,21 +460,31 @@ def render(inputs: Inputs) -> Rendered:
     stored = checked
     old = dict(stored.data or {}) if stored is not None else {}
     problems: list[Problem] = []
-    data = _data(inputs, old, problems)
+    notes: list[Note] = []
+    data = _data(inputs, old, problems, notes)
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
+    too_big = None
     if size > CONFIGMAP_BYTES_MAX:
-        message = (
+        too_big = (
             f"{what(vmi)}: the bundle is {size} bytes, over a ConfigMap's {CONFIGMAP_BYTES_MAX}"
         )
-        return Rendered(**base, verb=Verb.REFUSE, data=data, problems=(*problems, Problem(message)))
-    if len(data) > CONFIGMAP_MAX_KEYS:
-        message = (
+    elif len(data) > CONFIGMAP_MAX_KEYS:
+        too_big = (
             f"{what(vmi)}: the bundle is {len(data)} keys (one per claim request, and the hints), "
             f"over the {CONFIGMAP_MAX_KEYS} keys kvdev-agent reads from a ConfigMap volume: not "
             "written, the stored ConfigMap is left as it is (use fewer requests per VMI)"
         )
-        return Rendered(**base, verb=Verb.REFUSE, data=data, problems=(*problems, Problem(message)))
-    result = {**base, "data": data, "problems": tuple(problems)}
+    if too_big is not None:
+        problem = Problem(too_big)
+        notes.append(_note(Reason.CONFIGMAP_REFUSED, problem, what(vmi)))
+        return Rendered(
+            **base,
+            verb=Verb.REFUSE,
+            data=data,
+            problems=(*problems, problem),
+            notes=tuple(notes),
+        )
+    result = {**base, "data": data, "problems": tuple(problems), "notes": tuple(notes)}
     if inputs.existing is None or stored is None:
         body = {
             "apiVersion": "v1",
