@@ -33,7 +33,10 @@ from kvdev.host.commands.common import (
     FILES_HELP,
     Commands,
     Parser,
+    add_kube_api_arguments,
+    add_logging_arguments,
     add_output_argument,
+    bucket_from,
     print_objects,
 )
 from kvdev.host.commands.inputs import load_files_of
@@ -134,12 +137,8 @@ def register(commands: Commands) -> None:
         metavar="SECONDS",
         help="live: render every VMI again this often, writing only changes (default: 600)",
     )
-    sub.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="live: log level on stderr (default: info)",
-    )
+    add_kube_api_arguments(sub)
+    add_logging_arguments(sub, "controller")
     sub.set_defaults(run=_run)
 
 
@@ -265,11 +264,6 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
     from kvdev.host.controller.live import Controller  # noqa: PLC0415
 
-    logging.basicConfig(
-        stream=err,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     log = logging.getLogger("kvdev.host.controller")
     if args.resync <= 0:
         err.write("kvdev-host controller: --resync must be positive\n")
@@ -282,7 +276,7 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
             return EXIT_INVALID
         elector = LeaseElector(Lease(namespace, args.lease_name), _identity(args))
     try:
-        api = KubeApi.connect(args.kubeconfig)
+        api = KubeApi.connect(args.kubeconfig, bucket_from(args))
     except KvdevError as e:
         err.write(f"kvdev-host controller: {e}\n")
         return EXIT_INVALID

@@ -20,7 +20,15 @@ from types import FrameType
 from typing import TextIO
 
 from kvdev.errors import KvdevError, SchemaError, UsageError
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_kube_api_arguments,
+    add_logging_arguments,
+    bucket_from,
+)
 from kvdev.host.commands.prepare import layout_from
 from kvdev.host.plugin.claimsource import ClaimSource, FileClaimSource
 from kvdev.host.plugin.kube import KubeClaimSource
@@ -120,21 +128,12 @@ def register(commands: Commands) -> None:
         metavar="SECONDS",
         help="on stop, how long calls in flight may finish (default: 5)",
     )
-    serve.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="log level on stderr (default: info)",
-    )
+    add_kube_api_arguments(serve)
+    add_logging_arguments(serve, "plugin")
     serve.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    logging.basicConfig(
-        stream=err,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         server = _build(args)
     except (UsageError, SchemaError) as e:
@@ -171,7 +170,9 @@ def _build(args: argparse.Namespace) -> PluginServer:
     layout = layout_from(args)  # validates the driver name
     source: ClaimSource
     if args.kube:
-        source = KubeClaimSource(args.driver, node=args.node_name, kubeconfig=args.kubeconfig)
+        source = KubeClaimSource(
+            args.driver, node=args.node_name, kubeconfig=args.kubeconfig, bucket=bucket_from(args)
+        )
     else:
         source = FileClaimSource(args.claims_dir, args.driver)
     sockets = Sockets.default(

@@ -17,6 +17,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_logging_arguments,
     add_output_argument,
     print_objects,
 )
@@ -62,6 +63,7 @@ def register(commands: Commands) -> None:
     sub.add_argument("--driver", required=True, metavar="NAME", help="the DRA driver name")
     add_network_argument(sub)
     add_output_argument(sub)
+    add_logging_arguments(sub, "status")
     sub.set_defaults(run=_run)
 
 

@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 import grpc
 
 from kvdev.errors import KvdevError, PermanentError
+from kvdev.host import logs
 from kvdev.host.plugin.claimsource import ClaimSource
 from kvdev.host.proto import (
     dra_v1_pb2,
@@ -48,6 +49,11 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
+
+
+def _about(ref: ClaimRef) -> dict[str, object]:
+    """The log records' ``extra=`` naming the claim."""
+    return logs.about("ResourceClaim", ref.namespace, ref.name, ref.uid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +135,13 @@ class Plugin:
                 result = ClaimResult(error=f"{verb} {ref}: {e}")
             except Exception as e:
                 # A bug must fail this claim only, visibly, not the whole request.
-                log.exception("%s %s: unexpected error", verb, ref)
+                log.exception("%s %s: unexpected error", verb, ref, extra=_about(ref))
                 result = ClaimResult(error=f"{verb} {ref}: internal error: {e!r}")
         if result.error:
-            log.warning("%s", result.error)
+            log.warning("%s", result.error, extra=_about(ref))
         else:
             ids = [i for d in result.devices for i in d.cdi_device_ids]
-            log.info("%s %s: ok %s", verb, ref, " ".join(ids))
+            log.info("%s %s: ok %s", verb, ref, " ".join(ids), extra=_about(ref))
         return result
 
 
