@@ -1,6 +1,6 @@
 """How ``kvdev-host`` logs: text or JSON lines on stderr, and the client's retry noise folded.
 
-Owns: ``configure`` (the root logger's one handler of ours, at ``--log-level``, in
+Owns: ``configured`` (for a command's run, the root logger's handler of ours, at ``--log-level``, in
 ``--log-format``), ``JsonFormatter`` (one object a line, shaped like KubeVirt's and klog's
 structured logs: ``ts`` RFC 3339 UTC with microseconds, ``level``, ``msg``, ``component``,
 ``pos``, and ``kind``/``namespace``/``name``/``uid`` of the object a record is about), ``about``
@@ -12,9 +12,11 @@ dropped, and the caller's own back-off logs one line per step instead
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
@@ -76,19 +78,26 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
 _RETRY_FILTER: Final = RetryNoiseFilter()
 
 
-def configure(log_format: str, level: str, component: str) -> logging.Handler:
-    """The root logger at ``level`` with one handler of ours (a previous one replaced)."""
+@contextlib.contextmanager
+def configured(log_format: str, level: str, component: str) -> Iterator[logging.Handler]:
+    """For the block: the root logger at ``level``, a handler of ours on stderr, the filter.
+
+    Afterwards the loggers are as they were (``main`` may run many times in one process).
+    """
     root = logging.getLogger()
-    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
-        root.removeHandler(old)
+    pool = logging.getLogger("urllib3.connectionpool")
     handler = _StderrHandler()
     if log_format == "json":
         handler.setFormatter(JsonFormatter(component))
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    before = root.level
     root.addHandler(handler)
     root.setLevel(level.upper())
-    pool = logging.getLogger("urllib3.connectionpool")
-    if _RETRY_FILTER not in pool.filters:
-        pool.addFilter(_RETRY_FILTER)
-    return handler
+    pool.addFilter(_RETRY_FILTER)
+    try:
+        yield handler
+    finally:
+        pool.removeFilter(_RETRY_FILTER)
+        root.removeHandler(handler)
+        root.setLevel(before)

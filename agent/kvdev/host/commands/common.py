@@ -10,6 +10,7 @@ invalid input (the object and field are named) or an allocator error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -83,9 +84,9 @@ def add_logging_arguments(parser: argparse.ArgumentParser, component: str) -> No
     parser.set_defaults(component=f"kvdev-host-{component}")
 
 
-def configure_logging(args: argparse.Namespace) -> None:
-    """Logging as the command's ``--log-format`` and ``--log-level`` ask (stderr)."""
-    logs.configure(args.log_format, args.log_level, args.component)
+def logging_as_asked(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """For the command's run: logging as its ``--log-format`` and ``--log-level`` ask."""
+    return logs.configured(args.log_format, args.log_level, args.component)
 
 
 def add_kube_api_arguments(parser: argparse.ArgumentParser) -> None:
