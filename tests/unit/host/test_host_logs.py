@@ -90,4 +90,3 @@ def test_urllib3s_retry_warnings_are_dropped_and_the_reason_is_short(capsys):
     assert "Something else" in err  # only the retry warnings go
     said = kubeclient.unreachable(f"http://127.0.0.1:{port}", failed.value)
     assert said == f"API server http://127.0.0.1:{port} unreachable: connection refused"
-
