@@ -14,7 +14,7 @@ def test_every_shipped_object_is_accepted(shipped):
     assert ("ClusterRole", "kvdev-host-controller") in shipped
     assert ("Deployment", "kvdev-host-controller") in shipped
     assert ("DaemonSet", "kvdev-host-plugin") in shipped
-    assert len(shipped) == 11  # controller.yaml: 7 objects, plugin.yaml: 4
+    assert len(shipped) == 16  # controller.yaml: 9 objects, plugin.yaml: 7 (helm template)
 
 
 def test_the_example_vmi_and_claims_are_accepted(kube, shipped):
