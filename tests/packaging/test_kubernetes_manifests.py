@@ -151,6 +151,8 @@ def test_the_plugin_may_only_get_claims_list_slices_and_patch_claim_status():
         ("resource.k8s.io", "resourceslices"): ["list"],
         # only of claims allocated on its own node: the ValidatingAdmissionPolicy (tests/cluster)
         ("resource.k8s.io", "resourceclaims/status"): ["patch"],
+        # status.devices, for its driver only, on its own node only (the API server's check)
+        ("resource.k8s.io", "resourceclaims/driver"): ["associated-node:patch"],
     }
 
 

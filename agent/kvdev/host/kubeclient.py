@@ -35,15 +35,17 @@ def api_client(kubeconfig: Path | None, bucket: TokenBucket | None = None) -> An
 def throttle(api: Any, bucket: TokenBucket) -> None:  # noqa: ANN401 - the client is untyped
     """Make ``api`` (an ApiClient) take a token before each request it sends.
 
-    ``ApiClient.request`` is the one call every API method (and the watch) goes through.
+    Its ``rest_client.request`` is the one call every API method (and the watch) goes through,
+    in the client's older layout (``ApiClient.request`` -> ``GET`` ...) and in its newer one.
     """
-    send = api.request
+    rest = api.rest_client
+    send = rest.request
 
     def limited(*args: object, **kwargs: object) -> Any:  # noqa: ANN401 - the client's response
         bucket.wait()
         return send(*args, **kwargs)
 
-    api.request = limited
+    rest.request = limited
 
 
 def unreachable(endpoint: str, error: BaseException) -> str:
