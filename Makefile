@@ -71,7 +71,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP) upstream-cluster
+unit: $(STAMP) upstream-cluster helm
 	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick

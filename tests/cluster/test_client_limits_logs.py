@@ -9,7 +9,7 @@ import json
 import socket
 from typing import Any
 
-from clusterlab import SYSTEM, apply, kvdev_host, wait_for
+from clusterlab import SYSTEM, apply, kvdev_host, minimal_vmi, wait_for
 from controlplane import token_kubeconfig
 from kubernetes import client
 
@@ -65,16 +65,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 def test_the_controllers_json_lines_name_the_vmi_they_are_about(
     kube, controller_config, namespace, tmp_path
 ):
-    vmi = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm-json", "namespace": namespace},
-        "spec": {
-            "resourceClaims": [{"name": "devices", "resourceClaimName": "vm-json-devices"}],
-            "domain": {"devices": {}},
-        },
-    }
-    (made,) = apply(kube, [vmi])
+    (made,) = apply(kube, [minimal_vmi("vm-json", namespace)])
     env = {"POD_NAMESPACE": SYSTEM, "POD_NAME": "ctl-json"}
     args = ("controller", "--kubeconfig", str(controller_config), "--log-format=json")
     with kvdev_host(tmp_path / "controller.log", *args, env=env) as ctl:

@@ -96,7 +96,8 @@ def add_kube_api_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_QPS,
         metavar="QPS",
-        help="requests a second to the API server, on average; a negative value: no limit "
+        help="requests a second to the API server, on average, watches included; a negative "
+        "value: no limit "
         f"(default: {DEFAULT_QPS:g}, client-go's)",
     )
     parser.add_argument(
@@ -104,7 +105,8 @@ def add_kube_api_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_BURST,
         metavar="N",
-        help=f"requests at once above --kube-api-qps (default: {DEFAULT_BURST}, client-go's)",
+        help="how many requests may go at once before --kube-api-qps paces them "
+        f"(default: {DEFAULT_BURST}, client-go's)",
     )
 
 
