@@ -309,6 +309,17 @@ def as_user(kubeconfig: Any) -> Any:
     return client.ResourceV1Api(config.new_client_from_config(str(kubeconfig)))
 
 
+def refusal_saying(text: str, call: Callable[[], object]) -> ApiException:
+    """Poll until ``call`` is refused with ``text`` in the answer: RBAC changes reach the
+    authorizer through its informers, a moment after they are written."""
+
+    def saying() -> ApiException | None:
+        denied = refused(call)
+        return denied if text in denied.body else None
+
+    return wait_for(f"a refusal saying {text!r}", saying)
+
+
 def refused(call: Callable[[], object]) -> ApiException:
     with pytest.raises(ApiException) as caught:
         call()
@@ -354,18 +365,12 @@ def test_the_plugin_writes_status_only_of_claims_on_its_own_node(
         return plugin.patch_namespaced_resource_claim_status("on-b", namespace, device_status(b))
 
     # The chart's RBAC holds associated-node:patch only: the API server's own check refuses.
-    denied = refused(write_b)
-    assert "cannot arbitrary-node:patch" in denied.body, denied.body
+    refusal_saying("cannot arbitrary-node:patch", write_b)
     # With arbitrary-node granted too, the chart's admission policy still refuses.
     revoke = other_nodes_allowed(kube, vap_release, account)
     try:
         said = f"the plugin on node '{a}' may not change the status of a claim allocated on"
-
-        def by_the_policy() -> ApiException | None:  # once the grant reached the authorizer
-            denied = refused(write_b)
-            return denied if said in denied.body else None
-
-        denied = wait_for("the policy's refusal", by_the_policy)
+        denied = refusal_saying(said, write_b)
         assert f"{said} node(s) {b}" in denied.body
         assert denied.status in (403, 422)
         # Nor can it move a claim of its own node elsewhere: the server keeps an allocation.
@@ -402,12 +407,12 @@ def test_a_plugin_token_that_names_no_node_is_refused(
         for config in (plain, unscheduled)
     ]
     for write in writes:  # the API server's own check: no node, so arbitrary-node is needed
-        assert "cannot arbitrary-node:patch" in refused(write).body
+        refusal_saying("cannot arbitrary-node:patch", write)
     revoke = other_nodes_allowed(kube, vap_release, account)
     try:
         said = "no node in the request's credentials"
         for write in writes:
-            wait_for(said, lambda write=write: said in refused(write).body)
+            refusal_saying(said, write)
     finally:
         revoke()
 
