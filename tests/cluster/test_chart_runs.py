@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 from chartlab import CHART, expand, helm, helm_binary, pod_token_kubeconfig, render, sets
-from clusterlab import KVDEV_HOST, Program, add_node, wait_for
+from clusterlab import KVDEV_HOST, Program, add_node, apply, resource_slice, wait_for
 from controlplane import free_port
 from kubernetes import client
 
@@ -41,6 +41,7 @@ RELEASE = NAMESPACE = "kvdev-run"
 CONTROLLER = f"{RELEASE}-host-controller"
 PLUGIN = f"{RELEASE}-host-plugin"
 NODE = "kvdev-run-node"
+DRIVER = "sriov.example.com"  # the chart's default plugin.drivers
 
 
 @pytest.fixture(scope="module")
@@ -214,9 +215,46 @@ def grpc_health(port: int, service: str = "") -> int | None:
     return answer[1] if len(answer) >= 2 and answer[0] == 0x08 else 0
 
 
+def allocated_here(kube: Any, namespace: str) -> Any:
+    """A ResourceSlice of one VF on NODE for the chart's driver and a claim allocated to it."""
+    slices = client.ResourceV1Api(kube)
+    body = resource_slice(f"{NODE}-vfs", DRIVER, [{"name": "vf-0"}], nodeName=NODE)
+    apply(kube, [body])
+    request = {"name": "nic", "exactly": {"deviceClassName": "vf"}}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "nic", "namespace": namespace},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    apply(kube, [claim])
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+    result = {"request": "nic", "driver": DRIVER, "pool": f"{NODE}-vfs", "device": "vf-0"}
+    allocation = {"devices": {"results": [result]}, "nodeSelector": {"nodeSelectorTerms": [term]}}
+    return slices.patch_namespaced_resource_claim_status(
+        "nic", namespace, {"status": {"allocation": allocation}}
+    )
+
+
+def prepare_over_the_socket(dirs: dict[str, Path], claim: Any) -> Any:
+    """kubelet's NodePrepareResources (v1) on the plugin's DRA socket."""
+    import grpc  # noqa: PLC0415
+
+    from kvdev.host.proto import dra_v1_pb2, dra_v1_pb2_grpc  # noqa: PLC0415
+
+    (socket_path,) = (dirs["plugins"] / DRIVER).glob("dra-*.sock")
+    meta = claim.metadata
+    message = dra_v1_pb2.Claim(namespace=meta.namespace, name=meta.name, uid=meta.uid)
+    with grpc.insecure_channel(f"unix:{socket_path}") as channel:
+        stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
+        request = dra_v1_pb2.NodePrepareResourcesRequest(claims=[message])
+        return stub.NodePrepareResources(request, timeout=60).claims[meta.uid]
+
+
 def test_the_plugin_runs_as_rendered_and_is_serving(
-    cluster, kube, release, ports, kubelet_dirs, tmp_path
+    cluster, kube, release, ports, kubelet_dirs, namespace, tmp_path
 ):
+    claim = allocated_here(kube, namespace)
     program, args = run_as(cluster, kube, "DaemonSet", PLUGIN, tmp_path)
     try:
         assert f"--health-port={ports['health']}" in args
@@ -232,6 +270,16 @@ def test_the_plugin_runs_as_rendered_and_is_serving(
         line = wait_for("a JSON log line of the plugin", lambda: json_line(program))
         assert line["component"] == "kvdev-host-plugin"
         assert line["level"] in {"debug", "info", "warning", "error"}
+        # As kubelet would: prepare the claim. The plugin GETs it and LISTs its node's slices
+        # as the chart's ServiceAccount (and writes its status: RBAC and the node policy).
+        prepared = prepare_over_the_socket(kubelet_dirs, claim)
+        assert prepared.error == "", prepared.error
+        assert list(prepared.devices[0].cdi_device_ids) == [
+            f"{DRIVER}/metadata={claim.metadata.uid}_nic"
+        ]
+        assert list(kubelet_dirs["cdi"].glob("*.json")), "no CDI spec written"
     finally:
         status = program.stop()
+        client.ResourceV1Api(kube).delete_resource_slice(f"{NODE}-vfs")
     assert status == 0, program.text()
+    assert 'forbidden: User "' not in program.text()
