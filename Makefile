@@ -29,7 +29,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick test-loaded check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
-.PHONY: upstream-cluster cluster cluster-down bench-controller
+.PHONY: upstream-cluster cluster cluster-down bench-controller helm manifests
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -71,7 +71,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP) upstream-cluster
+unit: $(STAMP) upstream-cluster helm
 	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
@@ -91,6 +91,12 @@ upstream:  ## upstream's own Go code (v1.37.2) as judges: build/upstream/bin, ca
 
 upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -controller-manager, -scheduler)
 	tests/upstream/build.sh --cluster
+
+helm:  ## helm (v3.22.0, from its own pinned Go module) into build/helm/bin, cached by go.sum
+	tests/helm/build.sh
+
+manifests: helm  ## packaging/kubernetes/{controller,plugin}.yaml = helm template of the chart's defaults
+	packaging/helm/manifests.sh
 
 cluster: $(STAMP)  ## start a real v1.37.2 control plane under build/cluster; prints its kubeconfig
 	$(BIN)/python tests/cluster/controlplane.py up

@@ -27,6 +27,11 @@ _kvdev_host()
         --log-level)
             COMPREPLY=($(compgen -W "debug info warning error" -- "$cur"))
             return ;;
+        --log-format)
+            COMPREPLY=($(compgen -W "text json" -- "$cur"))
+            return ;;
+        --kube-api-qps|--kube-api-burst)
+            return ;;
         --node|--driver|--feature-gates|--filter-timeout|--claim-uid|--node-name|--grace|\
         --health-port|--metrics-address|\
         --lease-namespace|--lease-name|--identity|--resync)
@@ -56,7 +61,9 @@ _kvdev_host()
                            --log-level" ;;
         *) return ;;
     esac
-    COMPREPLY=($(compgen -W "$words --help" -- "$cur"))
+    # every command: --log-format --log-level; those that talk to the API server: the rate limit
+    [[ $command == serve || $command == controller ]] && words="$words --kube-api-qps --kube-api-burst"
+    COMPREPLY=($(compgen -W "$words --log-format --log-level --help" -- "$cur"))
 }
 
 complete -F _kvdev_host kvdev-host

@@ -129,6 +129,19 @@ def kvdev_host(log: Path, *args: str, env: dict[str, str] | None = None) -> Iter
         program.stop()
 
 
+def minimal_vmi(name: str, namespace: str) -> dict[str, Any]:
+    """A VMI with one claim (``<name>-devices``) and no devices: the controller renders it."""
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "resourceClaims": [{"name": "devices", "resourceClaimName": f"{name}-devices"}],
+            "domain": {"devices": {}},
+        },
+    }
+
+
 def resource_slice(
     name: str, driver: str, devices: list[dict[str, Any]], **where: object
 ) -> dict[str, Any]:

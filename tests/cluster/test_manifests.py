@@ -5,7 +5,7 @@ writes the VMI's ConfigMap and never meets a 403; what its ClusterRole does not 
 refused 403."""
 
 import pytest
-from clusterlab import SYSTEM, apply, documents, kvdev_host, refusals, wait_for
+from clusterlab import SYSTEM, apply, documents, kvdev_host, minimal_vmi, refusals, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -14,7 +14,7 @@ def test_every_shipped_object_is_accepted(shipped):
     assert ("ClusterRole", "kvdev-host-controller") in shipped
     assert ("Deployment", "kvdev-host-controller") in shipped
     assert ("DaemonSet", "kvdev-host-plugin") in shipped
-    assert len(shipped) == 11  # controller.yaml: 7 objects, plugin.yaml: 4
+    assert len(shipped) == 16  # controller.yaml: 9 objects, plugin.yaml: 7 (helm template)
 
 
 def test_the_example_vmi_and_claims_are_accepted(kube, shipped):
@@ -75,16 +75,7 @@ def test_the_controller_as_its_service_account_writes_the_owned_configmap(
 ):
     """OwnerReferencesPermissionEnforcement: blockOwnerDeletion needs update on
     virtualmachineinstances/finalizers (the shipped ClusterRole lacked it: 403)."""
-    vmi = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm1", "namespace": namespace},
-        "spec": {
-            "resourceClaims": [{"name": "devices", "resourceClaimName": "vm1-devices"}],
-            "domain": {"devices": {}},
-        },
-    }
-    apply(kube, [vmi])
+    apply(kube, [minimal_vmi("vm1", namespace)])
     core = client.CoreV1Api(kube)
     env = {"POD_NAMESPACE": SYSTEM, "POD_NAME": "ctl-0"}
     args = ("controller", "--kubeconfig", str(controller_config), "--leader-elect")

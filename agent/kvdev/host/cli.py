@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from kvdev import __version__
 from kvdev.errors import UsageError
-from kvdev.host.commands.common import EXIT_INVALID, Parser
+from kvdev.host.commands.common import EXIT_INVALID, Parser, logging_as_asked
 
 # command -> its module under kvdev.host.commands, in --help order
 _COMMANDS = {
@@ -97,5 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
-    status: int = args.run(args, sys.stdout, sys.stderr)
+    with logging_as_asked(args):
+        status: int = args.run(args, sys.stdout, sys.stderr)
     return status

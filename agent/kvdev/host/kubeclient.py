@@ -1,7 +1,11 @@
-"""The kubernetes client's configuration, for ``controller.kube`` and ``plugin.kube`` alike.
+"""The kubernetes client, for ``controller.kube`` and ``plugin.kube`` alike.
 
-A kubeconfig when one is named; else the in-cluster service account, falling back to the
-default kubeconfig. Imports the client only when called (the host extra, needed only live).
+Owns: its configuration (a kubeconfig when one is named; else the in-cluster service account,
+falling back to the default kubeconfig), ``api_client`` (an ``ApiClient`` whose every request,
+watches included, first takes a token of a ``ratelimit.TokenBucket``: ``--kube-api-qps`` and
+``--kube-api-burst``) and ``unreachable`` (one short line for a transport error: the endpoint
+and the reason, not urllib3's nested reprs). Imports the client only when called (the host
+extra, needed only live).
 """
 
 from __future__ import annotations
@@ -11,6 +15,66 @@ from pathlib import Path
 from typing import Any
 
 from kvdev.errors import PermanentError
+from kvdev.host.ratelimit import TokenBucket
+
+
+def api_client(kubeconfig: Path | None, bucket: TokenBucket | None = None) -> Any:  # noqa: ANN401 - the client is untyped
+    """A ``kubernetes.client.ApiClient``; with ``bucket``, every request waits for a token.
+
+    Raises:
+        PermanentError: no configuration can be loaded (see ``configuration``).
+    """
+    from kubernetes import client  # noqa: PLC0415
+
+    api = client.ApiClient(configuration(kubeconfig))
+    if bucket is not None:
+        throttle(api, bucket)
+    return api
+
+
+def throttle(api: Any, bucket: TokenBucket) -> None:  # noqa: ANN401 - the client is untyped
+    """Make ``api`` (an ApiClient) take a token before each request it sends.
+
+    Its ``rest_client.request`` is the one call every API method (and the watch) goes through,
+    in the client's older layout (``ApiClient.request`` -> ``GET`` ...) and in its newer one.
+    """
+    rest = api.rest_client
+    send = rest.request
+
+    def limited(*args: object, **kwargs: object) -> Any:  # noqa: ANN401 - the client's response
+        bucket.wait()
+        return send(*args, **kwargs)
+
+    rest.request = limited
+
+
+def unreachable(endpoint: str, error: BaseException) -> str:
+    """``API server https://h:p unreachable: connection refused``: one line, no reprs."""
+    return f"API server {endpoint} unreachable: {short_reason(error)}"
+
+
+def short_reason(error: BaseException) -> str:
+    """The root cause of a transport error in a few words (an errno's text, a timeout...)."""
+    chain: list[BaseException] = []
+    todo = [error]
+    while todo:
+        e = todo.pop(0)
+        if any(e is seen for seen in chain):
+            continue
+        chain.append(e)
+        reason = getattr(e, "reason", None)
+        nested = [a for a in e.args if isinstance(a, BaseException)]
+        linked = (reason, e.__cause__, e.__context__, *nested)
+        todo += [x for x in linked if isinstance(x, BaseException)]
+    for e in chain:
+        if isinstance(e, OSError) and e.errno:
+            return os.strerror(e.errno).lower()
+    for e in chain:
+        if isinstance(e, TimeoutError) or "Timeout" in type(e).__name__:
+            return "timed out"
+    last = chain[-1]
+    text = str(last).split(": ")[-1].strip() or type(last).__name__
+    return text[:200]
 
 
 def configuration(kubeconfig: Path | None) -> Any:  # noqa: ANN401 - the client is untyped

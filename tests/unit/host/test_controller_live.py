@@ -432,6 +432,9 @@ def test_an_object_that_does_not_parse_is_skipped_and_the_last_good_one_kept(dou
         double.put(vmi)
         until(lambda: '"tag":"gpu-a"' in configmap(double)["data"]["guest-hints.json"], "fixed")
     assert "VirtualMachineInstance/vms/vm1" in caplog.text
+    skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
+    concerned = {(o["kind"], o["namespace"], o["name"]) for o in (r.k8s_object for r in skipped)}
+    assert concerned == {("VirtualMachineInstance", "vms", "vm1")}  # the JSON line names it
 
 
 def test_a_pod_of_another_namespace_naming_the_vmis_uid_has_no_say(double, api):

@@ -465,3 +465,16 @@ def test_stop_lets_a_call_in_flight_finish(short_dir):
         stopping.result(timeout=10)
     assert response.claims[uid_of(0)].error == ""
     assert not env.sockets.dra.exists()
+
+
+def test_the_prepare_log_record_names_the_claim(env, caplog):
+    """Its ``extra``: the JSON line's kind, namespace, name and uid (``kvdev.host.logs``)."""
+    with caplog.at_level("INFO", logger="kvdev.host.plugin.service"):
+        prepare(env, ref(1))
+    [record] = [r for r in caplog.records if "ok" in r.getMessage()]
+    assert record.k8s_object == {
+        "kind": "ResourceClaim",
+        "namespace": "vms",
+        "name": "claim-1",
+        "uid": uid_of(1),
+    }

@@ -243,7 +243,8 @@ def test_an_unreachable_api_server_is_retryable(tmp_path):
     # Nothing listens on the port any more: connections are refused.
     config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
     source = KubeClaimSource(DRIVER, kubeconfig=config, timeout=2)
-    with pytest.raises(RetryableError, match="API server unreachable"):
+    said = f"API server http://127.0.0.1:{port} unreachable: connection refused$"
+    with pytest.raises(RetryableError, match=said):
         source.fetch("vms", "vm1-nic")
 
 

@@ -36,6 +36,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_logging_arguments,
     add_output_argument,
     parse_feature_gates,
     print_objects,
@@ -122,6 +123,7 @@ def register(commands: Commands) -> None:
         help="switch allocator features, e.g. DRADeviceTaints=false (all are on by default)",
     )
     add_filter_timeout_argument(alloc)
+    add_logging_arguments(alloc, "allocate")
     alloc.set_defaults(run=_run)
 
 

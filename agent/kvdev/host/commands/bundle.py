@@ -20,7 +20,14 @@ from kvdev.errors import KvdevError, PermanentError, RetryableError, SchemaError
 from kvdev.host.bundle import build, source, writer
 from kvdev.host.bundle.domainxml import parse_domain
 from kvdev.host.bundle.plan import load_plan
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser, add_output_argument
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_logging_arguments,
+    add_output_argument,
+)
 
 EXIT_IO = 1
 
@@ -82,6 +89,7 @@ def register(commands: Commands) -> None:
     plan.add_argument("--guest-plan", type=Path, metavar="FILE", help="a GuestPlan file")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     add_output_argument(p, ("text", "json"), "text", "the summary in lines")
+    add_logging_arguments(p, "bundle")
     p.set_defaults(run=_run)
 
 

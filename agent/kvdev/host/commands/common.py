@@ -1,4 +1,7 @@
-"""What the ``kvdev-host`` commands share: exit codes, the parser class, feature gates, output.
+"""What the ``kvdev-host`` commands share: exit codes, parser, feature gates, output, logs.
+
+Also the logging options every command takes and the client rate limit of those that talk to
+the API server.
 
 Exit codes are a contract: 0 success, 1 does not fit (allocate, schedule), 2 usage error,
 invalid input (the object and field are named) or an allocator error.
@@ -7,6 +10,7 @@ invalid input (the object and field are named) or an allocator error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -15,7 +19,9 @@ from typing import Any, NoReturn, TextIO, TypeAlias
 import yaml
 
 from kvdev.errors import UsageError
+from kvdev.host import logs
 from kvdev.host.allocation.features import Features
+from kvdev.host.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
 
 EXIT_OK = 0
 EXIT_UNSCHEDULABLE = 1
@@ -57,6 +63,66 @@ def add_files_argument(parser: argparse.ArgumentParser, *, required: bool = True
         metavar="FILE",
         help=FILES_HELP,
     )
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser, component: str) -> None:
+    """``--log-format`` and ``--log-level``; records name component ``kvdev-host-<component>``."""
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="text",
+        help="logs on stderr: text (one line a record) or json (one object a line: ts, level, "
+        "msg, component, and kind, namespace, name, uid of the object concerned) "
+        "(default: text)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=logs.LEVELS,
+        default="info",
+        help="the least severe record logged (default: info)",
+    )
+    parser.set_defaults(component=f"kvdev-host-{component}")
+
+
+def logging_as_asked(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """For the command's run: logging as its ``--log-format`` and ``--log-level`` ask."""
+    return logs.configured(args.log_format, args.log_level, args.component)
+
+
+def add_kube_api_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kube-api-qps`` and ``--kube-api-burst``: the client-side rate limit (client-go's)."""
+    parser.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=DEFAULT_QPS,
+        metavar="QPS",
+        help="requests a second to the API server, on average, watches included; a negative "
+        "value: no limit "
+        f"(default: {DEFAULT_QPS:g}, client-go's)",
+    )
+    parser.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=DEFAULT_BURST,
+        metavar="N",
+        help="how many requests may go at once before --kube-api-qps paces them "
+        f"(default: {DEFAULT_BURST}, client-go's)",
+    )
+
+
+def bucket_from(args: argparse.Namespace) -> TokenBucket | None:
+    """The token bucket ``--kube-api-qps``/``--kube-api-burst`` ask for (None: no limit).
+
+    Raises:
+        UsageError: a zero QPS or a burst below 1.
+    """
+    if args.kube_api_qps < 0:
+        return None
+    if args.kube_api_qps == 0:
+        raise UsageError("--kube-api-qps: 0 would never send a request (negative: no limit)")
+    if args.kube_api_burst < 1:
+        raise UsageError(f"--kube-api-burst: must be at least 1, not {args.kube_api_burst}")
+    return TokenBucket(args.kube_api_qps, args.kube_api_burst)
 
 
 def parse_feature_gates(text: str) -> Features:

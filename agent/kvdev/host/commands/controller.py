@@ -35,7 +35,10 @@ from kvdev.host.commands.common import (
     FILES_HELP,
     Commands,
     Parser,
+    add_kube_api_arguments,
+    add_logging_arguments,
     add_output_argument,
+    bucket_from,
     print_objects,
 )
 from kvdev.host.commands.inputs import load_files_of
@@ -184,12 +187,8 @@ def register(commands: Commands) -> None:
         help="live: serve /healthz, /readyz, /leader and /metrics there (':8080': every "
         "address, port 8080; '127.0.0.1:0': a free port, logged); '0' or '' (default): no server",
     )
-    sub.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="live: log level on stderr (default: info)",
-    )
+    add_kube_api_arguments(sub)
+    add_logging_arguments(sub, "controller")
     sub.set_defaults(run=_run)
 
 
@@ -341,11 +340,6 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     from kvdev.host.controller.election import Lease, LeaseElector  # noqa: PLC0415 - live only
     from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
 
-    logging.basicConfig(
-        stream=err,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     log = logging.getLogger("kvdev.host.controller")
     problem = _settings_error(args)
     if problem is not None:
@@ -366,7 +360,7 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
             retry_seconds=args.retry_period,
         )
     try:
-        api = KubeApi.connect(args.kubeconfig)
+        api = KubeApi.connect(args.kubeconfig, bucket_from(args))
     except KvdevError as e:
         err.write(f"kvdev-host controller: {e}\n")
         return EXIT_INVALID

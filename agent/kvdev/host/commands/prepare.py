@@ -26,6 +26,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_logging_arguments,
     add_output_argument,
 )
 from kvdev.host.commands.inputs import load_files
@@ -136,6 +137,7 @@ def register(commands: Commands) -> None:
         if name != "unprepare":
             add_network_argument(sub)
         add_output_argument(sub, ("text", "json"), "text", "one line per claim")
+        add_logging_arguments(sub, name)
         sub.set_defaults(run=_run, verb=name)
 
 

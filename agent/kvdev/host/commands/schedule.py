@@ -37,6 +37,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_logging_arguments,
     add_output_argument,
     parse_feature_gates,
     print_objects,
@@ -156,6 +157,7 @@ def register(commands: Commands) -> None:
         help="show the loading and placing progress on stderr even when it is no terminal "
         "(default: only on a terminal)",
     )
+    add_logging_arguments(sub, "schedule")
     sub.set_defaults(run=_run)
 
 

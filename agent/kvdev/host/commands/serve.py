@@ -22,7 +22,15 @@ from types import FrameType
 from typing import TextIO
 
 from kvdev.errors import KvdevError, PermanentError, SchemaError, UsageError
-from kvdev.host.commands.common import EXIT_INVALID, EXIT_OK, Commands, Parser
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_kube_api_arguments,
+    add_logging_arguments,
+    bucket_from,
+)
 from kvdev.host.commands.prepare import layout_from
 from kvdev.host.plugin.claimsource import ClaimSource, FileClaimSource
 from kvdev.host.plugin.claimstatus import DeviceStatusSink, KubeDeviceStatus
@@ -163,21 +171,12 @@ def register(commands: Commands) -> None:
         help="serve Prometheus metrics on http://HOST:PORT/metrics (:PORT: every IPv4 address; "
         "default: empty, off)",
     )
-    serve.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="log level on stderr (default: info)",
-    )
+    add_kube_api_arguments(serve)
+    add_logging_arguments(serve, "plugin")
     serve.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    logging.basicConfig(
-        stream=err,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         server, plugin = _build(args)
         metrics_address = Address.parse(args.metrics_address)
@@ -257,7 +256,9 @@ def _build(args: argparse.Namespace) -> tuple[PluginServer, Plugin]:
     source: ClaimSource
     status: DeviceStatusSink | None = None
     if args.kube:
-        kube = KubeClaimSource(args.driver, node=args.node_name, kubeconfig=args.kubeconfig)
+        kube = KubeClaimSource(
+            args.driver, node=args.node_name, kubeconfig=args.kubeconfig, bucket=bucket_from(args)
+        )
         source, status = kube, KubeDeviceStatus(args.driver, kube.resource_api)
     else:
         source = FileClaimSource(args.claims_dir, args.driver)

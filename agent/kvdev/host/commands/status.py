@@ -18,6 +18,7 @@ from kvdev.host.commands.common import (
     Commands,
     Parser,
     add_files_argument,
+    add_logging_arguments,
     add_output_argument,
     print_objects,
 )
@@ -65,6 +66,7 @@ def register(commands: Commands) -> None:
     sub.add_argument("--driver", required=True, metavar="NAME", help="the DRA driver name")
     add_network_argument(sub)
     add_output_argument(sub)
+    add_logging_arguments(sub, "status")
     sub.set_defaults(run=_run)
 
 

@@ -33,6 +33,7 @@ from kvdev.host import kubeclient
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.render import MANAGED_BY, MANAGER
 from kvdev.host.k8s.kubevirt import GROUP, PLURAL
+from kvdev.host.ratelimit import TokenBucket
 
 _CONFLICT: Final = 409
 _GONE: Final = 410
@@ -77,15 +78,15 @@ class KubeApi:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None = None) -> KubeApi:
+    def connect(cls, kubeconfig: Path | None = None, bucket: TokenBucket | None = None) -> KubeApi:
         """A client for the in-cluster service account, ``kubeconfig``, or the default one.
+
+        With ``bucket``, every request waits for its token (the client-side rate limit).
 
         Raises:
             PermanentError: no configuration can be loaded.
         """
-        from kubernetes import client  # noqa: PLC0415 - the host extra, needed only live
-
-        return cls(client.ApiClient(kubeclient.configuration(kubeconfig)))
+        return cls(kubeclient.api_client(kubeconfig, bucket))
 
     # ------------------------------------------------------------------ the APIs
 
@@ -127,11 +128,15 @@ class KubeApi:
         except ApiException as e:
             raise api_error(what, e.status, e.reason, e.body) from e
         except (HTTPError, OSError) as e:
-            raise RetryableError(f"{what}: API server unreachable: {e}") from e
+            raise RetryableError(f"{what}: {self._unreachable(e)}") from e
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             raise RetryableError(f"{what}: API server sent invalid JSON: {e}") from e
+
+    def _unreachable(self, error: BaseException) -> str:
+        host = getattr(getattr(self.client, "configuration", None), "host", "")
+        return kubeclient.unreachable(str(host or "?"), error)
 
     # ------------------------------------------------------------------ list + watch
 
@@ -183,7 +188,8 @@ class KubeApi:
             except ApiException as e:
                 raise api_error(what, e.status, e.reason, e.body) from e
             except (HTTPError, OSError) as e:
-                raise RetryableError(f"{what}: the stream broke: {e}") from e
+                reason = kubeclient.short_reason(e)
+                raise RetryableError(f"{what}: the stream broke: {reason}") from e
             except ValueError as e:  # a line that is not JSON
                 raise RetryableError(f"{what}: the API server sent invalid JSON: {e}") from e
 

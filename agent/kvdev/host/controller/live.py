@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvdev.errors import KvdevError, RetryableError
+from kvdev.host import logs
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
 from kvdev.host.controller.events import Note, ObjectRef, Reason
@@ -44,6 +45,14 @@ from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
+_VMI = "VirtualMachineInstance"
+
+
+def _about(result: Rendered) -> dict[str, Any]:
+    """The log records' ``extra=`` naming the VMI (its uid from the ConfigMap's owner)."""
+    namespace, _, name = result.vmi.partition("/")
+    owners = ((result.body or {}).get("metadata") or {}).get("ownerReferences") or [{}]
+    return logs.about(_VMI, namespace, name, owners[0].get("uid"))
 
 
 @dataclass
@@ -212,7 +221,7 @@ class Controller:
             except ConflictError as e:
                 self.stats.conflicts += 1
                 self.metrics.conflicts.inc()
-                log.info("%s: %s: reading it again", result.vmi, e)
+                log.info("%s: %s: reading it again", result.vmi, e, extra=_about(result))
                 fresh = self.api.get_configmap(result.namespace, result.name)
                 inputs = replace(inputs, existing=fresh)
                 self._remember(fresh)
@@ -261,14 +270,16 @@ class Controller:
 
     def _write(self, result: Rendered) -> Rendered:
         for problem in result.problems:
-            log.warning("%s: %s", result.vmi, problem)
+            log.warning("%s: %s", result.vmi, problem, extra=_about(result))
         if result.verb is Verb.CREATE:
             assert result.body is not None
             self._remember(self.api.create_configmap(result.namespace, result.body))
             self.stats.creates += 1
             self.metrics.writes.labels("created").inc()
             log.info(
-                "%s: created ConfigMap %s (%d streams)", result.vmi, result.name, result.streams
+                "%s: created ConfigMap %s (%d streams)",
+                *(result.vmi, result.name, result.streams),
+                extra=_about(result),
             )
         elif result.verb is Verb.UPDATE:
             assert result.body is not None
@@ -276,7 +287,9 @@ class Controller:
             self.stats.updates += 1
             self.metrics.writes.labels("updated").inc()
             log.info(
-                "%s: updated ConfigMap %s (%d streams)", result.vmi, result.name, result.streams
+                "%s: updated ConfigMap %s (%d streams)",
+                *(result.vmi, result.name, result.streams),
+                extra=_about(result),
             )
         elif result.verb is Verb.REFUSE:
             self.stats.refused += 1
@@ -388,10 +401,14 @@ class Controller:
             backoff = self._failures.setdefault(key, self._backoff())
             if e.retryable:
                 delay = backoff.next()
-                log.warning("%s/%s: %s (again in %.1f s)", *key, e, delay)
+                log.warning(
+                    "%s/%s: %s (again in %.1f s)", *key, e, delay, extra=logs.about(_VMI, *key)
+                )
                 self._queue.add([key], delay)
             else:
-                log.error("%s/%s: %s (waiting for a change)", *key, e)  # noqa: TRY400 - expected, no traceback
+                log.error(  # noqa: TRY400 - expected, no traceback
+                    "%s/%s: %s (waiting for a change)", *key, e, extra=logs.about(_VMI, *key)
+                )
             return
         self._failures.pop(key, None)
         if result is not None:

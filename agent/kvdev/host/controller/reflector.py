@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdev.errors import KvdevError, SchemaError
+from kvdev.host import logs
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.index import Kind, Stored, parse
 from kvdev.host.controller.kube import ExpiredError, KubeApi, Watching
@@ -120,8 +121,15 @@ class Reflector:
         try:
             return parse(self.kind, raw)
         except SchemaError as e:
+            found = raw.get("metadata")
+            meta: Mapping[str, Any] = found if isinstance(found, dict) else {}
+            about = logs.about(
+                self.kind.kind, meta.get("namespace"), meta.get("name", ""), meta.get("uid")
+            )
             log.warning(
-                "%s: skipped (the cache keeps its last good version): %s", self.kind.kind, e
+                "%s: skipped (the cache keeps its last good version): %s",
+                *(self.kind.kind, e),
+                extra=about,
             )
             return None
 

@@ -27,6 +27,7 @@ from kvdev.host import kubeclient
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.k8s.resource import API_VERSION
 from kvdev.host.plugin.claimsource import ClaimNotFoundError, Fetched
+from kvdev.host.ratelimit import TokenBucket
 from kvdev.schema.stream import problems_from
 
 PAGE_SIZE = 500
@@ -45,6 +46,7 @@ class KubeClaimSource:
         kubeconfig: a kubeconfig file; None: the in-cluster service account, falling back
             to the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``).
         timeout: seconds for each API request.
+        bucket: a client-side rate limit every request waits on (None: none).
     """
 
     def __init__(
@@ -54,8 +56,10 @@ class KubeClaimSource:
         node: str | None = None,
         kubeconfig: Path | None = None,
         timeout: float = 10.0,
+        bucket: TokenBucket | None = None,
     ) -> None:
         self.driver = driver
+        self.bucket = bucket
         self.node = node
         self.kubeconfig = kubeconfig
         self.timeout = timeout
@@ -126,7 +130,9 @@ class KubeClaimSource:
                 raise PermanentError(message) from e
             raise RetryableError(message) from e
         except (HTTPError, OSError) as e:
-            raise RetryableError(f"{what}: API server unreachable: {e}") from e
+            host = getattr(getattr(self._api, "api_client", None), "configuration", None)
+            where = str(getattr(host, "host", "") or "?")
+            raise RetryableError(f"{what}: {kubeclient.unreachable(where, e)}") from e
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
@@ -145,7 +151,7 @@ class KubeClaimSource:
     def _build(self) -> Any:  # noqa: ANN401 - see resource_api
         from kubernetes import client  # noqa: PLC0415 - needs the host extra only here
 
-        return client.ResourceV1Api(client.ApiClient(kubeclient.configuration(self.kubeconfig)))
+        return client.ResourceV1Api(kubeclient.api_client(self.kubeconfig, self.bucket))
 
 
 def _validate(model: type[_M], kind: str, raw: dict[str, Any], source: str) -> _M:

@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 import grpc
 
 from kvdev.errors import KvdevError
+from kvdev.host import logs
 from kvdev.host.k8s import ResourceClaim
 from kvdev.host.plugin.claimsource import ClaimSource, ClaimUidMismatchError
 from kvdev.host.plugin.claimstatus import DeviceStatusSink, DeviceStatusWriteError
@@ -56,6 +57,11 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
+
+
+def _about(ref: ClaimRef) -> dict[str, object]:
+    """The log records' ``extra=`` naming the claim."""
+    return logs.about("ResourceClaim", ref.namespace, ref.name, ref.uid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,15 +165,15 @@ class Plugin:
                 result, reason = ClaimResult(error=f"{verb} {ref}: {e}"), error_reason(e)
             except Exception as e:
                 # A bug must fail this claim only, visibly, not the whole request.
-                log.exception("%s %s: unexpected error", verb, ref)
+                log.exception("%s %s: unexpected error", verb, ref, extra=_about(ref))
                 result = ClaimResult(error=f"{verb} {ref}: internal error: {e!r}")
                 reason = error_reason(e)
             self.metrics.claim_done(verb, ref.uid, time.monotonic() - began, reason)
         if result.error:
-            log.warning("%s", result.error)
+            log.warning("%s", result.error, extra=_about(ref))
         else:
             ids = [i for d in result.devices for i in d.cdi_device_ids]
-            log.info("%s %s: ok %s", verb, ref, " ".join(ids))
+            log.info("%s %s: ok %s", verb, ref, " ".join(ids), extra=_about(ref))
         return result
 
 
