@@ -22,6 +22,7 @@ import selectors
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Final
@@ -152,14 +153,17 @@ def serve(
     udev_events: Waitable,
     link_events: Waitable,
     bridge: Bridge | None = None,
+    after_ready: Callable[[], object] = lambda: None,
 ) -> int:
     """Run passes on events until SIGTERM/SIGINT; returns the exit code (0).
 
     A udev event makes the next pass rescan devices, a netlink event re-dump links; a file
     event only wakes the loop (files are read on every pass); SIGHUP and due retries redo all.
     Requests from the local API (through ``bridge``) are answered between passes.
+    ``after_ready`` runs once, right after READY=1 (e.g. start what the first pass does not
+    need: the API on a socket systemd holds, whose clients wait in its backlog meanwhile).
     """
-    loop = _Loop(reconciler, bridge)
+    loop = _Loop(reconciler, bridge, after_ready)
     for kind, src in (("files", file_events), ("udev", udev_events), ("netlink", link_events)):
         loop.selector.register(src.fileno(), selectors.EVENT_READ, (kind, src))
     try:
@@ -174,9 +178,15 @@ def serve(
 class _Loop:
     """The state of ``serve``: the selector, the clock, the latest outcome."""
 
-    def __init__(self, reconciler: Reconciler, bridge: Bridge | None) -> None:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        bridge: Bridge | None,
+        after_ready: Callable[[], object] = lambda: None,
+    ) -> None:
         self.reconciler = reconciler
         self.bridge = bridge
+        self.after_ready = after_ready
         self.signals = _Signals()
         self.selector = selectors.DefaultSelector()
         self.selector.register(
@@ -192,6 +202,7 @@ class _Loop:
     def run(self) -> None:
         outcome = self._pass(None)
         systemd.notify("READY=1", f"STATUS={outcome.status.summary()}")
+        self.after_ready()
         settled = False
         while not self.signals.stopping():
             dirty = _schedule(outcome, self.clock)
