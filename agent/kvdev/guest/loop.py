@@ -72,6 +72,7 @@ class _Streak:
         return self.passes == VERIFY_PASSES or self.passes & (self.passes - 1) == 0
 
 
+_PASS_SOURCES: Final = frozenset({"files", "udev", "netlink"})  # their events make a pass
 _BACKING_OFF: Final = {
     "drift": "links keep changing back after %d passes that found work; verifying in %.2g s",
     "metadata": (
@@ -195,6 +196,7 @@ class _Loop:
         if bridge is not None:
             self.selector.register(bridge.fileno(), selectors.EVENT_READ, ("api", bridge))
         self.clock = _Clock()
+        reconciler.more_pending = self._events_waiting
         self.ping = systemd.watchdog_interval()
         self.summary = ""
         self.asks: list[Ask] = []
@@ -219,6 +221,11 @@ class _Loop:
                     self.reconciler.stale_devices = self.reconciler.stale_links = True
                 self.signals.kick = False
                 outcome = self._pass(outcome)
+        self.reconciler.save_status()  # the last pass's, had it left it to a next one
+
+    def _events_waiting(self) -> bool:
+        """Whether file, udev or netlink events wait already: the loop's next pass is at once."""
+        return any(key.data[0] in _PASS_SOURCES for key, _ in self.selector.select(0))
 
     def _pass(self, previous: Outcome | None) -> Outcome:
         outcome = attempt(self.reconciler, previous)
