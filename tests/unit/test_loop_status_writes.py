@@ -7,20 +7,13 @@ per pass, and a metadata change arriving meanwhile would queue behind them.
 
 import json
 import selectors
-import shutil
 import socket
-from pathlib import Path
 
 import pytest
 
-from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
-from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.loop import _Loop
 from kvdev.guest.reconciler import STATUS_FILE, Reconciler
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
-MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
+from memlab import example_config, example_kernel
 
 
 class Events:
@@ -46,16 +39,8 @@ class Events:
 
 @pytest.fixture
 def lab(tmp_path):
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    cfg = AgentConfig(
-        metadata_root=tree,
-        state_dir=tmp_path / "state",
-        link_dir=tmp_path / "network",
-        match_kinds=("veth",),
-    )
-    links = tuple(Link(i, f"eth{i}", mac, kind="veth", max_mtu=65535) for i, mac in MACS.items())
-    the_loop = _Loop(Reconciler(cfg, MemoryNetlink(NetState(links)), scan_devices=tuple), None)
+    cfg = example_config(tmp_path)
+    the_loop = _Loop(Reconciler(cfg, example_kernel(), scan_devices=tuple), None)
     events = Events()
     the_loop.selector.register(events.fileno(), selectors.EVENT_READ, ("netlink", events))
     try:
