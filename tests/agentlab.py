@@ -188,21 +188,37 @@ class Notify:
         self._reader.join(timeout=5)
 
 
+def activation_socket(path):
+    """A listening socket at ``path``, as kvdev-agent.socket holds it for the agent."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    return listener
+
+
 @contextlib.contextmanager
-def serving(ns, tree, work, *extra, sock=None):
+def serving(ns, tree, work, *extra, sock=None, listener=None):
     """The agent serving in ``ns`` until the block ends (SIGTERM then); yields (proc, notify).
 
-    Ready means READY=1 arrived: the first pass is done and the API socket answers. The
-    agent's output goes to ``work/agent.log``.
+    Ready means READY=1 arrived: the first pass is done and the API socket answers (with
+    ``listener``, passed as systemd's socket activation passes it, fd 3 with LISTEN_FDS and
+    LISTEN_PID: it is served from just after READY=1). The agent's output goes to
+    ``work/agent.log``.
     """
     notify = Notify(work / "notify.sock")
     env = {**os.environ, "NOTIFY_SOCKET": str(notify.path)}
+    argv = agent_args(tree, work, *extra, sock=sock)
+    if listener is not None:
+        fd = listener.fileno()
+        wrap = f'export LISTEN_FDS=1 LISTEN_PID=$$; exec "$0" "$@" 3<&{fd} {fd}<&-'
+        argv = ["bash", "-c", wrap, *argv]  # bash: dash takes no fd above 9
     with (work / "agent.log").open("ab") as log:  # a file: a full pipe would block the agent
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, *agent_args(tree, work, *extra, sock=sock)],
+            ["ip", "netns", "exec", ns, *argv],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            pass_fds=(listener.fileno(),) if listener is not None else (),
         )
     try:
         ready = eventually(lambda: "READY=1" in notify.collect() or proc.poll() is not None)

@@ -144,8 +144,14 @@ def _parse(data: bytes) -> Iterator[tuple[int, str]]:
 
 
 @contextlib.contextmanager
-def agent(ns: str, tree: Path, work: Path) -> Iterator[tuple[Popen[bytes], float]]:
-    """kvdev-agent serving inside ``ns``; yields the process and seconds from spawn to READY=1."""
+def agent(
+    ns: str, tree: Path, work: Path, *, activated: bool = False
+) -> Iterator[tuple[Popen[bytes], float]]:
+    """kvdev-agent serving inside ``ns``; yields the process and seconds from spawn to READY=1.
+
+    ``activated``: its API socket is passed as systemd's socket activation passes it (fd 3,
+    LISTEN_FDS, LISTEN_PID), as kvdev-agent.socket does, through a ``bash`` that execs the agent.
+    """
     path = work / f"notify-{uuid.uuid4().hex[:8]}.sock"
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(path))
@@ -157,9 +163,23 @@ def agent(ns: str, tree: Path, work: Path) -> Iterator[tuple[Popen[bytes], float
     env = {**os.environ, "NOTIFY_SOCKET": str(path)}
     for name in ("INVOCATION_ID", "JOURNAL_STREAM"):  # log to agent.log, not to the journal
         env.pop(name, None)
+    argv, listener = [AGENT, *args], None
+    if activated:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path.with_suffix(".api")))
+        listener.listen(16)
+        fd = listener.fileno()
+        wrap = f'export LISTEN_FDS=1 LISTEN_PID=$$; exec "$0" "$@" 3<&{fd} {fd}<&-'
+        argv = ["bash", "-c", wrap, *argv]  # bash: dash takes no fd above 9
     with (work / "agent.log").open("ab") as log:
         t0 = time.perf_counter()
-        proc = Popen(["ip", "netns", "exec", ns, AGENT, *args], env=env, stdout=log, stderr=log)
+        proc = Popen(
+            ["ip", "netns", "exec", ns, *argv],
+            env=env,
+            stdout=log,
+            stderr=log,
+            pass_fds=(listener.fileno(),) if listener else (),
+        )
     try:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -178,6 +198,9 @@ def agent(ns: str, tree: Path, work: Path) -> Iterator[tuple[Popen[bytes], float
             proc.wait()
         notify.close()
         path.unlink()
+        if listener is not None:
+            listener.close()
+            path.with_suffix(".api").unlink()
 
 
 @contextlib.contextmanager

@@ -125,6 +125,7 @@ def summarize(r: Run, out: list[str], rows: Sequence[tuple[str, str]]) -> None:
         f"{name:46} {'-' if t.get(key) is None else f'{t[key]:6.1f} s'}" for name, key in rows
     )
     (r.artifacts / "timings.json").write_text(json.dumps(t, indent=1))
+    out.extend(agent_rss(r))
     if r.reports:  # the agent's own view at the last phase, also when all went well
         status = r.reports[max(r.reports)]["snapshot"]["status"]
         (r.artifacts / "agent-status.json").write_text(json.dumps(status, indent=1))
@@ -140,6 +141,19 @@ def summarize(r: Run, out: list[str], rows: Sequence[tuple[str, str]]) -> None:
         if r.reports:
             out.append(f"--- agent status at phase {max(r.reports)} (agent-status.json) ---")
             out.extend(status_lines(r.reports[max(r.reports)]["snapshot"]))
+
+
+def agent_rss(r: Run) -> list[str]:
+    """The agent's resident memory in the guest (``VmRSS`` of its main pid) when each phase held.
+
+    A figure for the README (issue 25: the idle agent's RSS in the Debian guest), not a bound:
+    the agent is idle then but for the guest check's ``kvdev status`` once a second.
+    """
+    out = []
+    for n, report in sorted(r.reports.items()):
+        rss = report["snapshot"]["service"].get("proc", {}).get("VmRSS")
+        out.append(f"{f'agent RSS in the guest, phase {n} held':46} {rss or '-'}")
+    return out
 
 
 def status_lines(snap: dict[str, Any]) -> list[str]:

@@ -6,35 +6,19 @@ then set its result, ``InvalidStateError`` escaped and the agent exited.
 """
 
 import concurrent.futures
-import shutil
-from pathlib import Path
 
 import pytest
 
-from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.api.bridge import Ask
-from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.loop import _Loop
 from kvdev.guest.reconciler import Reconciler
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
-MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
+from memlab import example_config, example_kernel
 
 
 @pytest.fixture
 def loop(tmp_path):
-    tree = tmp_path / "tree"
-    shutil.copytree(EXAMPLES / "dra-device-attributes", tree)
-    cfg = AgentConfig(
-        metadata_root=tree,
-        state_dir=tmp_path / "state",
-        link_dir=tmp_path / "network",
-        match_kinds=("veth",),
-    )
-    links = tuple(Link(i, f"eth{i}", mac, kind="veth", max_mtu=65535) for i, mac in MACS.items())
-    kernel = MemoryNetlink(NetState(links))
-    the_loop = _Loop(Reconciler(cfg, kernel, scan_devices=tuple), None)
+    kernel = example_kernel()
+    the_loop = _Loop(Reconciler(example_config(tmp_path), kernel, scan_devices=tuple), None)
     try:
         yield the_loop, kernel
     finally:

@@ -198,3 +198,28 @@ def test_hints_of_two_files_that_clash_are_errors_on_the_later_one():
         ),
     ]
     assert run(([both[0]], True)).hint_conflicts() == ()
+
+
+def test_unchanged_bytes_are_not_checked_again_and_changed_ones_are(monkeypatch):
+    import kvdev.guest.core.sources as sources_module  # noqa: PLC0415 - the check, counted
+
+    checks = []
+    real = sources_module.check_raw
+    monkeypatch.setattr(sources_module, "check_raw", lambda r: checks.append(r.source) or real(r))
+    sources = run(scan({M1: GOOD}), scan({M1: GOOD}))
+    assert len(checks) == 1  # the second scan's bytes were the first's
+    assert names(sources) == ["vf-0"]
+    sources = update(sources, scan({M1: TORN})[0], listing_complete=True)
+    assert len(checks) == 2
+    assert names(sources) == ["vf-0"]  # the last good content stays; the torn read is an error
+    assert error_files(sources) == [M1]
+    sources = update(sources, scan({M1: GOOD2})[0], listing_complete=True)
+    assert len(checks) == 3
+    assert names(sources) == ["vf-0", "vf-1"]
+    assert error_files(sources) == []
+    sources = update(sources, scan({M1: GOOD2})[0], listing_complete=True)
+    assert len(checks) == 3
+    assert names(sources) == ["vf-0", "vf-1"]
+    moved = update(sources, scan({M2: GOOD2})[0], listing_complete=True)  # other place: checked
+    assert len(checks) == 4
+    assert [e.source for e in moved.entries] == [f"{ROOT}/{M2}"]

@@ -34,7 +34,8 @@ from kvdev.guest.adapters import config as config_module
 
 if TYPE_CHECKING:
     from kvdev.guest.adapters.deadline import Deadline
-    from kvdev.guest.api.server import Handler, Server
+    from kvdev.guest.api.bridge import Bridge
+    from kvdev.guest.api.server import Server
 
 EPILOG = """\
 examples:
@@ -217,7 +218,6 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
     from kvdev.guest.adapters.devicecache import DeviceCache  # noqa: PLC0415
     from kvdev.guest.adapters.netlink import LinkEvents, Netlink  # noqa: PLC0415
     from kvdev.guest.api.bridge import Bridge  # noqa: PLC0415
-    from kvdev.guest.api.routes import Api  # noqa: PLC0415
     from kvdev.guest.reconciler import Reconciler, converge  # noqa: PLC0415
     from kvdev.guest.views import encode, tables  # noqa: PLC0415
 
@@ -254,15 +254,22 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
         reconciler.watch_problem = lambda: watcher.degraded
         bridge = Bridge()
         stack.callback(bridge.close)
-        server = _server(cfg, Api(bridge).handle)
-        server.start()
-        stack.callback(server.stop)
+        fds = systemd.listen_fds()
+
+        def start_api() -> None:
+            server = _server(cfg, bridge, fds)
+            server.start()
+            stack.callback(server.stop)
+
+        if not fds:  # our own socket: bound and answering by READY=1
+            start_api()
         return loop.serve(
             reconciler,
             file_events=watcher,
             udev_events=devices,
             link_events=events,
             bridge=bridge,
+            after_ready=start_api if fds else lambda: None,
         )
 
 
@@ -298,12 +305,17 @@ def _warn_if_absent(cfg: config_module.AgentConfig, reads: Deadline[str | None])
     )
 
 
-def _server(cfg: config_module.AgentConfig, handler: Handler) -> Server:
-    """The local API on the socket systemd passed, or on ``--socket`` bound by us."""
-    from kvdev.guest.adapters import systemd  # noqa: PLC0415 - see main
+def _server(cfg: config_module.AgentConfig, bridge: Bridge, fds: Sequence[int]) -> Server:
+    """The local API on the socket systemd passed (``fds``), or on ``--socket`` bound by us.
+
+    Its modules (h11, the routes, psutil's adapter) are imported here: on systemd's socket
+    this runs after READY=1 (``serve``'s ``after_ready``), so the first pass does not wait for
+    them, and a client that connects meanwhile waits in the socket's backlog.
+    """
+    from kvdev.guest.api.routes import Api  # noqa: PLC0415 - see main and above
     from kvdev.guest.api.server import Server  # noqa: PLC0415
 
-    fds = systemd.listen_fds()
+    handler = Api(bridge).handle
     if fds:
         return Server(handler, listen_fd=fds[0])
     return Server(handler, path=cfg.socket)

@@ -22,6 +22,7 @@ import selectors
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Final
@@ -71,6 +72,7 @@ class _Streak:
         return self.passes == VERIFY_PASSES or self.passes & (self.passes - 1) == 0
 
 
+_PASS_SOURCES: Final = frozenset({"files", "udev", "netlink"})  # their events make a pass
 _BACKING_OFF: Final = {
     "drift": "links keep changing back after %d passes that found work; verifying in %.2g s",
     "metadata": (
@@ -152,14 +154,17 @@ def serve(
     udev_events: Waitable,
     link_events: Waitable,
     bridge: Bridge | None = None,
+    after_ready: Callable[[], object] = lambda: None,
 ) -> int:
     """Run passes on events until SIGTERM/SIGINT; returns the exit code (0).
 
     A udev event makes the next pass rescan devices, a netlink event re-dump links; a file
     event only wakes the loop (files are read on every pass); SIGHUP and due retries redo all.
     Requests from the local API (through ``bridge``) are answered between passes.
+    ``after_ready`` runs once, right after READY=1 (e.g. start what the first pass does not
+    need: the API on a socket systemd holds, whose clients wait in its backlog meanwhile).
     """
-    loop = _Loop(reconciler, bridge)
+    loop = _Loop(reconciler, bridge, after_ready)
     for kind, src in (("files", file_events), ("udev", udev_events), ("netlink", link_events)):
         loop.selector.register(src.fileno(), selectors.EVENT_READ, (kind, src))
     try:
@@ -174,9 +179,15 @@ def serve(
 class _Loop:
     """The state of ``serve``: the selector, the clock, the latest outcome."""
 
-    def __init__(self, reconciler: Reconciler, bridge: Bridge | None) -> None:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        bridge: Bridge | None,
+        after_ready: Callable[[], object] = lambda: None,
+    ) -> None:
         self.reconciler = reconciler
         self.bridge = bridge
+        self.after_ready = after_ready
         self.signals = _Signals()
         self.selector = selectors.DefaultSelector()
         self.selector.register(
@@ -185,6 +196,7 @@ class _Loop:
         if bridge is not None:
             self.selector.register(bridge.fileno(), selectors.EVENT_READ, ("api", bridge))
         self.clock = _Clock()
+        reconciler.more_pending = self._events_waiting
         self.ping = systemd.watchdog_interval()
         self.summary = ""
         self.asks: list[Ask] = []
@@ -193,6 +205,7 @@ class _Loop:
     def run(self) -> None:
         outcome = self._pass(None, "start")
         systemd.notify("READY=1", f"STATUS={outcome.status.summary()}")
+        self.after_ready()
         settled = False
         while not self.signals.stopping():
             dirty = _schedule(outcome, self.clock)
@@ -210,6 +223,11 @@ class _Loop:
                 trigger = _trigger(self.woke_by, dirty=dirty, due=due, kick=self.signals.kick)
                 self.signals.kick = False
                 outcome = self._pass(outcome, trigger)
+        self.reconciler.save_status()  # the last pass's, had it left it to a next one
+
+    def _events_waiting(self) -> bool:
+        """Whether file, udev or netlink events wait already: the loop's next pass is at once."""
+        return any(key.data[0] in _PASS_SOURCES for key, _ in self.selector.select(0))
 
     def _pass(self, previous: Outcome | None, trigger: str) -> Outcome:
         started = time.perf_counter()

@@ -11,7 +11,10 @@ agent is their only writer. Before links move to temporary names their names go 
 journal (``renames``), so an interrupted trade can be undone; when the journal cannot be
 saved, no link is renamed in that pass. State that cannot be saved (the status, the journal,
 the marks) is a ``StateNotSaved`` condition in the status (so ``kvdev status`` exits 1) until
-a later pass saves it; such a pass is retried.
+a later pass saves it; such a pass is retried. A pass after which events already wait
+(``more_pending``, set by the loop) leaves ``status.json`` to the pass that follows at once: a
+burst of link events someone else causes costs one write (and its fsyncs), not one per pass,
+and a metadata change arriving meanwhile does not queue behind them.
 """
 
 from __future__ import annotations
@@ -142,6 +145,8 @@ class Reconciler:
     _config_problems: tuple[str, ...] = ()  # what its last read said (logged once each)
     _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
+    more_pending: Callable[[], bool] = lambda: False  # the loop: events wait, a pass is next
+    _unwritten: Status | None = None  # a status left for the pass after it to save
     _lap_at: float = 0.0
     _phases: list[tuple[str, float]] = field(default_factory=list)  # this pass's, in order
 
@@ -202,7 +207,10 @@ class Reconciler:
                     extra=_fields(r.step),
                 )
         self._lap("logging")
-        self._save(status)
+        if self.more_pending():  # the pass already due saves its own status instead
+            self._unwritten = status
+        else:
+            self._save(status)
         self._lap("writes")
         self._log_timeline(len(results))
         unsaved = [Condition("StateNotSaved", why) for why in self._unsaved.values()]
@@ -440,11 +448,17 @@ class Reconciler:
         for path in left:
             log.info("removed %s, left by a write that was interrupted", path)
 
+    def save_status(self) -> None:
+        """Save the status a pass left to the next one, when there is no next one (stopping)."""
+        if self._unwritten is not None:
+            self._save(self._unwritten)
+
     def _save(self, status: Status) -> None:
         """Keep the last status in ``<state-dir>/status.json`` (written only when it changes).
 
         A failure is kept in ``_unsaved`` (the status shows it) until a later write succeeds.
         """
+        self._unwritten = None
         body = encode.status_json(status)
         body.pop("reconcile")
         text = json.dumps(body, indent=2, sort_keys=True) + "\n"

@@ -96,7 +96,8 @@ def service_facts() -> dict[str, Any]:
     proc = {
         key: value.strip()
         for key, _, value in (line.partition(":") for line in status.splitlines())
-        if key in {"Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs"}
+        if key
+        in {"Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "VmRSS"}
     }
     owners = {
         path: package_of(path)

@@ -1,11 +1,15 @@
 """Frozen values describing what the guest observed, passed from adapters to the pure core.
 
 Adapters (``files``, ``udev``, ``netlink``) produce these; the pure core consumes
-them. Nothing here does I/O or holds a live handle.
+them. Nothing here does I/O or holds a live handle. ``network`` and ``interface_ip`` parse an
+observed route's destination and an observed address once per distinct text (a guest's are the
+same strings pass after pass, and parsing them was most of a pass's plan time).
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 from dataclasses import dataclass, field
 
 from kvdev.errors import Problem
@@ -188,3 +192,15 @@ class NetState:
             object.__setattr__(self, "_uppers", uppers)
         assert self._uppers is not None
         return self._uppers.get(ifindex, ())
+
+
+@functools.lru_cache(maxsize=4096)
+def network(destination: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A route's ``destination`` as a network (parsed once per distinct text)."""
+    return ipaddress.ip_network(destination)
+
+
+@functools.lru_cache(maxsize=4096)
+def interface_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IP of an ``address`` (``ip/prefix``), parsed once per distinct text."""
+    return ipaddress.ip_interface(address).ip

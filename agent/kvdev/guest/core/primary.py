@@ -20,11 +20,10 @@ No I/O here.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kvdev.guest.core.observed import KVDEV_PROTO, NetState, Route
+from kvdev.guest.core.observed import KVDEV_PROTO, NetState, Route, network
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,5 +84,5 @@ def _foreign_defaults(routes: Iterable[Route]) -> list[int]:
     return [
         r.ifindex
         for r in routes
-        if r.protocol != KVDEV_PROTO and ipaddress.ip_network(r.destination).prefixlen == 0
+        if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen == 0
     ]

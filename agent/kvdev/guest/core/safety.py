@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
+from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route, interface_ip, network
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NET = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -91,7 +91,7 @@ def _foreign_defaults(state: NetState) -> list[Route]:
     return [
         r
         for r in state.routes
-        if r.protocol != KVDEV_PROTO and ipaddress.ip_network(r.destination).prefixlen == 0
+        if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen == 0
     ]
 
 
@@ -169,7 +169,7 @@ class _Judge:
             w = wants.get(a.ifindex)
             if w is not None and a.proto == KVDEV_PROTO and a.address not in w.addresses:
                 continue
-            self.held[ipaddress.ip_interface(a.address).ip].add(a.ifindex)
+            self.held[interface_ip(a.address)].add(a.ifindex)
         self.askers: defaultdict[_IP, list[Wanted]] = defaultdict(list)
         for w in wanted:
             for address in w.addresses:
@@ -178,7 +178,7 @@ class _Judge:
         self.foreign_routes = [
             r
             for r in state.routes
-            if r.protocol != KVDEV_PROTO and ipaddress.ip_network(r.destination).prefixlen
+            if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen
         ]
 
     def address(self, w: Wanted, address: str) -> tuple[str | None, str | None]:
@@ -211,7 +211,7 @@ class _Judge:
         if _within(net, _LINK_LOCAL):
             return None, f"route {destination} leads into link-local space through {w.ifname}"
         for r in self.foreign_routes:
-            other = ipaddress.ip_network(r.destination)
+            other = network(r.destination)
             if r.ifindex != w.ifindex and other.version == net.version and other.overlaps(net):
                 return None, f"route {destination} overlaps {_via(r, self.state)}"
         return None, None
@@ -221,7 +221,7 @@ class _Judge:
         theirs = [
             r
             for r in self.defaults
-            if ipaddress.ip_network(r.destination).version == family and r.ifindex != w.ifindex
+            if network(r.destination).version == family and r.ifindex != w.ifindex
         ]
         if not theirs:
             return None, f"a default route through {w.ifname}: the guest's only one"
