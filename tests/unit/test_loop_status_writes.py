@@ -53,11 +53,11 @@ def lab(tmp_path):
 def test_with_events_waiting_the_next_pass_writes_the_status(lab):
     the_loop, events, path = lab
     events.writer.send(b"x")  # link events already wait when the pass ends
-    first = the_loop._pass(None)
+    first = the_loop._pass(None, "start")
     assert first.results  # it configured the example
     assert not path.exists()
     events.drain()
-    second = the_loop._pass(first)
+    second = the_loop._pass(first, "metadata")
     saved = json.loads(path.read_text())
     assert saved["counts"] == second.status.counts
 
@@ -65,7 +65,7 @@ def test_with_events_waiting_the_next_pass_writes_the_status(lab):
 def test_stopping_writes_what_a_pass_left_to_the_next(lab):
     the_loop, events, path = lab
     events.writer.send(b"x")
-    outcome = the_loop._pass(None)
+    outcome = the_loop._pass(None, "start")
     assert not path.exists()
     the_loop.reconciler.save_status()  # what run() does when it stops
     assert json.loads(path.read_text())["converged"] == outcome.status.converged
@@ -77,7 +77,7 @@ def test_api_requests_alone_do_not_hold_the_write(lab):
     the_loop.selector.register(api.fileno(), selectors.EVENT_READ, ("api", api))
     try:
         api.writer.send(b"x")
-        the_loop._pass(None)
+        the_loop._pass(None, "start")
         assert path.exists()
     finally:
         the_loop.selector.unregister(api.fileno())
