@@ -77,7 +77,7 @@ _read: dict[int, list[str]] = {}  # serve's stderr lines read before it stopped,
 
 
 def notified(proc: subprocess.Popen[str]) -> None:
-    """Read serve's log until kubelet's NotifyRegistrationStatus reached it (or it exits).
+    """Read serve's log until it has answered kubelet's NotifyRegistrationStatus (or it exits).
 
     kubelet registers a plugin with its handler first and notifies it after: a plugin killed
     in between is deregistered again. A test that stops serve waits for this first.

@@ -293,13 +293,23 @@ class RegistrationService(registration_pb2_grpc.RegistrationServicer):
         )
 
     def NotifyRegistrationStatus(  # noqa: N802 - the wire's method name
-        self, request: registration_pb2.RegistrationStatus, _context: grpc.ServicerContext
+        self, request: registration_pb2.RegistrationStatus, context: grpc.ServicerContext
     ) -> registration_pb2.RegistrationStatusResponse:
-        """Record (and log) kubelet's verdict."""
+        """Record (and log) kubelet's verdict.
+
+        "registered" is logged once this call's answer has been sent: kubelet counts a plugin
+        registered only when its notification call returns (it deregisters one whose answer
+        never comes), so the line is what a supervisor may take as "kubelet has us".
+        """
         if request.plugin_registered:
             self.error = ""
             self.registered.set()
-            log.info("kubelet registered DRA plugin %s at %s", self.driver, self.endpoint)
+
+            def done() -> None:
+                log.info("kubelet registered DRA plugin %s at %s", self.driver, self.endpoint)
+
+            if not context.add_callback(done):
+                done()  # the call has ended already
         else:
             self.error = request.error or "(no reason given)"
             self.registered.clear()
