@@ -9,13 +9,13 @@ tests/cluster/test_serve_device_status.py); ``SelfCheck`` against a real ``Plugi
 import shutil
 import tempfile
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
+from agentlab import eventually
 from hostlab import DRIVER, allocated_claim, vf_slice
 from kvdev.errors import PermanentError, Problem, RetryableError, SchemaError, UsageError
 from kvdev.host.k8s import ResourceClaim
@@ -251,22 +251,14 @@ def test_concurrent_probes_share_dials_instead_of_piling_up(short_dir):
     check._dial = dial
     with ThreadPoolExecutor(6) as pool:
         first = pool.submit(check.check, 60.0)
-        wait_until(lambda: len(dials) == 1)
+        assert eventually(lambda: len(dials) == 1, timeout=60)
         rest = [pool.submit(check.check, 60.0) for _ in range(5)]
-        wait_until(lambda: len(ticks) == 7)  # every probe has arrived (1 dial + 6 arrivals)
+        # every probe has arrived (1 dial + 6 arrivals)
+        assert eventually(lambda: len(ticks) == 7, timeout=60)
         gate.set()
         verdicts = [first.result(), *(r.result() for r in rest)]
     assert all(v.healthy for v in verdicts)
     assert len(dials) == 2  # not six
-
-
-def wait_until(condition, steps=60_000):
-    """Poll ``condition`` (bounded: fails only if it never holds)."""
-    for _ in range(steps):
-        if condition():
-            return
-        time.sleep(0.001)
-    pytest.fail("condition never held")
 
 
 @pytest.mark.parametrize(
