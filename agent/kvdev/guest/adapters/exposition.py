@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final
+from typing import Final, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -53,14 +53,11 @@ class _Agent(Collector):
             "Steps that put back what something else changed on a managed link",
             value=view.drift_restored,
         )
-        errors = CounterMetricFamily(
-            PREFIX + "metadata_errors",
+        yield _by_kind(
+            "metadata_errors",
             "Metadata errors as they appeared (invalid, unavailable, truncated)",
-            labels=["kind"],
+            view.metadata_errors,
         )
-        for kind, n in sorted(view.metadata_errors.items()):
-            errors.add_metric([kind], n)
-        yield errors
         cumulative, total = [], 0
         for bound, n in zip((*map(_bound, BUCKETS), "+Inf"), view.buckets, strict=True):
             total += n
@@ -71,14 +68,15 @@ class _Agent(Collector):
             buckets=cumulative,
             sum_value=view.duration_sum,
         )
-        phases = GaugeMetricFamily(
-            PREFIX + "devices",
-            "Described devices per phase after the last pass (Unmanaged: NICs nobody describes)",
-            labels=["phase"],
+        yield _labelled(
+            GaugeMetricFamily(
+                PREFIX + "devices",
+                "Described devices per phase after the last pass (Unmanaged: NICs nobody "
+                "describes)",
+                labels=["phase"],
+            ),
+            view.phases,
         )
-        for phase, n in sorted(view.phases.items()):
-            phases.add_metric([phase], n)
-        yield phases
         if view.last_ok is not None:
             yield GaugeMetricFamily(
                 PREFIX + "last_ok_pass_timestamp_seconds",
@@ -92,11 +90,18 @@ class _Agent(Collector):
         yield info
 
 
-def _by_kind(name: str, documentation: str, counts: Mapping[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(PREFIX + name, documentation, labels=["kind"])
-    for kind, n in sorted(counts.items()):
-        family.add_metric([kind], n)
+_F = TypeVar("_F", CounterMetricFamily, GaugeMetricFamily)
+
+
+def _labelled(family: _F, counts: Mapping[str, int]) -> _F:
+    """``family`` with one sample per ``counts`` item (its one label's value), in label order."""
+    for value, n in sorted(counts.items()):
+        family.add_metric([value], n)
     return family
+
+
+def _by_kind(name: str, documentation: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    return _labelled(CounterMetricFamily(PREFIX + name, documentation, labels=["kind"]), counts)
 
 
 def _bound(value: float) -> str:
