@@ -5,12 +5,14 @@ A burst of link events someone else causes would otherwise cost one atomic write
 per pass, and a metadata change arriving meanwhile would queue behind them.
 """
 
+import concurrent.futures
 import json
 import selectors
 import socket
 
 import pytest
 
+from kvdev.guest.api.bridge import Ask
 from kvdev.guest.loop import _Loop
 from kvdev.guest.reconciler import STATUS_FILE, Reconciler
 from memlab import example_config, example_kernel
@@ -82,3 +84,16 @@ def test_api_requests_alone_do_not_hold_the_write(lab):
     finally:
         the_loop.selector.unregister(api.fileno())
         api.close()
+
+
+def test_a_pass_answering_an_api_reconcile_writes_before_it_answers(lab):
+    """Its asker may read ``status.json`` once answered (CI's output-bounds test did, and saw
+    the state before the pass while the claims it had just written still raised file events)."""
+    the_loop, events, path = lab
+    events.writer.send(b"x")  # events wait when the pass ends, as file events do after a write
+    ask = Ask("reconcile", concurrent.futures.Future())
+    the_loop.asks.append(ask)
+    outcome = the_loop._answer(None)
+    assert ask.answer.result(timeout=0)["counts"] == outcome.status.counts
+    assert json.loads(path.read_text())["counts"] == outcome.status.counts
+    assert the_loop.answering is False

@@ -201,6 +201,7 @@ class _Loop:
         self.summary = ""
         self.asks: list[Ask] = []
         self.woke_by: set[str] = set()  # the kinds of event the last wait returned for
+        self.answering = False  # a pass for an API reconcile: its asker reads status.json next
 
     def run(self) -> None:
         outcome = self._pass(None, "start")
@@ -226,7 +227,13 @@ class _Loop:
         self.reconciler.save_status()  # the last pass's, had it left it to a next one
 
     def _events_waiting(self) -> bool:
-        """Whether file, udev or netlink events wait already: the loop's next pass is at once."""
+        """Whether file, udev or netlink events wait already: the loop's next pass is at once.
+
+        Never while answering an API reconcile: its asker is told the pass is done, and may
+        read ``<state-dir>/status.json`` as soon as the answer comes.
+        """
+        if self.answering:
+            return False
         return any(key.data[0] in _PASS_SOURCES for key, _ in self.selector.select(0))
 
     def _pass(self, previous: Outcome | None, trigger: str) -> Outcome:
@@ -290,7 +297,11 @@ class _Loop:
                     answer = encode.plan_json(self.reconciler.preview())
                 else:
                     self.reconciler.stale_devices = self.reconciler.stale_links = True
-                    outcome = self._pass(outcome, "api")
+                    self.answering = True
+                    try:
+                        outcome = self._pass(outcome, "api")
+                    finally:
+                        self.answering = False
                     answer = encode.status_json(outcome.status)
             except Exception as e:  # noqa: BLE001 - the askers get it; the loop goes on
                 for ask in waiting:
