@@ -6,14 +6,14 @@ plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once
 ``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
 Each pass keeps the mark files other network managers read through udev (``core.marks``)
 before it renames anything. The first pass that may change things also removes the temporary
-files a killed agent's atomic writes (``status.json``, link wishes) left behind: this
-agent is their only writer. Before links move to temporary names their names go to the rename
-journal (``renames``), so an interrupted trade can be undone; when the journal cannot be
-saved, no link is renamed in that pass. Likewise an altname goes to the altname journal before
-it is added, so that kvdev may remove it once it is no longer wanted; no altname is added
-without it. State that cannot be saved (the status, the journal,
-the marks) is a ``StateNotSaved`` condition in the status (so ``kvdev status`` exits 1) until
-a later pass saves it; such a pass is retried. A pass after which events already wait
+files a killed agent's atomic writes (``status.json``, the journals, link wishes) left behind:
+this agent is their only writer. Before links move to temporary names their names go to the
+rename journal (``renames``), so an interrupted trade can be undone; when the journal cannot
+be saved, no link is renamed in that pass. Likewise an altname goes to the altname journal
+(``altnames``) before it is added, so that kvdev may remove it once it is no longer wanted; no
+altname is added without it. State that cannot be saved (the status, the journals, the marks)
+is a ``StateNotSaved`` condition in the status (so ``kvdev status`` exits 1) until a later
+pass saves it; such a pass is retried. A pass after which events already wait
 (``more_pending``, set by the loop) leaves ``status.json`` to the pass that follows at once: a
 burst of link events someone else causes costs one write (and its fsyncs), not one per pass,
 and a metadata change arriving meanwhile does not queue behind them.
