@@ -153,6 +153,22 @@ def test_altname_twice_is_ok_but_another_links_name_is_not(netns):
     assert "errno 17" in bad.error
 
 
+def test_altname_removed_twice_is_ok_but_another_links_name_stays(netns):
+    ifindex = add_veth(netns)
+    ip(netns, "link", "property", "add", "dev", "a0", "altname", "data-x")
+    ip(netns, "link", "property", "add", "dev", "a0", "altname", "data-y")
+    ip(netns, "link", "property", "add", "dev", "b0", "altname", "peer-x")
+    gone = steps.RemoveAltname(**kw(ifindex), altname="data-x")
+    theirs = steps.RemoveAltname(**kw(ifindex), altname="peer-x")  # the peer's altname
+    ok1, ok2, bad = apply(netns, gone, gone, theirs)
+    assert (ok1.ok, ok2.ok) == (True, True)  # gone already: done (ENOENT)
+    assert show(netns, "a0")["altnames"] == ["data-y"]
+    assert show(netns, "b0")["altnames"] == ["peer-x"]
+    assert not bad.ok
+    assert not bad.retryable
+    assert bad.error.startswith("remove altname peer-x from a0: ")
+
+
 def test_addresses_add_remove_and_idempotence(netns):
     ifindex = add_veth(netns)
     v4 = steps.AddAddress(**kw(ifindex), address="10.1.0.5/24")

@@ -2,9 +2,9 @@
 
 Two directions, each against an independent reading of the same bytes:
 
-* **what we send**: every request our encoder builds (link up/down, rename, MTU, altname,
-  address add/remove with IFA_PROTO, route add/remove), for values hypothesis draws, is parsed
-  by pyroute2's message classes into exactly the fields we meant;
+* **what we send**: every request our encoder builds (link up/down, rename, MTU, altname
+  add/remove, address add/remove with IFA_PROTO, route add/remove), for values hypothesis
+  draws, is parsed by pyroute2's message classes into exactly the fields we meant;
 * **what we read**: the kernel's dumps of a network namespace full of real links (veth, bridge
   with a port, macvlan, vxlan; addresses of both families, some ours by IFA_PROTO; routes with
   and without gateways and metrics) are decoded by our codec into the same links, addresses
@@ -27,6 +27,7 @@ from kvdev.guest.core import steps
 from kvdev.guest.core.observed import KVDEV_PROTO
 
 pyroute2 = pytest.importorskip("pyroute2", reason="pyroute2 is the judge: pip install -e '.[dev]'")
+from pyroute2.netlink import rtnl  # noqa: E402
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg  # noqa: E402
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg  # noqa: E402
 from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: E402
@@ -84,11 +85,17 @@ def test_link_requests_read_back_as_sent(seq, ifindex, up, name, mtu):
     altname=st.text(
         alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=127
     ),
+    add=st.booleans(),
 )
-def test_altname_requests_read_back_as_sent(seq, ifindex, altname):
-    m = parsed(ifinfmsg, _codec.altname_request(seq, ifindex, altname))
-    assert m["header"]["type"] == _rtnl.RTM_NEWLINKPROP
-    assert m["header"]["flags"] == CREATE | _rtnl.NLM_F_APPEND
+def test_altname_requests_read_back_as_sent(seq, ifindex, altname, add):
+    m = parsed(ifinfmsg, _codec.altname_request(seq, ifindex, altname, add=add))
+    if add:  # as `ip link property add` sends it
+        assert m["header"]["type"] == rtnl.RTM_NEWLINKPROP
+        assert m["header"]["flags"] == CREATE | _rtnl.NLM_F_APPEND
+    else:  # as `ip link property del` sends it
+        assert m["header"]["type"] == rtnl.RTM_DELLINKPROP
+        assert m["header"]["flags"] == ASK
+    assert m["header"]["sequence_number"] == seq
     assert m["index"] == ifindex
     assert m.get_attr("IFLA_PROP_LIST").get_attrs("IFLA_ALT_IFNAME") == [altname]
 

@@ -4,9 +4,10 @@
 ``cpeer<i>``) and a metadata tree describing them (claim ``crash``, matched by MAC).
 ``Lab.draw`` picks a new desired state: names from a random permutation (so renames chain and
 swap through temporary names) or fresh ones, MTU, addresses (IPv4 and IPv6) and routes per NIC.
-``Lab.differences`` lists every way the kernel, the link-wish directory and ``status.json``
-differ from exactly that state (empty: converged). IPv6 duplicate address detection is off in
-the lab, so every kernel change after a write is the agent's (the kill points count them).
+``Lab.differences`` lists every way the kernel, the link-wish directory, ``status.json`` and
+``altnames.json`` differ from exactly that state (empty: converged). IPv6 duplicate address
+detection is off in the lab, so every kernel change after a write is the agent's (the kill
+points count them).
 """
 
 import ipaddress
@@ -28,6 +29,10 @@ MTUS = (1500, 4000, 9000)
 
 def mac(i):
     return f"02:00:00:cc:00:{i:02x}"
+
+
+def altname(i):
+    return f"{CLAIM}.{REQUEST}.vf-{i}"
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,12 @@ class Lab:
                 continue
             found += _link_differences(self.ns, i, entry, want)
         found += self._file_differences()
+        journal = _load(self.state_dir / "altnames.json")  # what kvdev added: exactly its own
+        added = {
+            str(by_mac[mac(i)]["ifindex"]): [altname(i)] for i in self.want if mac(i) in by_mac
+        }
+        if journal != added:
+            found.append(f"altnames.json: {journal}, expected {added}")
         return found
 
     def _file_differences(self):
@@ -168,7 +179,9 @@ class Lab:
                 found.append(f"{file}: missing or wrong ({text!r})")
         states = sorted(p.name for p in self.state_dir.iterdir()) if self.state_dir.is_dir() else []
         found += [
-            f"stray file in the state dir: {n}" for n in states if n not in {"status.json", "marks"}
+            f"stray file in the state dir: {n}"
+            for n in states
+            if n not in {"status.json", "marks", "altnames.json"}
         ]
         marks = self.state_dir / "marks"
         have = sorted(p.name for p in marks.iterdir()) if marks.is_dir() else []
@@ -210,7 +223,7 @@ def _link_differences(ns, i, entry, want):
     if name != want.name:
         found.append(f"{mac(i)} is {name}, wants {want.name}")
     altnames = sorted(entry.get("altnames", []))
-    if altnames != [f"{CLAIM}.{REQUEST}.vf-{i}"]:
+    if altnames != [altname(i)]:
         found.append(f"{name}: altnames {altnames}")
     if entry.get("mtu") != want.mtu:
         found.append(f"{name}: mtu {entry.get('mtu')}, wants {want.mtu}")

@@ -16,7 +16,7 @@ import pytest
 
 from kvdev.errors import Severity
 from kvdev.guest import reconciler as reconciler_module
-from kvdev.guest.adapters import rename_journal, walk
+from kvdev.guest.adapters import journal_file, rename_journal, walk
 from kvdev.guest.api.bridge import Bridge
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.status import changes
@@ -78,17 +78,17 @@ ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
 
 class Disk:
-    """``write_atomic`` for the reconciler and the rename journal, failing while ``full``."""
+    """``write_atomic`` of the reconciler and the journals, failing for ``names`` while ``full``."""
 
-    def __init__(self, monkeypatch):
-        self.full = True
-        for module in (reconciler_module, rename_journal):
+    def __init__(self, monkeypatch, names=(STATUS_FILE, rename_journal.JOURNAL_FILE)):
+        self.full, self.names = True, names
+        for module in (reconciler_module, journal_file):
             real = module.write_atomic
             monkeypatch.setattr(module, "write_atomic", self._wrap(real))
 
     def _wrap(self, real):
         def write_atomic(path, data, *, mode=0o644):
-            if self.full:
+            if self.full and path.name in self.names:
                 raise ENOSPC
             return real(path, data, mode=mode)
 
@@ -174,7 +174,7 @@ def test_a_journal_on_a_read_only_state_dir_is_a_permanent_failure(cfg, monkeypa
     def read_only(path, data, *, mode=0o644):
         raise erofs
 
-    monkeypatch.setattr(rename_journal, "write_atomic", read_only)
+    monkeypatch.setattr(journal_file, "write_atomic", read_only)
     outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
     devices = {d.name: d for d in outcome.status.devices}
     assert devices["vf-1"].phase.value == "Error"  # needs the operator: not retried blindly

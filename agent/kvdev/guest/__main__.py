@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="altnames",
         action="store_false",
         default=None,
-        help="do not add altnames (default: add them)",
+        help="do not add altnames, and remove those kvdev added (default: add them)",
     )
     p.add_argument(
         "--match-kind",

@@ -6,12 +6,14 @@ plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once
 ``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
 Each pass keeps the mark files other network managers read through udev (``core.marks``)
 before it renames anything. The first pass that may change things also removes the temporary
-files a killed agent's atomic writes (``status.json``, link wishes) left behind: this
-agent is their only writer. Before links move to temporary names their names go to the rename
-journal (``renames``), so an interrupted trade can be undone; when the journal cannot be
-saved, no link is renamed in that pass. State that cannot be saved (the status, the journal,
-the marks) is a ``StateNotSaved`` condition in the status (so ``kvdev status`` exits 1) until
-a later pass saves it; such a pass is retried. A pass after which events already wait
+files a killed agent's atomic writes (``status.json``, the journals, link wishes) left behind:
+this agent is their only writer. Before links move to temporary names their names go to the
+rename journal (``renames``), so an interrupted trade can be undone; when the journal cannot
+be saved, no link is renamed in that pass. Likewise an altname goes to the altname journal
+(``altnames``) before it is added, so that kvdev may remove it once it is no longer wanted; no
+altname is added without it. State that cannot be saved (the status, the journals, the marks)
+is a ``StateNotSaved`` condition in the status (so ``kvdev status`` exits 1) until a later
+pass saves it; such a pass is retried. A pass after which events already wait
 (``more_pending``, set by the loop) leaves ``status.json`` to the pass that follows at once: a
 burst of link events someone else causes costs one write (and its fsyncs), not one per pass,
 and a metadata change arriving meanwhile does not queue behind them.
@@ -24,12 +26,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, TypeVar
 
 from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev.errors import KvdevError, Problem, RetryableError, Severity, os_error
 from kvdev.guest.adapters import (
     address_journal,
+    altname_journal,
     files,
     linkfiles,
     marks,
@@ -49,6 +53,7 @@ from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
 from kvdev.guest.core.planning import Plan, Policy, plan
 from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
 from kvdev.guest.core.steps import (
+    AddAltname,
     RemoveLinkFile,
     Rename,
     SetDown,
@@ -60,6 +65,7 @@ from kvdev.guest.views import encode, tables
 from kvdev.schema.reading import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
+J = TypeVar("J", dict[int, str], dict[int, frozenset[str]])  # a journal, as its module keeps it
 
 STATUS_FILE = "status.json"
 RETRY_FIRST, RETRY_MAX = 0.25, 30.0
@@ -139,6 +145,8 @@ class Reconciler:
     _marked: frozenset[str] | None = None  # the marks on disk after the last sync
     _added: dict[int, frozenset[str]] | None = None  # the address journal; None until read
     _added_saved: dict[int, frozenset[str]] | None = None  # as last written
+    _altnames: dict[int, frozenset[str]] | None = None  # the altname journal; None until read
+    _altnames_saved: dict[int, frozenset[str]] | None = None  # as last written
     _kernel_keeps_proto: bool = False  # an address showed a protocol: no journal is needed
     _inputs: object = None  # what the last pass acted on: described devices, hints, tags
     _configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
@@ -175,6 +183,7 @@ class Reconciler:
         self._lap("apply")
         if not cfg.dry_run:
             self._keep_added(results)
+            self._keep_altnames(altname_journal.forget(self._loaded_altnames(), results))
         self.stale_links = self.stale_links or bool(results)
         self.passes += 1
         errors = [p for problems in self.belief.errors().values() for p in problems]
@@ -288,8 +297,10 @@ class Reconciler:
         )
         self._added = kvdev_added.prune(self._loaded_added(), self._state)
         state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
+        self._altnames = altname_journal.prune(self._loaded_altnames(), self._state)
         owned = self._guest_owned()
-        the_plan = plan(matching, state, linkfiles.read(str(cfg.link_dir)), policy, restore, owned)
+        wishes = linkfiles.read(str(cfg.link_dir))
+        the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames)
         self._lap("plan")
         return matching, the_plan, restore
 
@@ -350,21 +361,33 @@ class Reconciler:
             log.warning("%s", error)
         self._unsaved[what] = str(error)
 
+    def _write_journal(
+        self, key: str, save: Callable[[Path, J], None], journal: J, name: str, what: str
+    ) -> KvdevError | None:
+        """``save`` ``journal`` in the state directory (file ``name``); why not, if it failed.
+
+        A failure is kept under ``key`` (a StateNotSaved condition) until a write succeeds.
+        """
+        try:
+            save(self.config.state_dir, journal)
+        except OSError as e:
+            doing = f"{'save' if journal else 'remove'} the {what}"
+            error = os_error(e, doing, self.config.state_dir / name)
+            self._not_saved(key, error)
+            return error
+        self._unsaved.pop(key, None)
+        return None
+
     def _keep_journal(self, journal: dict[int, str]) -> bool:
         """Make ``journal`` the rename journal, on disk too when it changed; False if not saved."""
         if journal == self._journal and "journal" not in self._unsaved:
             return True
         self._journal = journal
-        try:
-            rename_journal.save(self.config.state_dir, journal)
-        except OSError as e:
-            what = "save" if journal else "remove"
-            path = self.config.state_dir / rename_journal.JOURNAL_FILE
-            error = os_error(e, f"{what} the rename journal", path)
+        file = rename_journal.JOURNAL_FILE
+        error = self._write_journal("journal", rename_journal.save, journal, file, "rename journal")
+        if error is not None:
             self._journal_error = error
-            self._not_saved("journal", error)
             return False
-        self._unsaved.pop("journal", None)
         return True
 
     def _loaded_added(self) -> dict[int, frozenset[str]]:
@@ -382,15 +405,54 @@ class Reconciler:
         self._added = journal
         if journal == self._added_saved and "addresses" not in self._unsaved:
             return
-        try:
-            address_journal.save(self.config.state_dir, journal)
-        except OSError as e:
-            path = self.config.state_dir / address_journal.JOURNAL_FILE
-            error = os_error(e, "save the address journal", path)
-            self._not_saved("addresses", error)
-            return
-        self._unsaved.pop("addresses", None)
-        self._added_saved = dict(journal)
+        file = address_journal.JOURNAL_FILE
+        save = address_journal.save
+        if self._write_journal("addresses", save, journal, file, "address journal") is None:
+            self._added_saved = dict(journal)
+
+    def _loaded_altnames(self) -> dict[int, frozenset[str]]:
+        """The altname journal, read from the state directory once."""
+        if self._altnames is None:
+            self._altnames = altname_journal.load(self.config.state_dir)
+            self._altnames_saved = dict(self._altnames)
+        return self._altnames
+
+    def _keep_altnames(self, journal: dict[int, frozenset[str]]) -> KvdevError | None:
+        """Make ``journal`` the altname journal, on disk too when it changed; why not, if not."""
+        self._altnames = journal
+        if journal == self._altnames_saved and "altnames" not in self._unsaved:
+            return None
+        file = altname_journal.JOURNAL_FILE
+        save = altname_journal.save
+        error = self._write_journal("altnames", save, journal, file, "altname journal")
+        if error is None:
+            self._altnames_saved = dict(journal)
+        return error
+
+    def _journal_altnames(self, kernel: list[Step]) -> tuple[list[Step], list[StepResult]]:
+        """Record the altnames ``kernel`` adds before any is added; hold those not recorded.
+
+        Returns the steps to send and the failed results of the AddAltname steps held: all of
+        them when the journal cannot be saved, one past ``MAX_PER_LINK`` of its link.
+        """
+        adds = [s for s in kernel if isinstance(s, AddAltname)]
+        if not adds:
+            return kernel, []
+        journal = altname_journal.record(self._loaded_altnames(), adds)
+        error = self._keep_altnames(journal)
+        held: list[StepResult] = []
+        for step in adds:
+            if error is not None:
+                why = f"not done: {error}; no altname is added without its journal"
+                held.append(StepResult(step, ok=False, error=why, retryable=error.retryable))
+            elif step.altname not in journal.get(step.ifindex, ()):
+                why = (
+                    f"not done: the altname journal holds {altname_journal.MAX_PER_LINK} "
+                    f"altnames kvdev added to {step.ifname} already"
+                )
+                held.append(StepResult(step, ok=False, error=why))
+        waiting = {id(r.step) for r in held}
+        return [s for s in kernel if id(s) not in waiting], held
 
     def _mark(self, matching: Matching, the_plan: Plan) -> None:
         """Keep the mark files (``core.marks``) as this pass wants them; a failure is unsaved."""
@@ -438,7 +500,12 @@ class Reconciler:
         try:
             left = [  # the files the agent itself writes there, and only those
                 path
-                for name in (STATUS_FILE, rename_journal.JOURNAL_FILE)
+                for name in (
+                    STATUS_FILE,
+                    rename_journal.JOURNAL_FILE,
+                    address_journal.JOURNAL_FILE,
+                    altname_journal.JOURNAL_FILE,
+                )
                 for path in remove_leftovers(self.config.state_dir, name)
             ]
             left += linkfiles.tidy(str(self.config.link_dir))
@@ -480,7 +547,8 @@ class Reconciler:
 
         A trade of names starts only once its journal is on disk: when the journal cannot be
         saved, every rename of the pass (and the link-down before it) waits, as a failed step
-        (retryable or not as the error is), and the other steps go ahead.
+        (retryable or not as the error is), and the other steps go ahead. So does an altname
+        until the altname journal on disk holds it.
         """
         kernel = [s for s in steps if not isinstance(s, WriteLinkFile | RemoveLinkFile)]
         journal = rename_journal.record(self._loaded_journal(), kernel)
@@ -496,6 +564,8 @@ class Reconciler:
                 if isinstance(s, Rename | SetDown)
             ]
             kernel = [s for s in kernel if not isinstance(s, Rename | SetDown)]
+        kernel, unjournaled = self._journal_altnames(kernel)
+        held.extend(unjournaled)
         results = self.net.apply(kernel) if kernel else []
         results.extend(held)
         results.extend(

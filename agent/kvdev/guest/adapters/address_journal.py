@@ -10,10 +10,8 @@ empty, which it always is on a kernel that keeps IFA_PROTO. A damaged file is se
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from kvdev._atomic import write_atomic
 from kvdev.guest.adapters import journal_file
 from kvdev.guest.core.added import Journal
 
@@ -34,10 +32,5 @@ def load(state_dir: Path) -> dict[int, frozenset[str]]:
 
 def save(state_dir: Path, journal: Journal) -> None:
     """Write the journal (remove the file when empty). Raises OSError."""
-    path = state_dir / JOURNAL_FILE
-    if not journal:
-        path.unlink(missing_ok=True)
-        return
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    body = {str(i): sorted(a) for i, a in sorted(journal.items())}
-    write_atomic(path, (json.dumps(body, sort_keys=True) + "\n").encode(), mode=0o644)
+    body = {str(i): sorted(a) for i, a in journal.items()}
+    journal_file.save_object(state_dir / JOURNAL_FILE, body)

@@ -1,18 +1,22 @@
-"""Reading a small JSON journal of the state directory that may be damaged.
+"""A small JSON journal of the state directory: written atomically, read when it may be damaged.
 
-The agent's journals (``renames.json``, ``addresses.json``) are objects it wrote itself, but a
-crash, a full disk or a hand can leave anything there. A file that is no JSON object (or is
-larger than its bound, or nested too deep to decode) is moved aside once to ``<name>.corrupt``
-(replacing an older one), with a warning naming the file and what is wrong, so that it is kept
-for whoever looks into it and not warned about again at the next start.
+The agent's journals (``renames.json``, ``addresses.json``, ``altnames.json``) are objects it
+wrote itself (``save_object``: atomically and durably, the file removed when the journal is
+empty), but a crash, a full disk or a hand can leave anything there. A file that is no JSON
+object (or is larger than its bound, or nested too deep to decode) is moved aside once to
+``<name>.corrupt`` (replacing an older one), with a warning naming the file and what is wrong,
+so that it is kept for whoever looks into it and not warned about again at the next start.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from kvdev._atomic import write_atomic
 
 log = logging.getLogger("kvdev.agent")
 
@@ -39,6 +43,18 @@ def load_object(path: Path, max_bytes: int, what: str) -> dict[str, Any]:
         _set_aside(path, what, f"a JSON {type(body).__name__}, not an object")
         return {}
     return body
+
+
+def save_object(path: Path, body: Mapping[str, Any]) -> None:
+    """Write ``body`` to ``path`` as one JSON line, atomically; remove the file when it is empty.
+
+    Raises OSError.
+    """
+    if not body:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    write_atomic(path, (json.dumps(body, sort_keys=True) + "\n").encode(), mode=0o644)
 
 
 def _set_aside(path: Path, what: str, why: str) -> None:

@@ -2,8 +2,9 @@
 
 ``MemoryNetlink`` is a ``NetlinkPort`` over a ``NetState`` held in memory: ``apply`` changes it
 the way the kernel would (renaming an up link is EBUSY, a name taken is EEXIST, an MTU out of
-the driver's bounds is EINVAL, a link going down loses its IPv6 addresses and its routes,
-adding what is there and removing what is gone succeed) and records every step it was given.
+the driver's bounds and removing another link's altname are EINVAL, a link going down loses its
+IPv6 addresses and its routes, adding what is there and removing what is gone succeed) and
+records every step it was given.
 ``read_state`` returns the state as a snapshot, counting reads; ``fail_reads`` makes the next
 reads raise ``RetryableError`` (an interrupted dump), ``fault`` answers chosen steps with a
 result of the test's choosing. ``add_link`` / ``remove_link`` play hot-plug.
@@ -81,6 +82,12 @@ class MemoryNetlink:
                 if self._taken(name, step.ifindex):
                     return _failed(step, f"add altname {name}: File exists (errno 17)")
                 lk = dataclasses.replace(lk, altnames=(*lk.altnames, name))
+            case st.RemoveAltname(altname=name):
+                if name not in lk.altnames:
+                    if self._taken(name, step.ifindex) or name == lk.ifname:
+                        return _failed(step, f"remove altname {name}: Invalid argument (errno 22)")
+                    return _done(step)  # gone already
+                lk = dataclasses.replace(lk, altnames=tuple(a for a in lk.altnames if a != name))
             case st.SetDown():
                 lk = dataclasses.replace(lk, up=False, oper_state="down")
                 addresses = [a for a in addresses if a.ifindex != lk.ifindex or "." in a.address]

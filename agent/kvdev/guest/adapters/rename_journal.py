@@ -12,11 +12,9 @@ Only this module reads or writes that file; it decides nothing (``planning`` doe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvdev._atomic import write_atomic
 from kvdev.guest.adapters import journal_file
 from kvdev.guest.core.observed import NetState
 from kvdev.guest.core.planning import temp_name
@@ -64,10 +62,5 @@ def prune(journal: Mapping[int, str], state: NetState) -> dict[int, str]:
 
 def save(state_dir: Path, journal: Mapping[int, str]) -> None:
     """Write the journal (remove the file when empty). Raises OSError."""
-    path = state_dir / JOURNAL_FILE
-    if not journal:
-        path.unlink(missing_ok=True)
-        return
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    body = {str(ifindex): name for ifindex, name in sorted(journal.items())}
-    write_atomic(path, (json.dumps(body, sort_keys=True) + "\n").encode(), mode=0o644)
+    body = {str(ifindex): name for ifindex, name in journal.items()}
+    journal_file.save_object(state_dir / JOURNAL_FILE, body)

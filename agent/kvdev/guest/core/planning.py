@@ -29,7 +29,10 @@ again (the kernel's own, and those a router advertised, come back by themselves)
 
 The plan is the difference between that and what netlink observed: a converged system plans
 nothing. kvdev removes only addresses and routes carrying its protocol mark (``KVDEV_PROTO``)
-on links it manages; a device that leaves the metadata keeps its configuration.
+and altnames it added (the caller's altname journal: ``altnames``) on links it manages; a
+device that leaves the metadata keeps its configuration, but an altname it had moves to the
+link that wants it now. Stale altnames go first, before any rename or AddAltname, so the names
+they free are free for those (the kernel refuses a name another link holds).
 
 No I/O here.
 """
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from kvdev.guest.core import linkwish, safety
@@ -50,6 +53,7 @@ from kvdev.guest.core.steps import (
     AddAltname,
     AddRoute,
     RemoveAddress,
+    RemoveAltname,
     RemoveLinkFile,
     RemoveRoute,
     Rename,
@@ -270,15 +274,15 @@ def _ipv6_minimum(
 
 
 def _renames(
-    desired: list[Desired], state: NetState, blocked: list[Blocked]
+    desired: list[Desired], state: NetState, blocked: list[Blocked], freed: Collection[str]
 ) -> tuple[list[Step], set[int], list[Desired]]:
     """Rename steps (down, temporary names when names are traded, final names).
 
-    Returns the steps, the links they take down, and the desired states with blocked renames
-    replaced by the current name.
+    ``freed``: altnames the plan removes before its renames. Returns the steps, the links they
+    take down, and the desired states with blocked renames replaced by the current name.
     """
     holders = {lk.ifname: lk.ifindex for lk in state.links}
-    holders.update({alt: lk.ifindex for lk in state.links for alt in lk.altnames})
+    holders.update({a: lk.ifindex for lk in state.links for a in lk.altnames if a not in freed})
     moving = {d.ifindex: d for d in desired if d.ifname != _name(state, d)}
     ok = _feasible(moving, holders)
     blocked.extend(
@@ -431,12 +435,14 @@ def plan(
     policy: Policy | None = None,
     restore: Mapping[int, str] | None = None,
     owned: Decision | None = None,
+    altnames: Mapping[int, Collection[str]] | None = None,
 ) -> Plan:
     """Diff the desired state of every bound NIC against the observed state.
 
     ``restore``: ifindex -> the name the link had before a trade that may have been
     interrupted (see ``temp_name``). ``owned``: the guest's own NICs (``core.primary``), not
-    touched at all, like the primary NIC.
+    touched at all, like the primary NIC. ``altnames``: ifindex -> the altnames kvdev added
+    to the link (the altname journal), the only ones it ever removes.
     """
     policy = policy or Policy()
     back = _restorations(matching, state, restore or {})
@@ -447,21 +453,62 @@ def plan(
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
         if link is None:
             continue
-        why = safety.primary_nic(link, state) or safety.stacked(link, state)
-        if why is None and owned is not None and (own := owned.reason(link.mac)) is not None:
-            why = f"{link.ifname} is the guest's own NIC: {own}; kvdev does not configure it"
-        if why is not None:
+        if (why := _hands_off(link, state, owned)) is not None:
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
         desired.append(_desire(b, link, policy, blocked, back))
     desired, warnings = _safe(desired, state, blocked)
-    steps, downed, desired = _renames(desired, state, blocked)
+    steps = _stale_altnames(desired, state, altnames or {}, owned)
+    freed = {s.altname for s in steps if isinstance(s, RemoveAltname)}
+    renames, downed, desired = _renames(desired, state, blocked, freed)
+    steps.extend(renames)
     for d in desired:
         link = state.link(d.ifindex)
         assert link is not None
         steps.extend(_link_steps(d, link, state, d.ifindex in downed))
     steps.extend(_file_steps(desired, link_files or {}, policy))
     return Plan(tuple(steps), tuple(desired), tuple(blocked), tuple(warnings))
+
+
+def _hands_off(link: Link, state: NetState, owned: Decision | None) -> str | None:
+    """Why kvdev does not touch ``link`` at all (the primary NIC, a stacked one, the guest's)."""
+    why = safety.primary_nic(link, state) or safety.stacked(link, state)
+    if why is None and owned is not None and (own := owned.reason(link.mac)) is not None:
+        why = f"{link.ifname} is the guest's own NIC: {own}; kvdev does not configure it"
+    return why
+
+
+def _stale_altnames(
+    desired: list[Desired],
+    state: NetState,
+    added: Mapping[int, Collection[str]],
+    owned: Decision | None,
+) -> list[Step]:
+    """The altnames kvdev added (``added``) that are no longer wanted where they are.
+
+    A link kvdev configures keeps only its desired altname of those. A link it no longer
+    configures (its device left the metadata, or is not bound now) keeps them, as it keeps
+    its addresses, unless a configured link wants one: the name moves. A link kvdev does not
+    touch at all keeps everything. An altname kvdev did not add is never removed.
+    """
+    if not added:  # nearly always once converged: nothing to look up
+        return []
+    wanted = {d.ifindex: d for d in desired}
+    wanted_by = {d.altname: d for d in desired if d.altname}
+    steps: list[Step] = []
+    for ifindex, names in sorted(added.items()):
+        link = state.link(ifindex)
+        if link is None or (ifindex not in wanted and _hands_off(link, state, owned)):
+            continue
+        for name in sorted(set(names).intersection(link.altnames)):
+            mine, other = wanted.get(ifindex), wanted_by.get(name)
+            if mine is not None and mine.altname != name:
+                why = "kvdev added it and the metadata no longer asks for it"
+                steps.append(RemoveAltname(ifindex, link.ifname, mine.device, why, name))
+            elif mine is None and other is not None:
+                why = f"kvdev added it and the metadata now asks for it on {other.ifname}"
+                steps.append(RemoveAltname(ifindex, link.ifname, other.device, why, name))
+    return steps
 
 
 def _safe(

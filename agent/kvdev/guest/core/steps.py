@@ -30,6 +30,13 @@ class AddAltname(Step):
 
 
 @dataclass(frozen=True, slots=True)
+class RemoveAltname(Step):
+    """Remove an alternative name kvdev added earlier (the altname journal says so)."""
+
+    altname: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetDown(Step):
     """Set the link administratively down (only before a rename)."""
 

@@ -107,8 +107,11 @@ def _request(seq: int, step: st.Step) -> _Request | None:  # noqa: PLR0911 - one
     index, name = step.ifindex, step.ifname
     match step:
         case st.AddAltname(altname=altname):
-            message = codec.altname_request(seq, index, altname)
+            message = codec.altname_request(seq, index, altname, add=True)
             return _Request(f"add altname {altname} to {name}", message, _ALREADY_THERE, altname)
+        case st.RemoveAltname(altname=altname):
+            message = codec.altname_request(seq, index, altname, add=False)
+            return _Request(f"remove altname {altname} from {name}", message, _ALREADY_GONE)
         case st.SetDown() | st.SetUp():
             up = isinstance(step, st.SetUp)
             message = codec.link_request(seq, index, up=up)

@@ -3,7 +3,7 @@
 ``attrs`` indexes a run of rtattrs by type (the first of each; nested and byte-order flags
 masked off) without copying; everything the agent does not read is skipped by its length.
 ``attr`` and the ``*_request`` functions build the few messages the agent sends: link changes
-(up/down, name, MTU), an altname, addresses and routes added or removed, and the dumps.
+(up/down, name, MTU), altnames, addresses and routes added or removed, and the dumps.
 Every request asks for an acknowledgement. ``ack_error`` reads an NLMSG_ERROR: the errno and
 the kernel's extended-ack message (NLMSGERR_ATTR_MSG) when there is one.
 """
@@ -47,6 +47,7 @@ from kvdev.guest.adapters.netlink._rtnl import (
     RTA_PRIORITY,
     RTA_TABLE,
     RTM_DELADDR,
+    RTM_DELLINKPROP,
     RTM_DELROUTE,
     RTM_GETADDR,
     RTM_GETLINK,
@@ -145,12 +146,17 @@ def link_request(
     return message(RTM_NEWLINK, _ASK, seq, body)
 
 
-def altname_request(seq: int, ifindex: int, altname: str) -> bytes:
-    """RTM_NEWLINKPROP: add ``altname`` to the link."""
+def altname_request(seq: int, ifindex: int, altname: str, *, add: bool) -> bytes:
+    """RTM_NEWLINKPROP or RTM_DELLINKPROP: add ``altname`` to the link or remove it from it.
+
+    Both carry the same payload; the flags are those ``ip link property add|del`` sends.
+    """
     nested = attr(IFLA_ALT_IFNAME, _text(altname))
     body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, ifindex, 0, 0)
     body += attr(IFLA_PROP_LIST | NLA_F_NESTED, nested)
-    return message(RTM_NEWLINKPROP, _CREATE | NLM_F_APPEND, seq, body)  # as `ip` sends it
+    if add:
+        return message(RTM_NEWLINKPROP, _CREATE | NLM_F_APPEND, seq, body)
+    return message(RTM_DELLINKPROP, _ASK, seq, body)
 
 
 def address_request(
