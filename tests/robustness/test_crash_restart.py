@@ -23,6 +23,7 @@ converge exactly (unintended). 20 kills by default, 60 with ``--robustness-long`
 """
 
 import contextlib
+import json
 import os
 import random
 import statistics
@@ -32,7 +33,7 @@ import time
 
 import psutil
 import pytest
-from crashlab import Lab, peers
+from crashlab import COUNT, Lab, mac, peers
 
 from agentlab import agent_args, eventually, ip_json, serving, snapshot
 from kvdev.guest.core.planning import TEMP_PREFIX
@@ -269,40 +270,41 @@ def test_a_restarted_agent_removes_what_its_interrupted_writes_left(netns, tmp_p
     assert lab.differences() == []
 
 
-def test_a_trade_cut_short_by_sigkill_leaves_no_temporary_name_when_names_are_dropped(
-    netns, tmp_path
-):
-    """Regression: killed mid-swap, then the hints stop naming links: ``kvtmp<n>`` stayed."""
+def test_a_trade_cut_short_leaves_no_temporary_name_when_names_are_dropped(netns, tmp_path):
+    """Regression: cut short mid-swap, then the hints stop naming links: ``kvtmp<n>`` stayed.
+
+    A SIGKILL found it first. Since the agent's own codec sends all of a pass's renames in one
+    sendmsg, which the kernel applies before the call returns, a kill no longer lands inside a
+    trade (20 tries never did); a rename the kernel refuses half-way still leaves one. So the
+    test makes that state itself, as a swap of two links cut before its last rename leaves it:
+    both links were moved to their temporary names (recorded in the rename journal first, as
+    the agent records them), the first then took the second's old name, the second did not.
+    """
     lab = Lab(netns, tmp_path, 11)
     lab.draw(trade=True)
-    monitor = Monitor(netns)
-    try:
-        for _ in range(20):
-            (tmp_path / "notify.sock").unlink(missing_ok=True)
-            with serving(netns, lab.tree, tmp_path) as (proc, _):
-                assert eventually(lambda: not lab.differences()), lab.differences()
-                names = {e["address"]: e["ifname"] for e in ip_json(netns, "link")}
-                seen = len(monitor.stamps)
-                lab.draw(trade=True)
-                monitor.saw(seen, TEMP_PREFIX)
-                proc.kill()
-                proc.wait(timeout=10)
-            stuck = [e for e in ip_json(netns, "link") if e["ifname"].startswith(TEMP_PREFIX)]
-            if stuck:
-                break
-        if not stuck:
-            # The agent's own rtnetlink codec sends a pass's renames in one sendmsg, which the
-            # kernel applies before the call returns: a SIGKILL can no longer land between the
-            # two halves of a trade. The leftover this guards against needs another way in
-            # (a journal written by hand): until then, say so rather than pass.
-            pytest.skip("no SIGKILL in 20 tries cut a trade: renames go in one send now")
-    finally:
-        monitor.close()
+    first = run_once(lab)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert lab.differences() == []
+    names = {e["address"]: e["ifname"] for e in ip_json(netns, "link")}
+    index = {e["address"]: e["ifindex"] for e in ip_json(netns, "link")}
+    a, b = mac(0), mac(1)
+    journal = lab.state_dir / "renames.json"
+    journal.write_text(json.dumps({str(index[a]): names[a], str(index[b]): names[b]}))
+    for argv in (
+        ["set", "dev", names[a], "down"],
+        ["set", "dev", names[b], "down"],
+        ["set", "dev", names[a], "name", f"{TEMP_PREFIX}{index[a]}"],
+        ["set", "dev", names[b], "name", f"{TEMP_PREFIX}{index[b]}"],
+        ["set", "dev", f"{TEMP_PREFIX}{index[a]}", "name", names[b]],
+    ):
+        subprocess.run(["ip", "-n", netns, "link", *argv], check=True)
     lab.draw(named=False)
     done = run_once(lab)
     assert done.returncode == 0, done.stdout + done.stderr
     after = {e["address"]: e["ifname"] for e in ip_json(netns, "link")}
     assert not [n for n in after.values() if n.startswith(TEMP_PREFIX)], after
     assert len(set(after.values())) == len(after)
-    assert {after[e["address"]] for e in stuck} <= set(names.values())  # names the trade freed
-    assert not (lab.state_dir / "renames.json").exists()
+    assert after[b] == names[a], after  # its own old name is taken: the one the trade freed
+    assert after[a] == names[b]  # the hints name no link now: the rest stay where they are
+    assert {after[mac(i)] for i in range(2, COUNT)} == {names[mac(i)] for i in range(2, COUNT)}
+    assert not journal.exists()
