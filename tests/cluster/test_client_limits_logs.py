@@ -1,7 +1,8 @@
 """The host's Kubernetes client on the real API server: the client-side rate limit takes its
 steps on every request (counted on a clock that moves only when the bucket sleeps, never
 timed), the controller's JSON log lines name the VMI they are about, and an unreachable API
-server is one short line of ours per back-off step, not urllib3's retry warnings."""
+server is one short line of ours per back-off step, not urllib3's retry warnings; the Lease
+has a client of its own, so a drained bucket of the controller's never holds up a renewal."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from clusterlab import SYSTEM, apply, kvdev_host, minimal_vmi, wait_for
 from controlplane import token_kubeconfig
 from kubernetes import client
 
-from kvdev.host import kubeclient
+from kvdev.host import cli, kubeclient
+from kvdev.host.commands.common import bucket_from
+from kvdev.host.commands.controller import lease_elector
+from kvdev.host.controller.kube import KubeApi
 from kvdev.host.ratelimit import TokenBucket
 
 
@@ -56,6 +60,29 @@ def test_a_watch_takes_a_token_too(cluster):
     )
     response.release_conn()
     assert bucket.waits == 1
+
+
+def test_the_lease_is_renewed_while_the_controllers_bucket_is_empty(cluster, namespace):
+    flags = ["--kubeconfig", str(cluster.kubeconfig), "--kube-api-qps", "0.001"]
+    flags += ["--kube-api-burst", "4", "--leader-elect", "--lease-namespace", namespace]
+    args = cli.build_parser("controller").parse_args(["controller", *flags])
+    controller = KubeApi.connect(args.kubeconfig, bucket_from(args))
+    assert controller.bucket is not None
+    while controller.bucket.reserve() == 0:  # the lists of a relist storm took every token
+        pass
+    elector = lease_elector(args, "ctl-a")
+    assert elector is not None
+    lease = elector.api
+    assert lease is not None
+    assert lease.bucket is not None
+    assert lease.bucket is not controller.bucket
+    assert (lease.bucket.qps, lease.bucket.burst) == (0.001, 4)  # the same flags, its own tokens
+    assert lease.timeout == 5.0  # half of --renew-deadline's 10 s, as client-go's
+    assert elector.try_acquire_or_renew()  # a GET and a create
+    assert elector.try_acquire_or_renew()  # a GET and a renewing PUT
+    assert lease.bucket.waits == 0
+    assert dict(lease.calls) == {"get": 2, "create": 1, "update": 1}
+    assert not controller.calls
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

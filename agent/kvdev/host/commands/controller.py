@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from kvdev.errors import KvdevError, Problem, SchemaError, Severity
+from kvdev.errors import KvdevError, Problem, SchemaError, Severity, UsageError
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -50,6 +50,7 @@ from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
 
 if TYPE_CHECKING:
+    from kvdev.host.controller.election import LeaseElector
     from kvdev.host.controller.endpoints import Endpoints
     from kvdev.host.controller.kube import KubeApi
     from kvdev.host.controller.live import Controller
@@ -337,8 +338,7 @@ def _settings_error(args: argparse.Namespace) -> str | None:
 
 
 def _run_live(args: argparse.Namespace, err: TextIO) -> int:
-    from kvdev.host.controller.election import Lease, LeaseElector  # noqa: PLC0415 - live only
-    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
+    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415 - live only
 
     log = logging.getLogger("kvdev.host.controller")
     problem = _settings_error(args)
@@ -346,20 +346,8 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
         err.write(f"kvdev-host controller: {problem}\n")
         return EXIT_INVALID
     identity = _identity(args)
-    elector = None
-    if args.leader_elect:
-        namespace = _lease_namespace(args)
-        if namespace is None:
-            err.write("kvdev-host controller: --leader-elect needs --lease-namespace\n")
-            return EXIT_INVALID
-        elector = LeaseElector(
-            Lease(namespace, args.lease_name),
-            identity,
-            lease_seconds=args.lease_duration,
-            renew_seconds=args.renew_deadline,
-            retry_seconds=args.retry_period,
-        )
     try:
+        elector = lease_elector(args, identity)
         api = KubeApi.connect(args.kubeconfig, bucket_from(args))
     except KvdevError as e:
         err.write(f"kvdev-host controller: {e}\n")
@@ -383,6 +371,48 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
         if endpoints is not None:
             endpoints.close()
     return EXIT_OK if status else EXIT_CANNOT_RUN
+
+
+def lease_elector(args: argparse.Namespace, identity: str) -> LeaseElector | None:
+    """The Lease's elector with its own client (``lease_client``); None without --leader-elect.
+
+    Raises:
+        UsageError: no namespace for the Lease, or bad rate-limit flags.
+        PermanentError: no configuration can be loaded.
+    """
+    from kvdev.host.controller.election import Lease, LeaseElector  # noqa: PLC0415 - live only
+
+    if not args.leader_elect:
+        return None
+    namespace = _lease_namespace(args)
+    if namespace is None:
+        raise UsageError("--leader-elect needs --lease-namespace")
+    return LeaseElector(
+        Lease(namespace, args.lease_name),
+        identity,
+        lease_seconds=args.lease_duration,
+        renew_seconds=args.renew_deadline,
+        retry_seconds=args.retry_period,
+        api=lease_client(args),
+    )
+
+
+def lease_client(args: argparse.Namespace) -> KubeApi:
+    """The Lease's own client, as client-go's leader election makes one (``NewFromKubeconfig``).
+
+    Its own token bucket of the same ``--kube-api-qps``/``--kube-api-burst``, so the watches'
+    lists and Events never queue a renewal, and requests that time out after half the renew
+    deadline (at least 1 s), so one hung request cannot use up the deadline.
+
+    Raises:
+        PermanentError: no configuration can be loaded.
+        UsageError: bad rate-limit flags.
+    """
+    from kvdev.host.controller.election import request_timeout  # noqa: PLC0415 - live only
+    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
+
+    timeout = request_timeout(args.renew_deadline)
+    return KubeApi.connect(args.kubeconfig, bucket_from(args), timeout=timeout)
 
 
 def _assemble(

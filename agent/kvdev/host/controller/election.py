@@ -7,6 +7,10 @@ renewing are PUTs with the Lease's ``resourceVersion``, so of two candidates onl
 race (the other gets a 409). The leader renews every ``retry_seconds``; when it could not renew
 for ``renew_seconds`` it has lost (it must stop writing: ``kvdev-host controller`` exits).
 On a clean stop the leader releases the Lease (empty holder), so a successor need not wait.
+Its requests go through a client of their own, as client-go's ``resourcelock.NewFromKubeconfig``
+makes one: its own rate limit (a relist storm of the watches never delays a renewal) and a
+request timeout of half the renew deadline (``request_timeout``), so one hung PUT cannot use up
+the deadline.
 
 Why not ``kubernetes.leaderelection``: it cannot be stopped or release the Lease, exits the
 process on bad settings, reads the wall clock, and uses the client's global configuration.
@@ -36,6 +40,11 @@ class Lease:
     name: str
 
 
+def request_timeout(renew_seconds: float) -> float:
+    """The Lease client's request timeout: client-go's, half the renew deadline, at least 1 s."""
+    return max(renew_seconds / 2, 1.0)
+
+
 def _now() -> str:
     """A MicroTime, as the API server writes it."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -51,7 +60,7 @@ class LeaseElector:
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
-    api: KubeApi | None = None  # set by the controller
+    api: KubeApi | None = None  # its own client (``request_timeout``); else the controller's
     transitions: int = 0  # times this elector took the Lease from another holder
     _observed: tuple[str | None, str | None] | None = field(default=None, repr=False)
     _observed_at: float = field(default=0.0, repr=False)

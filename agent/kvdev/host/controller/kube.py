@@ -74,19 +74,26 @@ class KubeApi:
 
     client: Any  # kubernetes.client.ApiClient: the client is untyped
     timeout: float = 30.0
+    bucket: TokenBucket | None = None  # the client-side rate limit its requests wait on
     calls: collections.Counter[str] = field(default_factory=collections.Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None = None, bucket: TokenBucket | None = None) -> KubeApi:
+    def connect(
+        cls,
+        kubeconfig: Path | None = None,
+        bucket: TokenBucket | None = None,
+        timeout: float = 30.0,
+    ) -> KubeApi:
         """A client for the in-cluster service account, ``kubeconfig``, or the default one.
 
-        With ``bucket``, every request waits for its token (the client-side rate limit).
+        With ``bucket``, every request waits for its token (the client-side rate limit);
+        ``timeout``: seconds a request may take.
 
         Raises:
             PermanentError: no configuration can be loaded.
         """
-        return cls(kubeclient.api_client(kubeconfig, bucket))
+        return cls(kubeclient.api_client(kubeconfig, bucket), timeout=timeout, bucket=bucket)
 
     # ------------------------------------------------------------------ the APIs
 

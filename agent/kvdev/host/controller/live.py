@@ -322,7 +322,8 @@ class Controller:
         threads = self._start()
         try:
             if elector is not None:
-                elector.api = self.api
+                if elector.api is None:  # the command gives it a client of its own
+                    elector.api = self.api
                 if not elector.acquire(stop):
                     return True
                 keeper = threading.Thread(
