@@ -20,6 +20,7 @@ from controlplane import token_kubeconfig
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+NOT_RECORDED = re.compile(r"recorder: ([^/\s]+)/\S+: Event \S+ not recorded: (.*)$", re.MULTILINE)
 SERVING = re.compile(r"serving /healthz /readyz /leader /metrics on (http://127\.0\.0\.1:\d+)")
 ROLE = "kvdev-host-controller"  # the shipped ClusterRole
 
@@ -114,8 +115,21 @@ def recorded_anew_once_deleted(world, core, uid, events, claims):
     assert again.count == 1
 
 
+def only_elsewhere_failed(metrics, log, namespace):
+    """No Event failed but in namespaces being deleted (earlier tests'), never in ``namespace``.
+
+    The API server refuses new Events there (403); the controller counts each one it could not
+    record and, at debug level, logs it.
+    """
+    failed = NOT_RECORDED.findall(log)
+    assert value(metrics, "kvdev_controller_events_total", result="failed") == len(failed)
+    assert namespace not in {where for where, _ in failed}, failed
+    assert all("being terminated" in why for _, why in failed), failed
+
+
 def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, capsys):
-    with served(controller_config, tmp_path, "ctl-ops", "--no-leader-elect") as ctl:
+    debug = ("--no-leader-elect", "--log-level", "debug")  # every Event not recorded is logged
+    with served(controller_config, tmp_path, "ctl-ops", *debug) as ctl:
         url = base_url(ctl)
         wait_for("/readyz 200", lambda: get(url, "/readyz") == (200, "ok\n"))
         assert get(url, "/healthz") == (200, "ok\n")
@@ -178,7 +192,7 @@ def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, cap
         m = scrape(url)
         assert value(m, "kvdev_controller_events_total", result="created") >= len(events)
         assert value(m, "kvdev_controller_events_total", result="patched") >= 1
-        assert value(m, "kvdev_controller_events_total", result="failed") == 0
+        only_elsewhere_failed(m, ctl.text(), world.ns)
         size = len(get(url, "/metrics")[1].encode())
     assert refusals(ctl.text()) == []
     count, total = value(changed, f"{histogram}_count"), value(changed, f"{histogram}_sum")
