@@ -80,7 +80,8 @@ def phase_stats(passes: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def bench_agent(rounds: int, work: Path, *, concurrent: bool) -> dict[str, Any]:
+def bench_agent(rounds: int, work: Path, *, concurrent: bool, timeline: bool) -> dict[str, Any]:
+    """``rounds`` rewrites by the agent; ``timeline``: it logs at debug level (passes counted)."""
     name = "foreign" if concurrent else "quiet"
     with ba.served(work, name) as (ns, tree, events, proc, _):
         log = work / "agent.log"
@@ -98,8 +99,7 @@ def bench_agent(rounds: int, work: Path, *, concurrent: bool) -> dict[str, Any]:
         backoffs = text.count("backing off")
     return {
         **measured,
-        # passes are counted from their debug timeline lines: none at info level (--info)
-        "passes": len(passes) if os.environ.get("KVDEV_BENCH_LOG_LEVEL") == "debug" else None,
+        "passes": len(passes) if timeline else None,  # counted by their debug timeline lines
         "backoff_lines": backoffs,
         "phases": phase_stats(passes),
     }
@@ -151,7 +151,9 @@ def main() -> int:
         for variant, concurrent in (("quiet", False), ("foreign", True)):
             print(f"{variant}: {args.rounds} rounds, agent and ip -batch ...", flush=True)
             results[variant] = {
-                "agent": bench_agent(args.rounds, work, concurrent=concurrent),
+                "agent": bench_agent(
+                    args.rounds, work, concurrent=concurrent, timeline=not args.info
+                ),
                 "ip_batch": bench_ip(args.rounds, work, concurrent=concurrent),
             }
         results["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
