@@ -83,6 +83,8 @@ def service_facts() -> dict[str, Any]:
             "kvdev-agent.service",
             "-p",
             "ActiveState,SubState,MainPID,FragmentPath,Type,NRestarts,User,Group",
+            "-p",  # systemd's own clock for start -> READY=1 (Type=notify)
+            "ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic",
         ]
     )
     props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
@@ -177,6 +179,7 @@ def snapshot(kinds: set[str] | None = None) -> dict[str, Any]:
         "service": service_facts(),
         "share": share_facts(),
         "status": run_json(["kvdev", "status", "--json"]),
+        "statusExit": run(["kvdev", "status"])[0],  # 0 converged, 1 not, 2 unreachable
         "links": run_json(["ip", "-j", "-d", "link", "show"]),
         "addresses": run_json(["ip", "-j", "addr", "show"]),
     }
@@ -474,11 +477,14 @@ def check_cloud_init(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 
 def check_status(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    """The agent's overall status: converged or not, no metadata errors, claim generations."""
+    """The agent's overall status: converged or not, no metadata errors, claim generations,
+    and ``kvdev status``'s exit status (``exit``)."""
     st = snap["status"]
     if not isinstance(st, dict) or "error" in st:
         return [f"no agent status: {st}"]
     bad = []
+    if "exit" in c and snap["statusExit"] != c["exit"]:
+        bad.append(f"kvdev status exited {snap['statusExit']}, expected {c['exit']}")
     if "converged" in c and st.get("converged") != c["converged"]:
         bad.append(f"converged is {st.get('converged')}, expected {c['converged']}")
     errors = json.dumps(st.get("metadataErrors") or [])
