@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdev.errors import Problem, Severity
-from kvdev.schema.base import format_path
 from kvdev.schema.fields import normalize_mac, normalize_pci_address
+from kvdev.schema.plain import format_path
 from kvdev.schema.reading import Device, DeviceMetadata
 
 _Warn = Callable[[tuple[int | str, ...], str], None]
