@@ -65,10 +65,6 @@ packages=(
     network-manager dbus cloud-init
 )
 
-# The guest runtime is pydantic-free; trixie's image still carries python3-pydantic for a .deb
-# built before that (its Depends named it).
-[[ $suite == trixie ]] && packages+=(python3-pydantic)
-
 # MODULES=list keeps the initrd small (11 MB instead of 37 MB): it must set up virtio-blk + ext4
 # only; everything else loads after the switch to the real root.
 # shellcheck disable=SC2016 # $1 is expanded by mmdebstrap's hook shell, not here
