@@ -82,7 +82,9 @@ leg() {  # leg NAME PYTHON PINS...
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
         -e "$root" 2>&1 | grep -v "^WARNING: Location" || true
     echo "== $name: $("$venv/bin/python" --version), $*"
-    PATH=$venv/bin:$PATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"
+    if ! PATH=$venv/bin:$PATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"; then
+        failed+=("$name")
+    fi
     timings+=("$name $((SECONDS - start)) s")
 }
 
@@ -108,7 +110,7 @@ for pin in "${floor[@]}"; do
     fi
 done
 
-timings=()
+timings=() failed=()
 for file in tests/packaging/compat/*.txt; do
     name=$(basename "$file" .txt)
     if [[ -n ${COMPAT_LEGS:-} && " $COMPAT_LEGS " != *" $name "* ]]; then
@@ -121,3 +123,7 @@ for file in tests/packaging/compat/*.txt; do
     leg "$name" "${!var:-$(find_python "$version")}" "${pins[@]}"
 done
 printf 'test-compat: %s\n' "${timings[@]}"
+if ((${#failed[@]})); then
+    echo "test-compat: failed: ${failed[*]}" >&2
+    exit 1
+fi
