@@ -60,13 +60,16 @@ def uptime() -> float:
 def package_of(path: str) -> str:
     """The package that installed ``path``, also when it shipped it under the merged-/usr alias.
 
-    systemd reports /usr/lib/systemd/system/...; a package built by an older debhelper ships
-    /lib/systemd/system/..., which is the same file on a merged-/usr system (trixie).
+    Trixie's systemd reports /usr/lib/systemd/system/..., bookworm's /lib/systemd/system/...; a
+    package built by an older debhelper ships /lib/..., trixie's (kvdev's) /usr/lib/...: the
+    same file on a merged-/usr system, which dpkg -S knows under one name only.
     """
     aliases = [path]
     for short, full in (("/lib/", "/usr/lib/"), ("/bin/", "/usr/bin/")):
         if path.startswith(full):
             aliases.append(short + path.removeprefix(full))
+        elif path.startswith(short):
+            aliases.append(full + path.removeprefix(short))
     for candidate in aliases:
         rc, out, _ = run(["dpkg", "-S", candidate])
         if rc == 0:
