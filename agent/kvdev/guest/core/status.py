@@ -66,6 +66,7 @@ class DeviceStatus:
     observed_routes: tuple[Route, ...] = ()  # main-table routes through the bound NIC
     pod_claim_name: str | None = None
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
+    mdev_uuid: str | None = None  # a mediated device's UUID, as its metadata says
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         MatchState.MISSING: Phase.MISSING,
         MatchState.AMBIGUOUS: Phase.AMBIGUOUS,
         MatchState.INVALID: Phase.ERROR,
+        MatchState.DEFERRED: Phase.PENDING,
     }.get(b.state, Phase.CONFIGURED)
     reason = b.reason
     left: tuple[Step, ...] = ()
@@ -202,6 +204,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
             r for r in (state.routes if state else ()) if nic and r.ifindex == nic.ifindex
         ),
         warnings=tuple(by.warnings.get(ref, ())),
+        mdev_uuid=d.mdev_uuid,
     )
 
 

@@ -46,6 +46,8 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         "reason": d.reason,
         "warnings": list(d.warnings),
     }
+    if d.mdev_uuid is not None:
+        out["mdevUUID"] = d.mdev_uuid
     if d.desired is not None:
         out["desired"] = {
             "interface": d.desired.ifname,
