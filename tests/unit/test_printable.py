@@ -116,3 +116,11 @@ def test_kvdev_host_says_what_it_refused_without_replaying_the_name(tmp_path, ca
     assert code != 0
     assert "vm1\\x1b]0;pwned\\x07" in err
     assert CONTROLS.findall((out + err).replace("\n", "")) == []
+
+
+def test_status_lists_the_metadata_warnings_escaped():
+    warned = f"m.json: stream[0]: requests[0].devices[0].name: 'vf{CLIPBOARD}' is not a DNS label"
+    text = tables.status_text({"metadataWarnings": [warned], "converged": True})
+    assert "warnings:" in text
+    assert "[upstream] m.json: stream[0]: requests[0].devices[0].name: 'vf\\x1b]52;" in text
+    assert CONTROLS.findall(text.replace("\n", "")) == []

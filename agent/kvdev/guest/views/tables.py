@@ -145,6 +145,7 @@ def status_text(body: Json, color: bool = False) -> str:
     converged = paint("32", "yes", color) if body.get("converged") else paint("1;31", "no", color)
     agent = body.get("agent") or {}
     errors = body.get("metadataErrors") or []
+    warned = body.get("metadataWarnings") or []
     conditions = body.get("conditions") or []
     pairs = [
         ("converged", f"{converged}, since {_s(body.get('since'))}"),
@@ -157,6 +158,8 @@ def status_text(body: Json, color: bool = False) -> str:
         ("unmanaged", _s(body.get("unmanaged"))),
         ("metadata errors", str(len(errors)) if errors else "none"),
         *(("", paint("31", str(e), color)) for e in errors),
+        ("warnings", str(len(warned)) if warned else "none"),
+        *(("", paint("33", f"[upstream] {w}", color)) for w in warned),
         ("conditions", str(len(conditions)) if conditions else "none"),
         *(("", _condition(c, color)) for c in conditions),
         ("last error", _s(body.get("lastError"))),
@@ -271,6 +274,7 @@ def pass_text(body: Json, color: bool = False) -> str:
     if body.get("unmanaged"):
         lines.append(f"unmanaged (never touched): {', '.join(body['unmanaged'])}")
     lines.extend(f"metadata error: {e}" for e in body.get("metadataErrors") or [])
+    lines.extend(f"metadata warning: [upstream] {w}" for w in body.get("metadataWarnings") or [])
     lines.extend(f"condition: {_condition(c, color)}" for c in body.get("conditions") or [])
     lines.append(("dry run: " if body.get("dryRun") else "") + _s(body.get("summary")))
     return "\n".join(lines) + "\n"
