@@ -86,3 +86,11 @@ class PrintableStream(io.TextIOBase):
     def isatty(self) -> bool:
         """Whether ``raw`` is a terminal."""
         return self._raw.isatty()
+
+
+def unescaped(stream: TextIO) -> TextIO:
+    """The stream under a ``PrintableStream`` (``stream`` itself otherwise).
+
+    For a command's own terminal drawing (a progress bar's carriage return), never input text.
+    """
+    return stream._raw if isinstance(stream, PrintableStream) else stream  # noqa: SLF001
