@@ -764,3 +764,26 @@ def test_json_and_yaml_keep_names_exact(agent, capsys, fmt):
     }
     assert item["claim"] == HOSTILE["claim"]
     assert item["device"] == HOSTILE["name"]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_the_cli_never_asks_a_socket_the_name_was_re_pointed_to(sockdir, capsys, kind):
+    """The socket's directory may be the agent's own and kvdev often runs as root: a name
+    re-pointed to another service's socket (a link) is refused before anything connects."""
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.bind(str(sockdir / "other-service.sock"))
+    impostor.listen(8)
+    name = sockdir / "agent.sock"
+    if kind == "symlink":
+        name.symlink_to(sockdir / "other-service.sock")
+    else:
+        os.link(sockdir / "other-service.sock", name)
+    try:
+        code, out, err = main(capsys, "status", "--socket", str(name))
+        impostor.settimeout(0)  # non-blocking: accept() answers at once
+        with pytest.raises(BlockingIOError):
+            impostor.accept()  # nobody connected
+    finally:
+        impostor.close()
+    assert (code, out) == (2, "")
+    assert f"cannot connect to the agent at {name}" in err
