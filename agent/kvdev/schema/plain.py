@@ -216,6 +216,35 @@ def of(
     return dataclasses.field(default=default, metadata=meta)
 
 
+_REQUIRED: Final = object()
+
+
+class _Plan:
+    """How one ``Value`` class decodes: its fields (attribute, key, spec, context, default)."""
+
+    def __init__(self, cls: type[Value]) -> None:
+        fields = [f for f in dataclasses.fields(cls) if "spec" in f.metadata]
+        self.layout = tuple(
+            (f.name, f.metadata["key"] or camel(f.name), dict(f.metadata)) for f in fields
+        )
+        self.fields = tuple(
+            (name, key, meta["spec"], meta["context"], _default(f))
+            for (name, key, meta), f in zip(self.layout, fields, strict=True)
+        )
+        self.keys = frozenset(key for _, key, _ in self.layout)
+        self.validates = cls.validate is not Value.validate
+
+
+def _default(f: dataclasses.Field[Any]) -> object:
+    """A field's default, its factory (called per value) or _REQUIRED."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory
+    if f.default is dataclasses.MISSING:
+        return _REQUIRED
+    assert not callable(f.default), f"{f.name}: a callable default would be taken for a factory"
+    return f.default
+
+
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(of,))
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Value:
@@ -231,19 +260,20 @@ class Value:
 
     unknown: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     ignore_unknown: ClassVar[bool] = False  # True: unknown keys are not even reported
-    _layout: ClassVar[tuple[tuple[str, str, dict[str, Any]], ...] | None] = None
+    _plan: ClassVar[_Plan | None] = None
 
     @classmethod
     def layout(cls) -> tuple[tuple[str, str, dict[str, Any]], ...]:
         """(attribute, JSON key, field metadata) of every decoded field, in order."""
-        if cls.__dict__.get("_layout") is None:
-            cls._layout = tuple(
-                (f.name, f.metadata["key"] or camel(f.name), dict(f.metadata))
-                for f in dataclasses.fields(cls)
-                if "spec" in f.metadata
-            )
-        assert cls._layout is not None
-        return cls._layout
+        return cls._planned().layout
+
+    @classmethod
+    def _planned(cls) -> _Plan:
+        plan = cls.__dict__.get("_plan")
+        if plan is None:
+            plan = _Plan(cls)
+            cls._plan = plan
+        return plan
 
     @classmethod
     def decode(cls, value: object, loc: Loc, errors: Errors) -> object:
@@ -253,30 +283,32 @@ class Value:
                 (loc, f"Input should be a valid dictionary or instance of {cls.__name__}")
             )
             return BAD
+        plan = cls._planned()
         seen = len(errors)
         data: dict[str, object] = {}
-        keys = set()
-        for name, key, meta in cls.layout():
-            keys.add(key)
+        for name, key, spec, context, default in plan.fields:
             if key not in value:
-                if cls.__dataclass_fields__[name].default is dataclasses.MISSING and (
-                    cls.__dataclass_fields__[name].default_factory is dataclasses.MISSING
-                ):
+                if default is _REQUIRED:
                     errors.append(((*loc, key), MISSING_FIELD))
+                else:
+                    data[name] = default() if callable(default) else default
                 continue
-            decoded = meta["spec"](value[key], (*loc, key), errors)
-            if decoded is not BAD and meta["context"] is not None:
+            decoded = spec(value[key], (*loc, key), errors)
+            if decoded is not BAD and context is not None:
                 try:
-                    decoded = meta["context"](decoded, data)
+                    decoded = context(decoded, data)
                 except ValueError as e:
                     errors.append(((*loc, key), str(e)))
                     decoded = BAD
-            if decoded is not BAD:
-                data[name] = decoded
+            data[name] = decoded
         if len(errors) > seen:
             return BAD
-        unknown = () if cls.ignore_unknown else tuple(sorted(k for k in value if k not in keys))
-        made = cls(unknown=unknown, **data)
+        unknown = [k for k in value if k not in plan.keys]
+        data["unknown"] = () if cls.ignore_unknown or not unknown else tuple(sorted(unknown))
+        made = object.__new__(cls)  # frozen: its fields are set once, here, as __init__ would
+        made.__dict__.update(data)
+        if not plan.validates:
+            return made
         try:
             return made.validate()
         except ValueError as e:

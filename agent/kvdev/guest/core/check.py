@@ -19,7 +19,7 @@ from typing import Any, Final
 from kvdev.errors import Problem, Severity
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
-from kvdev.schema.described import DescribedDevice
+from kvdev.schema.described import NOT_WRITTEN, DescribedDevice
 from kvdev.schema.hints import GuestHints
 from kvdev.schema.plain import camel
 from kvdev.schema.reading import DeviceMetadata
@@ -133,8 +133,12 @@ def _device_line(d: DescribedDevice) -> str:
     facts = [f"{d.request}: {d.driver}/{d.pool}/{d.name}"]
     if not d.usable:
         facts.append("UNUSABLE (the agent leaves it alone)")
+    elif d.deferred:
+        facts.append(f"PENDING ({NOT_WRITTEN})")
     if d.pci_address:
         facts.append(f"pci {d.pci_address}")
+    if d.mdev_uuid:
+        facts.append(f"mdev {d.mdev_uuid}")
     if d.numa_nodes:
         facts.append("numa " + ",".join(str(n) for n in d.numa_nodes))
     if d.mac:

@@ -5,6 +5,9 @@ valid content stays in force until valid content replaces it, or until a complet
 listing shows the file gone. Invalid or unreadable content never replaces it: it becomes that
 file's current error instead. So a torn or failed read is never taken for "no devices", and a
 bad edit leaves the last good state in force while status shows what is wrong with the new one.
+An empty metadata file is the first state of a driver's deferred metadata (its request shows
+Pending); once content was in force, an empty file (a writer that truncates first) leaves it
+in force.
 
 The same holds per device inside a file that is used: a device whose new description kvdev
 cannot act on (``DescribedDevice.problems``) keeps its last good description in force, marked
@@ -21,6 +24,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
+from typing import Final
 
 from kvdev.errors import Problem
 from kvdev.guest.core.check import check_raw, hint_clashes
@@ -30,6 +35,8 @@ from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.hints import DeviceHint
 from kvdev.schema.reading import DeviceMetadata
+
+MAX_WARNINGS: Final = 100  # upstream-invalid values shown in the status
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,22 @@ class Sources:
         """Per file (path order), why its current content is not used; only files with errors."""
         return {e.source: e.problems for e in self.entries if e.rejected is not None}
 
+    def upstream_warnings(self) -> tuple[Problem, ...]:
+        """The values of the content in force that no conforming writer writes.
+
+        Names that are no DNS label or subdomain among them (upstream's API server would refuse
+        such a claim, request, driver, pool or device), at most ``MAX_WARNINGS``, in path order:
+        warnings only, nothing is refused for them.
+        """
+        found = (
+            p
+            for e in self.entries
+            if e.used is not None
+            for p in e.used.warnings
+            if p.upstream_invalid
+        )
+        return tuple(islice(found, MAX_WARNINGS))
+
     def hint_conflicts(self) -> tuple[Problem, ...]:
         """Hints of two GuestHints files in force that clash (``check.hint_clashes``)."""
         return hint_clashes(
@@ -176,6 +199,8 @@ def _checked(
 
 
 def _fold(old: Entry | None, raw: RawFile, result: FileResult, scan: int) -> Entry:
+    if result.pending and old is not None and old.used is not None and not old.used.pending:
+        return replace(old, rejected=None, rejected_since=None)  # an empty file: torn? keep it
     if result.ok:
         result = _keep_last_good_devices(old.used if old else None, result)
         unchanged = old is not None and old.used == result

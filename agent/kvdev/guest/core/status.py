@@ -66,6 +66,7 @@ class DeviceStatus:
     observed_routes: tuple[Route, ...] = ()  # main-table routes through the bound NIC
     pod_claim_name: str | None = None
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
+    mdev_uuid: str | None = None  # a mediated device's UUID, as its metadata says
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +84,15 @@ class ClaimStatus:
 
 @dataclass(frozen=True, slots=True)
 class MetadataState:
-    """What the agent knows of its input files: the claims in force, and the files in error."""
+    """What the agent knows of its input files: the claims in force, and the files in error.
+
+    ``warnings``: values in force no conforming writer writes (e.g. a name that is no DNS
+    label); shown, never refused.
+    """
 
     errors: tuple[Problem, ...] = ()
     claims: tuple[ClaimStatus, ...] = ()
+    warnings: tuple[Problem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,7 @@ class Status:
     dry_run: bool = False
     claims: tuple[ClaimStatus, ...] = ()
     conditions: tuple[Condition, ...] = ()
+    file_warnings: tuple[Problem, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -160,6 +167,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         MatchState.MISSING: Phase.MISSING,
         MatchState.AMBIGUOUS: Phase.AMBIGUOUS,
         MatchState.INVALID: Phase.ERROR,
+        MatchState.DEFERRED: Phase.PENDING,
     }.get(b.state, Phase.CONFIGURED)
     reason = b.reason
     left: tuple[Step, ...] = ()
@@ -202,6 +210,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
             r for r in (state.routes if state else ()) if nic and r.ifindex == nic.ifindex
         ),
         warnings=tuple(by.warnings.get(ref, ())),
+        mdev_uuid=d.mdev_uuid,
     )
 
 
@@ -242,6 +251,7 @@ def summarize(  # noqa: PLR0913 - one value per output of a pass
         dry_run,
         metadata.claims,
         tuple(conditions),
+        metadata.warnings,
     )
 
 

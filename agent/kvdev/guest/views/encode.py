@@ -46,6 +46,8 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         "reason": d.reason,
         "warnings": list(d.warnings),
     }
+    if d.mdev_uuid is not None:
+        out["mdevUUID"] = d.mdev_uuid
     if d.desired is not None:
         out["desired"] = {
             "interface": d.desired.ifname,
@@ -134,6 +136,7 @@ def status_json(status: Status) -> dict[str, Any]:
         "devices": [device_json(d) for d in status.devices],
         "unmanaged": list(status.unmanaged),
         "metadataErrors": [str(p) for p in status.file_errors],
+        "metadataWarnings": [str(p) for p in status.file_warnings],
         "conditions": [
             {"type": c.type, "severity": c.severity.value.capitalize(), "message": c.message}
             for c in status.conditions
