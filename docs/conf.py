@@ -24,7 +24,7 @@ from kvdev import __version__  # noqa: E402 - after sys.path names the source tr
 
 project = "kvdev"
 author = "kvdev developers"
-copyright = "kvdev developers"  # noqa: A001 - Sphinx's name for it
+copyright = "kvdev developers, under the Apache License 2.0"  # noqa: A001 - Sphinx's name for it
 version = release = __version__
 
 
