@@ -116,10 +116,12 @@ SPHINX := $(BIN)/sphinx-build -q -E -W --keep-going -n
 
 docs: $(STAMP)  ## the docs site in build/docs/html; fails on a warning, a broken link or a stale man page
 	$(SPHINX) -b html -d build/docs/doctrees-html docs build/docs/html
+	rm -rf build/docs/man
 	$(SPHINX) -b man -d build/docs/doctrees-man docs build/docs/man
 	@diff -u -r packaging/man build/docs/man || { echo "make docs: packaging/man/ is not what docs/ renders: run make man and commit it" >&2; exit 1; }
 
 man: $(STAMP)  ## rewrite packaging/man/ from docs/ (the pages the packages install; commit them)
+	rm -rf build/docs/man
 	$(SPHINX) -b man -d build/docs/doctrees-man docs build/docs/man
 	rm -f packaging/man/*
 	cp build/docs/man/* packaging/man/
