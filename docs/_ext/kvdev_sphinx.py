@@ -72,9 +72,16 @@ def _is_raw(parser: argparse.ArgumentParser) -> bool:
 def _text(text: str, *, raw: bool) -> list[nodes.Node]:
     """A description or epilog: verbatim when the parser keeps its layout, else paragraphs."""
     if raw:
-        return [nodes.literal_block(text.rstrip(), text.rstrip())]
+        return [_verbatim(text.rstrip())]
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip())]
     return [nodes.paragraph(p, p) for p in paragraphs if p]
+
+
+def _verbatim(text: str) -> nodes.literal_block:
+    """Text shown as the terminal shows it: never highlighted as code."""
+    block = nodes.literal_block(text, text)
+    block["language"] = "text"
+    return block
 
 
 def _invocation(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
@@ -147,15 +154,13 @@ class CliDirective(SphinxDirective):
         parser = getattr(importlib.import_module(module), function)()
         _fixed_width(parser)
         if "synopsis" in self.options:
-            text = "\n".join(_usages(parser))
-            return [nodes.literal_block(text, text)]
+            return [_verbatim("\n".join(_usages(parser)))]
         return self._body(parser, top=True)
 
     def _body(self, parser: argparse.ArgumentParser, *, top: bool) -> list[nodes.Node]:
         out: list[nodes.Node] = []
         if not top:
-            usage = _usage(parser)
-            out.append(nodes.literal_block(usage, usage))
+            out.append(_verbatim(_usage(parser)))
             if parser.description:
                 out.extend(_text(parser.description, raw=_is_raw(parser)))
         out.extend(_options(parser))
