@@ -57,7 +57,7 @@ html_last_updated_fmt = None
 graphviz_output_format = "svg"
 
 # (source page, name, description, authors, section): the man pages packaging/man/ holds.
-man_pages = [
+man_pages: list[tuple[str, str, str, list[str], int]] = [
     ("reference/cli/kvdev", "kvdev", "ask the kvdev agent about this VM's DRA devices", [], 1),
     (
         "reference/cli/kvdev-agent",

@@ -22,6 +22,7 @@ import functools
 import importlib
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -48,7 +49,7 @@ def _fixed_width(parser: argparse.ArgumentParser) -> None:
     """Wrap this parser's and its subparsers' usage at WIDTH, whatever the terminal."""
     formatter = parser.formatter_class
     if not isinstance(formatter, functools.partial):
-        parser.formatter_class = functools.partial(formatter, width=WIDTH)  # type: ignore[assignment]
+        parser.formatter_class = functools.partial(formatter, width=WIDTH)  # type: ignore[call-arg]
     for sub in _subparsers(parser):
         _fixed_width(sub[1])
 
@@ -307,7 +308,7 @@ class HelmValuesDirective(SphinxDirective):
         return [_table(("Value", "Type", "Default", "Description"), rows)]
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> nodes.table:
+def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> nodes.table:
     group = nodes.tgroup(cols=len(head))
     group.extend(nodes.colspec(colwidth=1) for _ in head)
 
