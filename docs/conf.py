@@ -43,6 +43,8 @@ source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "_diagrams", "_ext"]
 nitpicky = True
+# Option names and code-like prose stay as written (no -- to an en dash, no curly quotes).
+smartquotes = False
 # MyST checks every [text](page.md#anchor) link against the pages and their headings.
 myst_heading_anchors = 3
 myst_enable_extensions = ["deflist"]
@@ -50,7 +52,11 @@ suppress_warnings: list[str] = []
 
 html_theme = "alabaster"
 html_title = f"kvdev {release}"
-html_theme_options = {"description": "DRA devices for KubeVirt guests", "fixed_sidebar": True}
+html_theme_options = {
+    "description": "DRA devices for KubeVirt guests",
+    "fixed_sidebar": True,
+    "page_width": "1180px",  # the reference tables need the room
+}
 html_sidebars = {"**": ["about.html", "navigation.html", "searchbox.html"]}
 html_static_path: list[str] = []
 html_last_updated_fmt = None

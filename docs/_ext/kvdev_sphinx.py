@@ -305,23 +305,56 @@ class HelmValuesDirective(SphinxDirective):
             )
         except SourceMismatchError as e:
             raise self.error(str(e)) from e
-        return [_table(("Value", "Type", "Default", "Description"), rows)]
+        return self._sections(rows, _yaml_comments(text))
 
-
-def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> nodes.table:
-    group = nodes.tgroup(cols=len(head))
-    group.extend(nodes.colspec(colwidth=1) for _ in head)
-
-    def row(cells: tuple[str, ...], *, literal: int) -> nodes.row:
-        out = nodes.row()
-        for i, cell in enumerate(cells):
-            inner = nodes.literal(cell, cell) if i < literal else nodes.Text(cell)
-            out += nodes.entry("", nodes.paragraph("", "", inner))
+    def _sections(
+        self, rows: Sequence[tuple[str, str, str, str]], comments: dict[str, str]
+    ) -> list[nodes.Node]:
+        """One section per top-level key (its values by their path below it), in file order."""
+        groups: dict[str, list[tuple[str, str, str, str]]] = {}
+        for key, kind, default, comment in rows:
+            top, _, rest = key.partition(".")
+            group = top if rest else ""
+            groups.setdefault(group, []).append((rest or key, kind, default, comment))
+        out: list[nodes.Node] = []
+        for group, members in groups.items():
+            title = group or "Top-level values"
+            section = nodes.section(ids=[nodes.make_id(f"values-{title}")], names=[title])
+            section += nodes.title(
+                title, "", nodes.literal(title, title) if group else nodes.Text(title)
+            )
+            if comments.get(group):
+                section += nodes.paragraph(comments[group], comments[group])
+            section += _values_table(members)
+            out.append(section)
         return out
 
-    group += nodes.thead("", row(head, literal=0))
-    group += nodes.tbody("", *(row(r, literal=3) for r in rows))
-    return nodes.table("", group)
+
+def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
+    """Value and default as code; the type and the comment share the widest column."""
+    group = nodes.tgroup(cols=3)
+    group.extend(nodes.colspec(colwidth=w) for w in (3, 2, 5))
+
+    def entry(*children: nodes.Node) -> nodes.entry:
+        return nodes.entry("", nodes.paragraph("", "", *children))
+
+    head = nodes.row("", *(entry(nodes.Text(t)) for t in ("Value", "Default", "Type and meaning")))
+    body = []
+    for key, kind, default, comment in rows:
+        meaning: list[nodes.Node] = [nodes.literal(kind, kind)]
+        if comment:
+            meaning.append(nodes.Text(f": {comment}"))
+        body.append(
+            nodes.row(
+                "",
+                entry(nodes.literal(key, key)),
+                entry(nodes.literal(default, default)),
+                entry(*meaning),
+            )
+        )
+    group += nodes.thead("", head)
+    group += nodes.tbody("", *body)
+    return nodes.table("", group, classes=["colwidths-given"])  # the HTML keeps 30/20/50
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
