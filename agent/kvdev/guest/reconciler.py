@@ -152,6 +152,7 @@ class Reconciler:
     _configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
     _config_problems: tuple[str, ...] = ()  # what its last read said (logged once each)
     _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
+    _auto: primary.AutoDefault | None = None  # NetworkManager's auto-default, as last read
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
     more_pending: Callable[[], bool] = lambda: False  # the loop: events wait, a pass is next
     _unwritten: Status | None = None  # a status left for the pass after it to save
@@ -300,7 +301,8 @@ class Reconciler:
         self._altnames = altname_journal.prune(self._loaded_altnames(), self._state)
         owned = self._guest_owned()
         wishes = linkfiles.read(str(cfg.link_dir))
-        the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames)
+        dns = self._dns_servers()
+        the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames, dns=dns)
         self._lap("plan")
         return matching, the_plan, restore
 
@@ -310,17 +312,38 @@ class Reconciler:
         A problem is logged when it first appears, not again on every re-read while it lasts.
         """
         configured, problems = netconfig.read(self.config.config_root)
+        self._auto, nm_problems = netconfig.auto_default(self.config.config_root)
+        problems += nm_problems
         for problem in problems:
             if problem not in self._config_problems:
                 log.warning("the guest's network configuration: %s", problem)
         self._config_problems = problems
         return configured
 
+    def _dns_servers(self) -> tuple[str, ...]:
+        """The guest's DNS servers (``safety.Guard``): read on every pass, a few small files."""
+        servers, problems = netconfig.dns_servers(self.config.config_root)
+        for problem in problems:
+            if problem not in self._config_problems:
+                log.warning("the guest's resolver configuration: %s", problem)
+        return servers
+
     def _guest_owned(self) -> primary.Decision:
         """The guest's own NICs (``core.primary``); the record is saved when it grows."""
         if self._owned is None:
             self._owned = primary_record.load(self.config.state_dir)
-        decision, added = primary.decide(self._configured or (), self._state, self._owned)
+        protected = tuple(
+            primary.Configured(where, p.name, p.mac_address, p.pci_address)
+            for where, p in self.belief.protected()
+        )
+        pci_macs = {
+            g.pci_address: g.nics[0].mac
+            for g in self._devices
+            if g.pci_address and len(g.nics) == 1 and g.nics[0].mac
+        }
+        decision, added = primary.decide(
+            (*protected, *(self._configured or ())), self._state, self._owned, pci_macs, self._auto
+        )
         if not added and "primary" not in self._unsaved:
             return decision
         for line in added:
