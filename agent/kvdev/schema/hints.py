@@ -191,9 +191,9 @@ class GuestHints(Document):
 
     metadata: HintsMeta = Field(default_factory=HintsMeta)
     devices: Annotated[list[DeviceHint], Field(max_length=HINTS_MAX)] = Field(default_factory=list)
-    protected_nics: Annotated[
-        list[ProtectedNic], Field(alias="protectedNICs", max_length=PROTECTED_NICS_MAX)
-    ] = Field(default_factory=list)
+    protected_nics: Annotated[list[ProtectedNic], Field(max_length=PROTECTED_NICS_MAX)] | None = (
+        Field(default=None, alias="protectedNICs")
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> GuestHints:

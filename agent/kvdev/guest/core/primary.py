@@ -120,7 +120,6 @@ def decide(
             lk.mac.lower(): why
             for lk in state.links
             if lk.mac
-            and lk.kind is None
             and lk.mac.lower() not in auto.macs
             and lk.ifname not in auto.names
             and lk.ifname != "lo"

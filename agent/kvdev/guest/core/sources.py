@@ -107,7 +107,7 @@ class Sources:
             (f"hints {r.source} protectedNICs[{i}]", p)
             for r in self._used(Role.GUEST_HINTS)
             if isinstance(r.document, GuestHints)
-            for i, p in enumerate(r.document.protected_nics)
+            for i, p in enumerate(r.document.protected_nics or ())
         )
 
     def tagged(self) -> tuple[TaggedDevice, ...]:
