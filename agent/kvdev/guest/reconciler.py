@@ -50,7 +50,7 @@ from kvdev.guest.core import marks as marking
 from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, match
 from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
-from kvdev.guest.core.planning import Plan, Policy, plan
+from kvdev.guest.core.planning import Plan, Policy, Warned, plan
 from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
 from kvdev.guest.core.steps import (
     AddAltname,
@@ -153,6 +153,7 @@ class Reconciler:
     _config_problems: tuple[str, ...] = ()  # what its last read said (logged once each)
     _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
     _auto: primary.AutoDefault | None = None  # NetworkManager's auto-default, as last read
+    _nm_overrides: tuple[str, ...] = ()  # links NetworkManager manages although kvdev does
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
     more_pending: Callable[[], bool] = lambda: False  # the loop: events wait, a pass is next
     _unwritten: Status | None = None  # a status left for the pass after it to save
@@ -303,6 +304,7 @@ class Reconciler:
         wishes = linkfiles.read(str(cfg.link_dir))
         dns = self._dns_servers()
         the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames, dns=dns)
+        the_plan = self._nm_check(the_plan)
         self._lap("plan")
         return matching, the_plan, restore
 
@@ -319,6 +321,21 @@ class Reconciler:
                 log.warning("the guest's network configuration: %s", problem)
         self._config_problems = problems
         return configured
+
+    def _nm_check(self, the_plan: Plan) -> Plan:
+        """The plan with a warning on each link NetworkManager manages although kvdev does.
+
+        Also kept for the status (a ``NetworkManagerManages`` condition per link).
+        """
+        configured = [(d.ifindex, d.ifname) for d in the_plan.desired]
+        managed = netconfig.nm_managed(self.config.config_root, [i for i, _ in configured])
+        overrides = marking.nm_overrides(configured, managed)
+        self._nm_overrides = tuple(why for _, why in overrides)
+        if not overrides:
+            return the_plan
+        devices = {d.ifname: d.device for d in the_plan.desired}
+        warned = [Warned(devices[name], name, why) for name, why in overrides]
+        return replace(the_plan, warnings=(*the_plan.warnings, *warned))
 
     def _dns_servers(self) -> tuple[str, ...]:
         """The guest's DNS servers (``safety.Guard``): read on every pass, a few small files."""
@@ -364,6 +381,9 @@ class Reconciler:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""
         out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
         out.extend(Condition("MetadataUnavailable", why) for why in self._unavailable)
+        out.extend(
+            Condition("NetworkManagerManages", why, Severity.WARNING) for why in self._nm_overrides
+        )
         if (why := self.watch_problem()) is not None:
             out.append(Condition("MetadataPolled", why, Severity.WARNING))
         return out

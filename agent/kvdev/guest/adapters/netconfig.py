@@ -29,6 +29,10 @@ It decides nothing.
 NetworkManager (``run/NetworkManager/resolv.conf``) write; loopback servers (a local stub or
 cache) name nothing. Same bounds per file; at most ``MAX_NAMESERVERS`` servers.
 
+``nm_managed`` reads NetworkManager's runtime device state (``run/NetworkManager/devices/
+<ifindex>``, ``managed=`` of ``[device]``) of the links asked about: which it manages now
+(``core.marks.nm_overrides``). At most 4 KiB per file.
+
 ``auto_default`` reads NetworkManager's configuration (``etc/NetworkManager/NetworkManager.conf``
 and ``conf.d/*.conf``, then ``usr/lib/NetworkManager/conf.d``): whether NetworkManager is there
 and would give every ethernet NIC without a profile a DHCP connection of its own (no
@@ -41,7 +45,7 @@ from __future__ import annotations
 import configparser
 import ipaddress
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from kvdev.guest.core.primary import AutoDefault, Configured
@@ -304,3 +308,27 @@ def auto_default(root: Path) -> tuple[AutoDefault | None, tuple[str, ...]]:
         ):
             names.add(name)
     return AutoDefault(on=True, macs=frozenset(macs), names=frozenset(names)), tuple(problems)
+
+
+NM_STATE_MAX_BYTES = 4096
+
+
+def nm_managed(root: Path, ifindexes: Collection[int]) -> frozenset[int]:
+    """Of ``ifindexes``, those NetworkManager's runtime device state says it manages."""
+    directory = root / "run/NetworkManager/devices"
+    if not ifindexes or not directory.is_dir():
+        return frozenset()
+    out = set()
+    for ifindex in sorted(ifindexes):
+        try:
+            with (directory / str(ifindex)).open("rb") as f:
+                data = f.read(NM_STATE_MAX_BYTES + 1)
+        except OSError:
+            continue
+        if len(data) > NM_STATE_MAX_BYTES:
+            continue
+        parser = _ini(data.decode("utf-8", "replace"), str(directory / str(ifindex)), [])
+        managed = parser.get("device", "managed", fallback="") if parser is not None else ""
+        if (managed or "").strip().lower() in {"true", "yes", "1"}:
+            out.add(ifindex)
+    return frozenset(out)
