@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pytest
 
+from kvdev.guest.core import safety
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.observed import KVDEV_PROTO, Address, Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
@@ -485,3 +486,36 @@ def test_a_rename_puts_back_the_routes_and_ipv6_addresses_the_link_had(cfg):
     assert {type(x) for x in put_back} == {s.AddRoute, s.AddAddress}
     again = Reconciler(cfg, kernel, scan_devices=tuple).reconcile()
     assert again.results == []  # not kvdev's: never removed, never re-added
+
+
+# ------------------------------------------------------------- the pure policy, judged directly
+
+
+def judged(routes, addresses=(), guard=None):
+    state = primary_kernel().state
+    wanted = [safety.Wanted("dev", 2, "data1", tuple(addresses), tuple(routes))]
+    return safety.judge(wanted, state, guard)[0]
+
+
+def test_the_union_counts_each_address_once_nested_and_repeated_prefixes_add_nothing():
+    same = [(f"{n}.0.0.0/8", None, None) for n in range(20, 36)]  # 16 /8s: a /4's worth
+    again = same + [("20.0.0.0/8", None, None), ("20.5.0.0/16", None, None)] * 50
+    ruling = judged(again)
+    assert ruling.refused == ()
+    assert len(ruling.routes) == len(again)
+    tipped = judged([*again, ("99.1.2.0/24", None, None)])
+    assert tipped.refused == (
+        (
+            "route 99.1.2.0/24 through data1: with the routes and prefixes through links kvdev "
+            "manages before it, it would reach 268435712 addresses, more than a /4: together like "
+            f"a default route; {ALLOW}"
+        ),
+    )
+
+
+def test_the_union_of_ipv6_prefixes_is_bounded_by_a_slash_12():
+    sixteens = [(f"2001:{n:x}::/32", None, None) for n in range(0, 0x10000, 0x1000)]
+    assert judged(sixteens).refused == ()  # sixteen /32s, well inside
+    wide = [(f"{0x2000 + n:x}::/16", None, None) for n in range(17)]
+    ruling = judged(wide)
+    assert [r.split(":")[0] for r in ruling.refused] == ["route 2010"]

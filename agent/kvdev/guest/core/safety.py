@@ -188,7 +188,7 @@ def _within(net: _NET, spaces: Sequence[_NET]) -> bool:
 
 
 def _route_refusal(destination: str, gateway: str | None) -> str | None:
-    net = ipaddress.ip_network(destination)
+    net = network(destination)
     if net.prefixlen and _within(net, _LOOPBACK):
         return f"route {destination} leads into loopback space"
     if net.prefixlen and _within(net, _MULTICAST):
@@ -200,52 +200,51 @@ def _route_refusal(destination: str, gateway: str | None) -> str | None:
     return None
 
 
+def _span(net: _NET) -> tuple[int, int]:
+    """The first and last address of ``net``, as integers."""
+    first = int(net.network_address)
+    return first, first + net.num_addresses - 1
+
+
 class _Reach:
     """The addresses that routes and connected prefixes through managed links reach, per family.
 
-    Kept as the maximal blocks of their union: two CIDR blocks nest or are disjoint, so a new
-    one is inside the block starting at or before it, or holds the blocks starting within it.
+    Kept as the maximal blocks of their union (start -> end, as integers): two CIDR blocks nest
+    or are disjoint, so a new one lies inside the block starting at or before it, or holds every
+    block starting within it. ``measure`` and ``add`` cost a bisection and the blocks replaced.
     """
 
     def __init__(self) -> None:
         self.starts: dict[int, list[int]] = {4: [], 6: []}
-        self.blocks: dict[int, dict[int, _NET]] = {4: {}, 6: {}}
+        self.ends: dict[int, dict[int, int]] = {4: {}, 6: {}}
         self.size = {4: 0, 6: 0}
 
-    def _span(self, net: _NET) -> tuple[int, int, bool]:
-        """(index of the first block within ``net``, of the first after it, inside one)."""
-        starts, blocks = self.starts[net.version], self.blocks[net.version]
-        first = int(net.network_address)
+    def measure(self, v: int, first: int, last: int) -> tuple[int, int, int]:
+        """With ``first..last`` of family ``v`` added: (addresses reached, lo, hi).
+
+        ``lo:hi`` are the indexes of the blocks it would replace.
+        """
+        starts, ends = self.starts[v], self.ends[v]
         lo = bisect.bisect_left(starts, first)
-        hi = bisect.bisect_right(starts, first + net.num_addresses - 1)
-        around = [blocks[starts[i]] for i in (lo - 1, lo) if 0 <= i < len(starts)]
-        inside = any(
-            int(b.network_address) <= first and b.prefixlen <= net.prefixlen and net.subnet_of(b)  # type: ignore[arg-type]
-            for b in around
-        )
-        return lo, hi, inside
+        hi = bisect.bisect_right(starts, last)
+        if (lo > 0 and ends[starts[lo - 1]] >= last) or (
+            lo < hi and starts[lo] == first and ends[first] >= last
+        ):
+            return self.size[v], lo, lo  # inside a block already: nothing changes
+        held = sum(ends[x] - x + 1 for x in starts[lo:hi])
+        return self.size[v] - held + (last - first + 1), lo, hi
 
-    def grown(self, net: _NET) -> int:
-        """How many addresses the union reaches with ``net`` added."""
-        lo, hi, inside = self._span(net)
-        if inside:
-            return self.size[net.version]
-        blocks = self.blocks[net.version]
-        held = sum(blocks[x].num_addresses for x in self.starts[net.version][lo:hi])
-        return self.size[net.version] - held + net.num_addresses
-
-    def add(self, net: _NET) -> None:
-        """Add ``net`` to the union."""
-        size = self.grown(net)
-        lo, hi, inside = self._span(net)
-        if inside:
+    def add(self, v: int, first: int, last: int, measured: tuple[int, int, int]) -> None:
+        """Add ``first..last`` of family ``v``, as ``measure`` measured it just before."""
+        size, lo, hi = measured
+        if size == self.size[v] and lo == hi:
             return
-        starts, blocks = self.starts[net.version], self.blocks[net.version]
+        starts, ends = self.starts[v], self.ends[v]
         for x in starts[lo:hi]:
-            del blocks[x]
-        starts[lo:hi] = [int(net.network_address)]
-        blocks[int(net.network_address)] = net
-        self.size[net.version] = size
+            del ends[x]
+        starts[lo:hi] = [first]
+        ends[first] = last
+        self.size[v] = size
 
 
 class _Judge:
@@ -273,7 +272,9 @@ class _Judge:
             if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen
         ]
         self.primaries = {r.ifindex for r in self.defaults} | set(guard.links)
-        self.protected = self._protected(guard)
+        self.protected = [
+            (net.version, *_span(net), label) for net, label in self._protected(guard)
+        ]
         self.reach = _Reach()
 
     def _name(self, ifindex: int) -> str:
@@ -317,7 +318,10 @@ class _Judge:
         return found
 
     def _captures(self, w: Wanted, net: _NET, what: str) -> str | None:
-        """Why ``net`` through ``w``'s link would capture the primary's traffic; None if not."""
+        """Why ``net`` through ``w``'s link would capture the primary's traffic; None if not.
+
+        What would not joins the union of what managed links reach.
+        """
         v = net.version
         if net.prefixlen < SHORTEST[v]:
             theirs = [r for r in self.defaults if network(r.destination).version == v]
@@ -330,22 +334,24 @@ class _Judge:
                 f"{what} through {w.ifname} is shorter than /{SHORTEST[v]}: more specific than "
                 f"a default route, it would take what {default} reaches"
             )
-        for protected, label in self.protected:
-            if protected.version == v and protected.overlaps(net):
+        first, last = _span(net)
+        for version, start, end, label in self.protected:
+            if version == v and start <= last and first <= end:
                 return f"{what} through {w.ifname} would capture {label}"
-        if (grown := self.reach.grown(net)) > 2 ** (net.max_prefixlen - UNION_PREFIX[v]):
+        measured = self.reach.measure(v, first, last)
+        if (grown := measured[0]) > 2 ** (net.max_prefixlen - UNION_PREFIX[v]):
             return (
                 f"{what} through {w.ifname}: with the routes and prefixes through links kvdev "
                 f"manages before it, it would reach {grown} addresses, more than a "
                 f"/{UNION_PREFIX[v]}: together like a default route"
             )
+        self.reach.add(v, first, last, measured)
         return None
 
     def _capture_ruling(self, w: Wanted, net: _NET, what: str) -> tuple[str | None, str | None]:
         """(refusal, warning) for what ``net`` would capture; what passes joins the union."""
         why = self._captures(w, net, what)
         if why is None:
-            self.reach.add(net)
             return None, None
         if w.primary:
             return None, f"{why}: allowed, its hint sets network.primary"
@@ -378,7 +384,7 @@ class _Judge:
         destination, gateway, metric = route
         if (refused := _route_refusal(destination, gateway)) is not None:
             return refused, None
-        net = ipaddress.ip_network(destination)
+        net = network(destination)
         if net.prefixlen == 0:
             return self._default(w, net.version, metric)
         refused, warned = self._capture_ruling(w, net, f"route {destination}")
