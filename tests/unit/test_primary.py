@@ -13,7 +13,7 @@ import json
 import pytest
 
 from kvdev.guest.adapters import primary_record
-from kvdev.guest.core.observed import GuestDevice, Nic, Route
+from kvdev.guest.core.observed import GuestDevice, Link, Nic, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.guest.views import encode, tables
 from memlab import MACS, example_config, example_kernel
@@ -156,6 +156,7 @@ def networkmanager(cfg, conf="[main]\nplugins=keyfile\n"):
 
 
 def test_networkmanagers_auto_default_holds_every_nic_until_the_first_lease(cfg):
+    """Metadata describes every NIC NetworkManager would connect: none would be left to it."""
     networkmanager(cfg)
     kernel = example_kernel()
     reconciler = Reconciler(cfg, kernel, scan_devices=tuple)
@@ -173,6 +174,14 @@ def test_networkmanagers_auto_default_holds_every_nic_until_the_first_lease(cfg)
     assert devices(after)[VF2].phase.value == "Configured"
     recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
     assert list(recorded["owned"]) == [MACS[1]]
+
+
+def test_a_nic_left_to_networkmanager_is_the_guests_way_out_and_nothing_is_held(cfg):
+    networkmanager(cfg)
+    spare = Link(9, "enp9s0", mac="52:54:00:00:00:99")  # nobody describes it: NM connects it
+    outcome = converge(Reconciler(cfg, example_kernel(spare), scan_devices=tuple))
+    assert devices(outcome)[VF1].phase.value == "Configured"
+    assert devices(outcome)[VF2].phase.value == "Configured"
 
 
 def test_no_auto_default_or_protected_nics_make_the_hold_unneeded(cfg):

@@ -48,7 +48,7 @@ from kvdev.guest.core import added as kvdev_added
 from kvdev.guest.core import inventory, primary, sources
 from kvdev.guest.core import marks as marking
 from kvdev.guest.core.alerts import claim_of
-from kvdev.guest.core.matching import Matching, match
+from kvdev.guest.core.matching import Matching, MatchState, match
 from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
 from kvdev.guest.core.planning import Plan, Policy, Warned, plan
 from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
@@ -300,7 +300,7 @@ class Reconciler:
         self._added = kvdev_added.prune(self._loaded_added(), self._state)
         state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
         self._altnames = altname_journal.prune(self._loaded_altnames(), self._state)
-        owned = self._guest_owned()
+        owned = self._guest_owned(matching)
         wishes = linkfiles.read(str(cfg.link_dir))
         dns = self._dns_servers()
         the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames, dns=dns)
@@ -345,7 +345,7 @@ class Reconciler:
                 log.warning("the guest's resolver configuration: %s", problem)
         return servers
 
-    def _guest_owned(self) -> primary.Decision:
+    def _guest_owned(self, matching: Matching) -> primary.Decision:
         """The guest's own NICs (``core.primary``); the record is saved when it grows."""
         if self._owned is None:
             self._owned = primary_record.load(self.config.state_dir)
@@ -358,8 +358,18 @@ class Reconciler:
             for g in self._devices
             if g.pci_address and len(g.nics) == 1 and g.nics[0].mac
         }
+        taken = {
+            b.nic.ifindex
+            for b in matching.bindings
+            if b.state is MatchState.BOUND and b.nic is not None
+        }
         decision, added = primary.decide(
-            (*protected, *(self._configured or ())), self._state, self._owned, pci_macs, self._auto
+            (*protected, *(self._configured or ())),
+            self._state,
+            self._owned,
+            pci_macs,
+            self._auto,
+            taken,
         )
         if not added and "primary" not in self._unsaved:
             return decision

@@ -15,9 +15,13 @@ like the NIC carrying a default route kvdev did not add) when:
 
 NetworkManager without ``no-auto-default`` (``AutoDefault``) gives every ethernet NIC without a
 profile a DHCP connection: at first boot, before its lease, it names the NICs it would connect
-but not which of them is the way out. So while nothing above names any NIC, those NICs are
-``held`` (not touched, not recorded) until one carries a default route (or a profile or the
-hints name one): the lease decides, and the NICs it did not land on are free again.
+(those ``no-auto-default`` does not list) but not which of them is the way out. kvdev's mark
+keeps NetworkManager off the NICs kvdev takes, so the guest keeps a way out as long as one of
+those NICs stays NetworkManager's. When kvdev would take every one of them (``taken``: the
+links bound to a described device) and nothing above names any NIC, the metadata would leave
+the guest without its network: those NICs are ``held`` (not touched, not marked, not
+recorded) until one carries a default route (or a profile or the hints name one): the lease
+decides, and the NICs it did not land on are free again.
 
 The decision only grows: a NIC once the guest's own stays so (by MAC, which a rename does not
 change), so a default route that later appears on another NIC adds that NIC and never takes
@@ -28,7 +32,7 @@ No I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvdev.guest.core.observed import KVDEV_PROTO, NetState, Route, network
@@ -80,12 +84,14 @@ def decide(
     recorded: Decision,
     pci_macs: Mapping[str, str] | None = None,
     auto: AutoDefault | None = None,
+    taken: Collection[int] = (),
 ) -> tuple[Decision, list[str]]:
     """The decision for this pass (``recorded`` and what holds now), and what it added, as text.
 
     A configured name counts for the link that has the name now; its MAC is what is kept.
     ``pci_macs``: guest PCI address -> the MAC of its NIC (for ``Configured.pci``). ``auto``:
-    NetworkManager's auto-default, when NetworkManager is there.
+    NetworkManager's auto-default, when NetworkManager is there; ``taken``: the ifindexes kvdev
+    would configure.
     """
     owned = dict(recorded.owned)
     added: list[str] = []
@@ -112,18 +118,23 @@ def decide(
             own(link.mac, link.ifname, "it carried the guest's default route when kvdev saw it")
     held: dict[str, str] = {}
     if auto is not None and auto.on and not owned:
-        why = (
-            "NetworkManager's auto-default would connect it and nothing names the guest's own "
-            "NIC yet: kvdev waits for the first DHCP lease (or protectedNICs in the hints)"
-        )
-        held = {
-            lk.mac.lower(): why
+        would = [  # what NetworkManager would connect: ethernet NICs, and those kvdev takes
+            lk
             for lk in state.links
             if lk.mac
+            and lk.ifname != "lo"
+            and lk.master is None
+            and (lk.kind is None or lk.ifindex in taken)
             and lk.mac.lower() not in auto.macs
             and lk.ifname not in auto.names
-            and lk.ifname != "lo"
-        }
+        ]
+        if would and all(lk.ifindex in taken for lk in would):
+            why = (
+                "NetworkManager's auto-default would connect it, kvdev would take every NIC it "
+                "would connect and nothing names the guest's own NIC yet: kvdev waits for the "
+                "first DHCP lease (or protectedNICs in the hints)"
+            )
+            held = {lk.mac.lower(): why for lk in would if lk.mac}
     return Decision(owned, held), added
 
 
