@@ -221,3 +221,34 @@ def test_hostile_metadata_never_takes_the_guests_network(live_agent, report):
     assert "Traceback" not in agent.log()
     row.fds_after = agent.fds()
     row.max_rss_mb = round(agent.rss() / 2**20, 1)
+
+
+def test_first_boot_a_protected_nic_is_never_taken_before_any_lease(live_agent):
+    """Before its lease the guest's own NIC carries no default route and no configuration names
+    it; metadata describing its MAC (with a hint renaming it) got it renamed and marked. The
+    controller's hints name it in protectedNICs: it stays exactly as the kernel made it."""
+    agent = live_agent
+    add_link(agent.ns, "uplink", UPLINK_MAC, "uplink-peer")  # no address, no route: no lease yet
+    hints = json.loads((agent.tree / HINTS).read_text())
+    hints["protectedNICs"] = [{"macAddress": UPLINK_MAC}]
+    write(agent.tree / HINTS, json.dumps(hints))
+    links, _ = snapshot(agent.ns)
+    hostile(agent.tree)  # the claim describing the uplink's MAC, the hint renaming it (and more)
+
+    def refused():
+        items = agent.get("/v1/devices")[1]["items"]
+        return any(d["ref"] == TAKEOVER and d["phase"] == "Error" for d in items)
+
+    assert eventually(refused, timeout=20)
+    agent.post("/v1/reconcile")
+    devices = {d["ref"]: d for d in agent.get("/v1/devices")[1]["items"]}
+    assert "protectedNICs[0] name it, by MAC" in devices[TAKEOVER]["reason"]
+    assert "uplink is the guest's own NIC" in explain(agent, TAKEOVER)
+    after_links, _ = snapshot(agent.ns)
+    uplink = [v for v in after_links.values() if v[1] == UPLINK_MAC]
+    assert uplink == [v for v in links.values() if v[1] == UPLINK_MAC]  # name, MTU, state
+    marks = agent.work / "state" / "marks"
+    assert list(marks.glob("mac-*"))  # the data NICs' marks are there; the uplink has none
+    assert not (marks / f"mac-{UPLINK_MAC}").exists()
+    assert not list((agent.work / "network").glob("*stolen0*"))
+    assert "Traceback" not in agent.log()
