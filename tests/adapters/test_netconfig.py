@@ -183,3 +183,13 @@ def test_no_auto_default_in_conf_d_lists_nics_or_turns_it_off(tmp_path):
     )
     write(tmp_path, "etc/NetworkManager/conf.d/90-cloud.conf", "[main]\nno-auto-default=*\n")
     assert netconfig.auto_default(tmp_path)[0] == AutoDefault(on=False)
+
+
+def test_networkmanagers_runtime_state_says_which_links_it_manages(tmp_path):
+    write(tmp_path, "run/NetworkManager/devices/2", "[device]\nmanaged=true\nnm-owned=false\n")
+    write(tmp_path, "run/NetworkManager/devices/3", "[device]\nmanaged=false\n")
+    write(tmp_path, "run/NetworkManager/devices/4", "[device]\nmanaged=true\n" + "#" * 5000)
+    write(tmp_path, "run/NetworkManager/devices/5", "not ini at all\n")
+    write(tmp_path, "run/NetworkManager/devices/6", "[device]\nmanaged=true\n")  # not asked
+    assert netconfig.nm_managed(tmp_path, [2, 3, 4, 5, 7]) == {2}  # 4: larger than 4 KiB
+    assert netconfig.nm_managed(tmp_path / "nothing", [2]) == frozenset()
