@@ -297,6 +297,8 @@ class _Judge:
                     out.setdefault(gw, f"{r.gateway}, the gateway of {self._name(r.ifindex)}")
         for server in guard.dns:
             ip = ipaddress.ip_address(server)
+            if ip.is_link_local:  # reached with a scope: no other link captures it
+                continue
             via = self._route_to(ip)
             if via is not None and via.ifindex in self.primaries:
                 why = f"{server}, a DNS server the guest reaches through {self._name(via.ifindex)}"
