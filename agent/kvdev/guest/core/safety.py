@@ -40,8 +40,8 @@ Refused:
 Warned about (applied; the warning is in the device's ``warnings``, shown by ``kvdev explain``):
 
 * any other **default route** (a fallback behind the guest's own, or the only one);
-* **link-local** addresses, and routes into link-local space (``169.254.0.0/16``, ``fe80::/10``:
-  a cloud's metadata service at 169.254.169.254 would then be reached through this NIC);
+* **link-local** addresses, and routes into link-local space (``169.254.0.0/16``, ``fe80::/10``)
+  that hold no metadata address (one that does is refused: above);
 * a **route that overlaps one another link carries** and kvdev did not add (but not one of the
   primary's connected prefixes: that is refused).
 
