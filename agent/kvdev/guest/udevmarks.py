@@ -23,7 +23,7 @@ wrote only as data it checks (``core.linkwish``):
    it runs, each link whose mark changed is taken from it with ``nmcli device set ifname
    NAME managed no`` or handed back with ``managed reset`` (NetworkManager decides again from
    its own configuration and udev, and makes its connection again), ``managed yes`` where
-   ``reset`` is refused (NetworkManager before 1.48); one name per argument. A managed state a
+   ``reset`` is refused (an older NetworkManager); one name per argument. A managed state a
    person made permanent (``managed --permanent yes``, NetworkManager 1.58) beats the mark: the
    agent reports it (``core.marks.nm_overrides``), the helper does not undo it.
 
