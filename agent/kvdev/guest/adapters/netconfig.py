@@ -311,6 +311,9 @@ def auto_default(root: Path) -> tuple[AutoDefault | None, tuple[str, ...]]:
 
 
 NM_STATE_MAX_BYTES = 4096
+# NetworkManager's device state file has one section, [device]: a pattern, not configparser
+# (a tenth of the cost, on every pass for every link kvdev configures).
+_NM_MANAGED = re.compile(r"(?m)^\s*managed\s*=\s*(\S+)\s*$")
 
 
 def nm_managed(root: Path, ifindexes: Collection[int]) -> frozenset[int]:
@@ -327,8 +330,7 @@ def nm_managed(root: Path, ifindexes: Collection[int]) -> frozenset[int]:
             continue
         if len(data) > NM_STATE_MAX_BYTES:
             continue
-        parser = _ini(data.decode("utf-8", "replace"), str(directory / str(ifindex)), [])
-        managed = parser.get("device", "managed", fallback="") if parser is not None else ""
-        if (managed or "").strip().lower() in {"true", "yes", "1"}:
+        found = _NM_MANAGED.search(data.decode("utf-8", "replace"))
+        if found is not None and found.group(1).lower() in {"true", "yes", "1"}:
             out.add(ifindex)
     return frozenset(out)
