@@ -106,6 +106,7 @@ from kvdev.host.allocation.cel._errors import (
     CelError,
     CelRuntimeError,
 )
+from kvdev.host.allocation.cel._interrupt import interruptible
 from kvdev.host.allocation.cel._values import Semver
 from kvdev.host.allocation.cel._view import DeviceView, device_view
 
@@ -122,5 +123,6 @@ __all__ = [
     "compile_selector",
     "compile_uncached",
     "device_view",
+    "interruptible",
     "reads_device",
 ]
