@@ -113,14 +113,25 @@ class Selector:
 
     @property
     def estimated_cost(self) -> int:
-        """The static worst-case cost estimate (compared with :data:`COST_LIMIT`)."""
+        """Upstream's estimated cost (compared with :data:`COST_LIMIT`; ``_estimate``)."""
         return self._analysis.cost
+
+    @property
+    def copy_bound(self) -> int:
+        """The values the library may copy (kvdev's own limit, also :data:`COST_LIMIT`)."""
+        return self._analysis.copies
 
     def _execute(self, device: DeviceView) -> object:
         if self._analysis.cost > COST_LIMIT:
             raise CelCostLimitError(
                 f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
                 f"(estimated cost {self._analysis.cost} > {COST_LIMIT})"
+            )
+        if self._analysis.copies > COST_LIMIT:
+            raise CelCostLimitError(
+                f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
+                f"(estimated copies {self._analysis.copies} > {COST_LIMIT}: the evaluator "
+                "copies the lists a literal or map() holds; a limit of kvdev's, not upstream's)"
             )
         try:
             ctx = device.context(self._analysis.domains)
@@ -239,7 +250,7 @@ def compile_uncached(expression: str) -> Selector:
             f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"
         ) from exc
     _compile_patterns(tokens)
-    analysis = analyze(tokens)
+    analysis = analyze(tokens, tokenize(expression))
     allowed = {"device", *analysis.bound_vars, *_TYPE_NAMES}
     undeclared = [v for v in program.variables() if v not in allowed]
     undeclared += [
