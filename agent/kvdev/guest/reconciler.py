@@ -193,7 +193,7 @@ class Reconciler:
             matching,
             the_plan,
             results,
-            MetadataState(tuple(errors), tuple(self._claims())),
+            MetadataState(tuple(errors), tuple(self._claims()), self.belief.upstream_warnings()),
             reconcile=self.passes,
             dry_run=cfg.dry_run,
             state=self._state if not results else None,

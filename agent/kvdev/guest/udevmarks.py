@@ -17,7 +17,8 @@ wrote only as data it checks (``core.linkwish``):
    refusal is one line on stderr naming the file and the reason.
 2. **Marks.** One ``udevadm info --export-db`` read per round (not one ``udevadm info`` per
    link), the mark decision of ``81-kvdev.rules`` (``core.linkwish.stale``), and a "change"
-   event only for the links whose mark is out of date; at most three rounds.
+   event only for the links whose mark is out of date; at most three rounds. A mark is read
+   through the mark directory's fd (never through a link) and only a regular file counts.
 3. **NetworkManager** (1.52 tested) reads ``NM_UNMANAGED`` only when a device appears: while
    it runs, each link whose mark changed is handed to it or taken from it with
    ``nmcli device set ifname NAME managed no|yes``, one name per argument.
@@ -249,12 +250,35 @@ def _export_db() -> dict[str, dict[str, str]]:
     return parse_export_db(done.stdout)
 
 
+def marks_present(mark_dir: Path, keys: list[str]) -> dict[str, bool]:
+    """Which marks exist, each key ``lstat``-ed through the mark directory's fd.
+
+    The directory is opened without following a link, and only a regular file counts: a link,
+    FIFO or directory is no mark.
+    """
+    try:
+        dfd = os.open(mark_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return dict.fromkeys(keys, False)
+    try:
+        return {k: _is_mark(dfd, k) for k in keys}
+    finally:
+        os.close(dfd)
+
+
+def _is_mark(dfd: int, key: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(key, dir_fd=dfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def update_marks(sysfs: Path, mark_dir: Path, link_files: frozenset[str]) -> dict[str, bool]:
     """Ask udev to re-read the mark of each link whose mark is out of date; name -> marked."""
     changed: dict[str, bool] = {}
     for n in range(1, ROUNDS + 1):
         links = _links(sysfs, _export_db())
-        has_mark = {k: (mark_dir / k).exists() for link in links for k in mark_keys(link)}
+        has_mark = marks_present(mark_dir, [k for link in links for k in mark_keys(link)])
         out_of_date = stale(links, has_mark, link_files)
         if not out_of_date:
             break
