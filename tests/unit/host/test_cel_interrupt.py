@@ -26,6 +26,7 @@ from kvdev.host.allocation.cel import (
     device_view,
     interruptible,
 )
+from kvdev.host.allocation.explain import explain
 from kvdev.host.k8s import DeviceClass, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.resource import Device
 
@@ -174,3 +175,16 @@ def test_the_filter_timeout_holds_inside_one_evaluation() -> None:
     assert next(readings) < 60  # stopped ~50 readings in, not after 40,000 calls
     unlimited = allocate(NodeInfo("n", {}), [claim], classes=[cls], slices=[slice_])
     assert isinstance(unlimited, Allocated)
+
+
+def test_the_explanation_pass_is_bounded_the_same_way() -> None:
+    cls, claim, slice_ = _objects(bomb(200, "q"))
+    readings = count()
+    clock = Clock(now=lambda: float(next(readings)), timeout=50)
+    [report] = explain(NodeInfo("n", {}), [claim], classes=[cls], slices=[slice_], clock=clock)
+    [verdict] = report.devices
+    assert verdict.reason == "selector-error"
+    assert "timed out" in verdict.detail
+    assert next(readings) < 60
+    [unlimited] = explain(NodeInfo("n", {}), [claim], classes=[cls], slices=[slice_])
+    assert unlimited.devices[0].reason != "selector-error"
