@@ -20,8 +20,12 @@ wrote only as data it checks (``core.linkwish``):
    event only for the links whose mark is out of date; at most three rounds. A mark is read
    through the mark directory's fd (never through a link) and only a regular file counts.
 3. **NetworkManager** (1.52 tested) reads ``NM_UNMANAGED`` only when a device appears: while
-   it runs, each link whose mark changed is handed to it or taken from it with
-   ``nmcli device set ifname NAME managed no|yes``, one name per argument.
+   it runs, each link whose mark changed is taken from it with ``nmcli device set ifname
+   NAME managed no`` or handed back with ``managed reset`` (NetworkManager decides again from
+   its own configuration and udev, and makes its connection again), ``managed yes`` where
+   ``reset`` is refused (an older NetworkManager); one name per argument. A managed state a
+   person made permanent (``managed --permanent yes``, NetworkManager 1.58) beats the mark: the
+   agent reports it (``core.marks.nm_overrides``), the helper does not undo it.
 
 ``KVDEV_LINK_WISHES``, ``KVDEV_NETWORK_DIR``, ``KVDEV_MARK_DIR`` and ``KVDEV_SYSFS`` name other
 places (tests only). Imports only the stdlib, ``_atomic`` and the pure ``linkwish`` (start-up
@@ -307,13 +311,14 @@ def tell_network_manager(changed: Mapping[str, bool]) -> None:
     if running.stdout.strip() != "running":
         return
     for name, mark in sorted(changed.items()):
-        managed = "no" if mark else "yes"
-        done = subprocess.run(
-            ["nmcli", "device", "set", "ifname", name, "managed", managed],
-            capture_output=True,
-            check=False,
-        )
-        if done.returncode != 0:
+        for managed in ("no",) if mark else ("reset", "yes"):
+            done = subprocess.run(
+                ["nmcli", "device", "set", "ifname", name, "managed", managed],
+                capture_output=True,
+                check=False,
+            )
+            if done.returncode == 0:
+                break
             say(f"{name}: NetworkManager refused 'managed {managed}'")
 
 

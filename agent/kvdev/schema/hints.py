@@ -16,13 +16,21 @@ Example (one JSON object per line in the file; see packaging/examples)::
                               "addresses": ["10.2.0.5/24"],
                               "routes": [{"destination": "10.3.0.0/16", "gateway": "10.2.0.1"}]}}]}
 
+A hint may also say the device is to become the guest's primary NIC (``network.primary``):
+the safety policy's rules that keep the primary NIC's traffic (default and short routes,
+routes and connected prefixes over the primary's prefixes, gateway, DNS servers or the
+metadata service) then do not refuse what it asks for. The top-level ``protectedNICs`` names
+NICs of the guest kvdev never touches: the controller lists the VMI's own interfaces that are
+not DRA devices (its pod network), so that even at first boot, before any lease or
+configuration names it, metadata cannot take it.
+
 A hint selects described devices by claim and request, narrowed by driver, pool and device
 name when given; a selector that matches several devices is reported as ambiguous by the
 matcher, never guessed. Versioning follows upstream: additive fields keep the version, removals
 and renames make a new one, and writers emit every version they know, newest first.
 
-``protectedNICs`` (optional, at most 64) lists the VMI's own interfaces that are not DRA
-devices, by guest MAC and/or guest PCI address: NICs the agent must never touch.
+``protectedNICs`` (optional, at most 64) lists them by guest MAC and/or guest PCI address (each
+entry needs one of the two; ``name`` is the VMI interface's).
 
 These are the guest's plain values; the host builds the same document with its pydantic models
 (``kvdev.host.schema.hints``), and the tests hold the two readers to agreement.
@@ -47,7 +55,7 @@ from kvdev.schema.fields import (
     normalize_network,
     normalize_pci_address,
 )
-from kvdev.schema.plain import Value, integer, list_of, nullable, of, string, struct
+from kvdev.schema.plain import Value, boolean, integer, list_of, nullable, of, string, struct
 
 GROUP: Final = "guest.kvdev.io"
 KIND: Final = "GuestHints"
@@ -208,6 +216,7 @@ class NetworkHints(Value):
     routes: list[Route] | None = of(
         nullable(list_of(struct(Route), max_length=ROUTES_MAX)), default=None
     )
+    primary: bool | None = of(nullable(boolean()), default=None)  # to become the primary NIC
 
     def validate(self) -> Self:
         """Addresses once each, an MTU fit for them."""
@@ -231,7 +240,7 @@ class DeviceHint(Value):
         return selector_of(self)
 
 
-class ProtectedNIC(Value):
+class ProtectedNic(Value):
     """One of the VMI's own (non-DRA) interfaces, which the agent must never touch.
 
     Named by the guest's MAC and/or guest PCI address (at least one); ``name`` is the VMI
@@ -262,8 +271,8 @@ class GuestHints(Value):
     kind: str = of(string())
     metadata: HintsMeta = of(struct(HintsMeta), factory=HintsMeta)
     devices: list[DeviceHint] = of(list_of(struct(DeviceHint), max_length=HINTS_MAX), factory=list)
-    protected_nics: list[ProtectedNIC] | None = of(
-        nullable(list_of(struct(ProtectedNIC), max_length=PROTECTED_NICS_MAX)),
+    protected_nics: list[ProtectedNic] | None = of(
+        nullable(list_of(struct(ProtectedNic), max_length=PROTECTED_NICS_MAX)),
         default=None,
         key="protectedNICs",
     )

@@ -33,7 +33,7 @@ from kvdev.guest.core.observed import RawFile
 from kvdev.schema import ConfigDriveMetadata, FileResult, GuestHints, Role
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
-from kvdev.schema.hints import DeviceHint
+from kvdev.schema.hints import DeviceHint, ProtectedNic
 from kvdev.schema.reading import DeviceMetadata
 
 MAX_WARNINGS: Final = 100  # upstream-invalid values shown in the status
@@ -106,6 +106,15 @@ class Sources:
             for r in self._used(Role.GUEST_HINTS)
             if isinstance(r.document, GuestHints)
             for h in r.document.devices
+        )
+
+    def protected(self) -> tuple[tuple[str, ProtectedNic], ...]:
+        """The NICs the GuestHints content in force protects: (where, the entry)."""
+        return tuple(
+            (f"hints {r.source} protectedNICs[{i}]", p)
+            for r in self._used(Role.GUEST_HINTS)
+            if isinstance(r.document, GuestHints)
+            for i, p in enumerate(r.document.protected_nics or ())
         )
 
     def tagged(self) -> tuple[TaggedDevice, ...]:

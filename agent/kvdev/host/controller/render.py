@@ -49,13 +49,7 @@ from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.schema.hints import GuestHints
-from kvdev.schema.stream import (
-    DEVICE_METADATA,
-    GUEST_HINTS,
-    Writable,
-    decode_stream,
-    encode_stream,
-)
+from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
 from kvdev.schema.tree import CONFIGMAP_MAX_KEYS
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"

@@ -87,6 +87,7 @@ class NetworkHints(Model):
     mtu: Annotated[int, Field(ge=MTU_MIN, le=MTU_MAX)] | None = None
     addresses: Annotated[list[InterfaceAddress], Field(max_length=ADDRESSES_MAX)] | None = None
     routes: Annotated[list[Route], Field(max_length=ROUTES_MAX)] | None = None
+    primary: bool | None = None  # the device is to become the guest's primary NIC
 
     @model_validator(mode="after")
     def _consistent(self) -> NetworkHints:
@@ -110,7 +111,7 @@ class DeviceHint(Model):
         return selector_of(self)
 
 
-class ProtectedNIC(Model):
+class ProtectedNic(Model):
     """One of the VMI's own (non-DRA) interfaces, which the agent must never touch."""
 
     name: str | None = None
@@ -118,7 +119,7 @@ class ProtectedNIC(Model):
     pci_address: PciAddress | None = None
 
     @model_validator(mode="after")
-    def _identified(self) -> ProtectedNIC:
+    def _identified(self) -> ProtectedNic:
         identifies_nic(self.mac_address, self.pci_address)
         return self
 
@@ -136,7 +137,7 @@ class GuestHints(Document):
     metadata: HintsMeta = Field(default_factory=HintsMeta)
     devices: Annotated[list[DeviceHint], Field(max_length=HINTS_MAX)] = Field(default_factory=list)
 
-    protected_nics: Annotated[list[ProtectedNIC], Field(max_length=PROTECTED_NICS_MAX)] | None = (
+    protected_nics: Annotated[list[ProtectedNic], Field(max_length=PROTECTED_NICS_MAX)] | None = (
         Field(default=None, alias="protectedNICs")
     )
 
