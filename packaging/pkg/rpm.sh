@@ -69,7 +69,12 @@ mkdir -p "$ROOT/$out"
 mv "$work/RPMS/noarch/$rpm" "$ROOT/$out/$rpm"
 
 if command -v rpmlint >/dev/null 2>&1; then
-    PATH=$SYSTEM_PATH rpmlint -r "$ROOT/rpm/kvdev.rpmlintrc" "$ROOT/rpm/kvdev.spec" "$ROOT/$out/$rpm"
+    rc=$ROOT/rpm/kvdev.rpmlintrc
+    if ((el9)); then
+        cat "$rc" "$ROOT/rpm/kvdev-el9.rpmlintrc" >"$work/rpmlintrc"
+        rc=$work/rpmlintrc
+    fi
+    PATH=$SYSTEM_PATH rpmlint -r "$rc" "$ROOT/rpm/kvdev.spec" "$ROOT/$out/$rpm"
 else
     echo "rpm: rpmlint not installed: not checked" >&2
 fi
