@@ -1,0 +1,140 @@
+"""The node relay's loop: keep this node's relay records equal to the drivers' files (I/O).
+
+Each pass reads the CDI spec directories (``finder.find``), makes the records
+(``publish.relayed.records``), lists this node's records in the API server (by its label) and
+creates, replaces or deletes the difference: a record whose claim has no file any more is
+deleted, so the controller falls back to its reconstruction. A pass that changes nothing writes
+nothing. A failed write is logged and tried again next pass; a bad spec is logged (named) and
+never keeps another claim's files from being relayed.
+
+Passes run every ``interval`` seconds (the directories are polled: CDI specs are few and small,
+and a poll sees a rewrite that an inotify watch on a bind-mounted directory can miss).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kvdev.errors import KvdevError, Problem
+from kvdev.host.publish.relayed import node_selector, records
+from kvdev.host.relay.finder import find
+
+log = logging.getLogger("kvdev.host.relay")
+
+
+class Api(Protocol):
+    """What the loop needs of the API server (``kube.RelayApi``)."""
+
+    def list(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The ConfigMaps of ``namespace`` that ``selector`` selects."""
+
+    def create(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """POST a ConfigMap."""
+
+    def replace(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """PUT a ConfigMap (with its resourceVersion)."""
+
+    def delete(self, namespace: str, name: str) -> None:
+        """DELETE a ConfigMap."""
+
+
+@dataclass
+class Pass:
+    """What one pass did."""
+
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _same(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    meta, want = stored.get("metadata") or {}, body["metadata"]
+    return (
+        (stored.get("data") or {}) == body["data"]
+        and not stored.get("binaryData")
+        and all((meta.get("labels") or {}).get(k) == v for k, v in want["labels"].items())
+        and all((meta.get("annotations") or {}).get(k) == v for k, v in want["annotations"].items())
+    )
+
+
+@dataclass
+class Relay:
+    """One node's relay: its name, the records' namespace, the CDI spec directories."""
+
+    api: Api
+    node: str
+    namespace: str
+    cdi_dirs: Sequence[Path]
+
+    def desired(self) -> tuple[list[dict[str, Any]], list[Problem]]:
+        """The records this node's files make, and the specs or files left out."""
+        files, problems = find(self.cdi_dirs)
+        bodies, left_out = records(self.node, self.namespace, files)
+        return bodies, problems + left_out
+
+    def sync(self) -> Pass:
+        """One pass (see the module docstring)."""
+        bodies, problems = self.desired()
+        done = Pass(problems=problems)
+        for problem in problems:
+            log.warning("not relayed: %s", problem)
+        try:
+            stored = {
+                o["metadata"]["name"]: o
+                for o in self.api.list(self.namespace, node_selector(self.node))
+            }
+        except KvdevError as e:
+            log.warning("%s", e)
+            done.failed += 1
+            return done
+        for body in bodies:
+            name = body["metadata"]["name"]
+            before = stored.pop(name, None)
+            try:
+                if before is None:
+                    self.api.create(self.namespace, body)
+                    done.created += 1
+                elif _same(before, body):
+                    done.unchanged += 1
+                else:
+                    version = (before.get("metadata") or {}).get("resourceVersion")
+                    body["metadata"]["resourceVersion"] = version
+                    self.api.replace(self.namespace, body)
+                    done.updated += 1
+            except KvdevError as e:
+                log.warning("%s", e)
+                done.failed += 1
+        for name in sorted(stored):
+            try:
+                self.api.delete(self.namespace, name)
+                done.deleted += 1
+            except KvdevError as e:
+                log.warning("%s", e)
+                done.failed += 1
+        if done.created or done.updated or done.deleted or done.failed:
+            log.info(
+                "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d failed",
+                done.created,
+                done.updated,
+                done.deleted,
+                done.unchanged,
+                done.failed,
+            )
+        return done
+
+    def run(self, stop: threading.Event, interval: float) -> None:
+        """Passes every ``interval`` seconds until ``stop`` is set."""
+        while not stop.is_set():
+            self.sync()
+            stop.wait(interval)
+
+
+__all__ = ["Api", "Pass", "Relay"]
