@@ -1,7 +1,7 @@
 """kvdev: the devices Kubernetes DRA gave a KubeVirt VM, known and configured inside the guest.
 
 This package only carries the version; everything else lives in the modules named in
-README.md's layout section.
+docs/architecture.md.
 """
 
 __version__ = "0.1.0"

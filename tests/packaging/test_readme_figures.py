@@ -1,28 +1,64 @@
-"""README figures say when they were measured (issue 26 friction 15): every paragraph or table
-that says "Measured" names a date, and the figures found stale are gone.
-"""
+"""The README and the docs pages: the README stays short and names its two commands, every figure
+says when it was measured, the stale figures are gone, and no page speaks of the tracker's
+issues or of working sessions (readers never see either)."""
 
 import re
 from pathlib import Path
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+PAGES = {
+    p.relative_to(REPO).as_posix(): p.read_text()
+    for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+}
 DATE = re.compile(r"20\d\d-\d\d-\d\d")
 
 
-def paragraphs():
-    return [p for p in re.split(r"\n\s*\n", README) if p.strip()]
+def paragraphs(text: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands():
+    assert len(README.splitlines()) <= 150
+    first = README.split("```sh", 1)[1].split("```", 1)[0]
+    assert "make demo" in first
+    assert "make test" in first
 
 
 def test_every_measured_paragraph_names_when():
     undated = [
-        p.splitlines()[0][:80]
-        for p in paragraphs()
+        f"{name}: {p.splitlines()[0][:80]}"
+        for name, text in PAGES.items()
+        for p in paragraphs(text)
         if re.search(r"(^|[^a-z])Measured\b", p) and not DATE.search(p)
     ]
     assert undated == []
 
 
 def test_the_stale_figures_are_gone():
-    assert "about 5 minutes on 2 busy cores" not in README
-    assert "684 passed" not in README
-    assert "with its 684 tests 27\u201368 s" not in README
+    for text in PAGES.values():
+        assert "about 5 minutes on 2 busy cores" not in text
+        assert "684 passed" not in text
+        assert "with its 684 tests 27\u201368 s" not in text
+
+
+def test_no_page_speaks_of_issues_or_sessions():
+    said = [
+        f"{name}:{n}: {line.strip()[:80]}"
+        for name, text in PAGES.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if re.search(r"\b[Ii]ssues? \d|\bprobe I+\b|\bthis session\b|other sessions\b", line)
+    ]
+    assert said == []
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for name, text in PAGES.items():
+        base = (REPO / name).parent
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (base / target).exists():
+                broken.append(f"{name}: {target}")
+    assert broken == []

@@ -1,4 +1,4 @@
-"""The chart's values: README's table lists every value of values.yaml with its default and
+"""The chart's values: the Helm guide's table lists every value of values.yaml with its default and
 nothing else, and values.schema.json describes every one of them (a value it does not describe
 is refused by ``additionalProperties: false``: a default the schema lacked would break helm)."""
 
@@ -30,8 +30,8 @@ def defaults():
 
 
 def readme_table():
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Install with Helm", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "guides" / "install-helm.md").read_text()
+    section = page.split("## Install with Helm", 1)[1].split("\n## ", 1)[0]
     return dict(re.findall(r"^\| `([A-Za-z.]+)` \| `(.*?)` \|", section, re.MULTILINE))
 
 
@@ -39,7 +39,7 @@ def test_every_value_is_described_by_the_schema():
     assert len(defaults()) > 40  # the walk reached the leaves
 
 
-def test_the_readme_table_lists_every_value_with_its_default():
+def test_the_guide_table_lists_every_value_with_its_default():
     table = readme_table()
     assert sorted(table) == sorted(defaults())
     for key, default in defaults().items():

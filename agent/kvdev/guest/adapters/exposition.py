@@ -5,7 +5,7 @@ exporter's textfile collector reads (``GET /v1/metrics``): a ``Collector`` of ou
 the metric families from the view at each scrape, on a private ``CollectorRegistry`` (not the
 library's global one, which would add the process's own metrics). The API imports this module
 at the first scrape only, so that the agent's start and idle memory do not pay for the library.
-The names, types and labels are listed in README.md ("Metrics").
+The names, types and labels are listed in docs/reference/metrics.md.
 """
 
 from __future__ import annotations
