@@ -21,6 +21,7 @@ import yaml
 
 from kvdev.host import cli
 from kvdev.schema.metadata import V1ALPHA1, V1BETA1
+from kvdev.schema.origins import parse
 from upstreamlab import JsonLines
 
 pytestmark = pytest.mark.upstream
@@ -162,6 +163,7 @@ def test_the_drivers_bytes_reach_the_vmis_keys_unchanged(written, capsys, tmp_pa
         "vm1-devices.nic-2.sriov.example.com-metadata.json": "reconstructed",
         "vm1-devices.gpu.gpu.nvidia.com-metadata.json": "reconstructed",
     }
+    assert parse(data["kvdev-sources.json"].encode(), "cm") == (sources, None)  # the guest's
 
 
 def test_without_a_record_of_the_vmis_node_the_keys_are_reconstructed(written, capsys, tmp_path):
@@ -176,3 +178,4 @@ def test_without_a_record_of_the_vmis_node_the_keys_are_reconstructed(written, c
         assert DRIVER_ATTR not in cm["data"][NIC1]  # only the driver knows it
         sources = json.loads(cm["metadata"]["annotations"]["kvdev.io/sources"])
         assert set(sources.values()) == {"reconstructed"}
+        assert "kvdev-sources.json" not in cm["data"]  # none from a driver: no index for the guest

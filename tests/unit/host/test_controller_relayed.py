@@ -59,6 +59,7 @@ def test_a_record_of_the_vmis_node_wins_and_its_removal_restores_the_reconstruct
         own = double.put(record("node-a"))
         until(lambda: configmap(double)["data"][NIC1] == DRIVER_BYTES, "the driver's bytes")
         assert sources(configmap(double))[NIC1] == "driver"
+        assert "kvdev-sources.json" in configmap(double)["data"]  # for the guest, too
 
         changed = record("node-a", text=DRIVER_BYTES + "\n")
         changed["metadata"]["resourceVersion"] = own["metadata"]["resourceVersion"]
@@ -68,3 +69,4 @@ def test_a_record_of_the_vmis_node_wins_and_its_removal_restores_the_reconstruct
         double.delete("v1", "ConfigMap", "kvdev-system", own["metadata"]["name"])
         until(lambda: configmap(double)["data"][NIC1] == rebuilt, "the reconstruction again")
         assert sources(configmap(double))[NIC1] == "reconstructed"
+        assert "kvdev-sources.json" not in configmap(double)["data"]

@@ -78,7 +78,8 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
   app.kubernetes.io/managed-by=kvdev-host-relay in --relay-namespace, whose kvdev.io/node is
   the VMI's node and whose claim UID is one the VMI uses) wins over the reconstruction: its
   bytes are copied unchanged, generation included. Annotation kvdev.io/sources: JSON, each
-  stream's key -> "driver" or "reconstructed" (from claim status and slices).
+  stream's key -> "driver" or "reconstructed" (from claim status and slices); the same as
+  key kvdev-sources.json for the guest (kvdev status/explain), when some stream is a driver's.
 
 --once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, existing
   ConfigMaps and relay records ('kubectl get -o yaml' shapes) from -f files; print the

@@ -13,6 +13,11 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
   claim generated from a template), ``<request>`` the base request; the value is exactly the
   bytes the host writer writes (``publish.metadata.build_metadata`` + ``encode_stream``);
 * ``guest-hints.json``: the kvdev GuestHints stream derived from the VMI spec (``hints``);
+* a stream of a claim that the node relay's record (``publish/relayed``) of the VMI's node
+  holds is the driver's own file, its bytes unchanged; where there is none, the stream is
+  rebuilt from the claim's status and the slices. Annotation ``kvdev.io/sources`` (JSON, key
+  -> ``driver`` | ``reconstructed``) says which, always; the key ``kvdev-sources.json``
+  (``schema/origins``) says it to the guest, written only when some stream is the driver's;
 * ``metadata.generation`` of each stream: 1 for a new key, kept while the content is the same,
   + 1 when it changes, 1 again for a claim with a new UID (``publish.files.next_generation``).
 
@@ -51,6 +56,7 @@ from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Record, for_node
 from kvdev.schema.hints import GuestHints
+from kvdev.schema.origins import SOURCES_KEY, index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, decode_stream, encode_stream
 from kvdev.schema.tree import CONFIGMAP_MAX_KEYS
 
@@ -121,7 +127,7 @@ class Rendered:
     @property
     def streams(self) -> int:
         """How many metadata streams the data holds."""
-        return sum(1 for k in self.data if k != HINTS_KEY)
+        return sum(1 for k in self.data if k not in (HINTS_KEY, SOURCES_KEY))
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -510,6 +516,8 @@ def _data(
     notes.extend(_note(Reason.HINT_REFUSED, w, subject) for w in warnings)
     hints = _hints_generation(hints, old.get(HINTS_KEY))
     data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
+    if DRIVER in sources.values():  # only then: an agent older than the index never sees it
+        data[SOURCES_KEY] = index_json(sources)
     return {k: data[k] for k in sorted(data)}
 
 
