@@ -54,8 +54,14 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-def pod_spec(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (workload,) = by_kind(docs, kind)
+def pod_spec(docs: list[dict[str, Any]], kind: str, component: str = "") -> dict[str, Any]:
+    """The pod spec of the one ``kind`` (a DaemonSet: the plugin's, unless ``component``)."""
+    component = component or ("plugin" if kind == "DaemonSet" else "")
+    (workload,) = [
+        d
+        for d in by_kind(docs, kind)
+        if not component or d["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
     return dict(workload["spec"]["template"]["spec"])
 
 
@@ -71,7 +77,12 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     assert selector["app.kubernetes.io/component"] == "controller"
     assert controller["priorityClassName"] == "system-cluster-critical"
     assert plugin["priorityClassName"] == "system-node-critical"
-    for spec in (controller, plugin):
+    relay = pod_spec(docs, "DaemonSet", "relay")
+    (container,) = relay["containers"]
+    assert {"--cdi-dir=/etc/cdi", "--cdi-dir=/var/run/cdi"} <= set(container["args"])
+    assert all(m["readOnly"] for m in container["volumeMounts"])
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for spec in (controller, plugin, relay):
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert "imagePullSecrets" not in spec
     assert {d["kind"] for d in docs} >= {
@@ -112,8 +123,15 @@ def check_two_drivers(docs: list[dict[str, Any]]) -> None:
 
 
 def check_no_node_restriction(docs: list[dict[str, Any]]) -> None:
-    assert not by_kind(docs, "ValidatingAdmissionPolicy")
-    assert not by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert [d["metadata"]["name"] for d in by_kind(docs, kind)] == [
+            "kvdev-dry-host-relay-kvdev-dry-node"
+        ]
+
+
+def check_no_relay(docs: list[dict[str, Any]]) -> None:
+    assert [d["metadata"]["name"] for d in by_kind(docs, "DaemonSet")] == ["kvdev-dry-host-plugin"]
+    assert not [d for d in docs if "host-relay" in d["metadata"]["name"]]
 
 
 def check_no_pdb(docs: list[dict[str, Any]]) -> None:
@@ -151,6 +169,7 @@ VALUES: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, Any]]], None]]
     "two-drivers": (("plugin.drivers={a.example.com,b.example.com}",), check_two_drivers),
     "no-node-restriction": (("plugin.nodeRestriction=false",), check_no_node_restriction),
     "no-pdb": (("controller.podDisruptionBudget.enabled=false",), check_no_pdb),
+    "no-relay": (("relay.enabled=false",), check_no_relay),
     "tuned": (
         (
             "logging.format=json",
@@ -182,6 +201,7 @@ def test_every_rendered_object_is_accepted_by_the_api_server(kube, dry_namespace
     assert len(accepted) == len(docs)
     assert "Deployment/kvdev-dry-host-controller" in accepted
     assert "DaemonSet/kvdev-dry-host-plugin" in accepted
+    assert ("DaemonSet/kvdev-dry-host-relay" in accepted) == (name != "no-relay")
     check(docs)
 
 
@@ -236,7 +256,7 @@ def test_helm_install_creates_the_objects_and_uninstall_removes_them(cluster, ku
             (d["apiVersion"], d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
             for d in docs
         ]
-        assert len(refs) == 15  # the defaults: 8 of the controller, 7 of the plugin
+        assert len(refs) == 21  # the defaults: 8 of the controller, 7 of the plugin, 6 relay
         apps = client.AppsV1Api(kube)
         deployment = apps.read_namespaced_deployment("kvdev-inst-host-controller", namespace)
         assert deployment.metadata.labels["app.kubernetes.io/instance"] == release
