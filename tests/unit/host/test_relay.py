@@ -161,15 +161,20 @@ def test_the_loop_writes_only_what_changed_and_deletes_what_is_gone(node):
                 }
             )
         )
-        relay = Relay(RelayApi(api_client(config)), "node-a", "kvdev-system", [cdi])
+        relay = Relay(RelayApi(api_client(config)), "node-a", "kvdev-system", [cdi], relist=4)
         first = relay.sync()
         assert (first.created, first.failed) == (1, 0)
+        requests = len(api.requests)
         again = relay.sync()
         assert (again.created, again.updated, again.unchanged) == (0, 0, 1)
+        assert len(api.requests) == requests  # nothing changed: not one request
+        name = relayed.record_name("node-a", GOOD_UID)
+        api.delete("v1", "ConfigMap", "kvdev-system", name)  # someone else's delete
+        relay.sync()  # pass 3: not listed, not seen
+        assert relay.sync().created == 1  # pass 4 lists again: made again
         (files / "good.json").write_bytes(BODY + b"\n")
         changed = relay.sync()
         assert changed.updated == 1
-        name = relayed.record_name("node-a", GOOD_UID)
         stored = api.get("v1", "ConfigMap", "kvdev-system", name)
         assert stored["data"] == {f"nic-1.{DRIVER}-metadata.json": (BODY + b"\n").decode()}
         (cdi / "a_good.json").unlink()

@@ -162,10 +162,10 @@ class _NoApi:
     def list(self, namespace: str, selector: str) -> list[dict[str, object]]:
         raise AssertionError(namespace, selector)
 
-    def create(self, namespace: str, body: object) -> None:
+    def create(self, namespace: str, body: object) -> dict[str, object]:
         raise AssertionError(namespace, body)
 
-    def replace(self, namespace: str, body: object) -> None:
+    def replace(self, namespace: str, body: object) -> dict[str, object]:
         raise AssertionError(namespace, body)
 
     def delete(self, namespace: str, name: str) -> None:

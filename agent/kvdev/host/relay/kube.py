@@ -60,25 +60,29 @@ class RelayApi:
         items = found.get("items") if isinstance(found, dict) else None
         return [i for i in items or [] if isinstance(i, dict)]
 
-    def create(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """POST a ConfigMap."""
+    def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a ConfigMap; the stored object."""
         name = body["metadata"]["name"]
-        self._call(
-            f"create ConfigMap {namespace}/{name}",
-            self._core.create_namespaced_config_map,
-            namespace=namespace,
-            body=dict(body),
+        return _object(
+            self._call(
+                f"create ConfigMap {namespace}/{name}",
+                self._core.create_namespaced_config_map,
+                namespace=namespace,
+                body=dict(body),
+            )
         )
 
-    def replace(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """PUT a ConfigMap (its resourceVersion makes a stale write a 409)."""
+    def replace(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT a ConfigMap (its resourceVersion makes a stale write a 409); the stored object."""
         name = body["metadata"]["name"]
-        self._call(
-            f"update ConfigMap {namespace}/{name}",
-            self._core.replace_namespaced_config_map,
-            name=name,
-            namespace=namespace,
-            body=dict(body),
+        return _object(
+            self._call(
+                f"update ConfigMap {namespace}/{name}",
+                self._core.replace_namespaced_config_map,
+                name=name,
+                namespace=namespace,
+                body=dict(body),
+            )
         )
 
     def delete(self, namespace: str, name: str) -> None:
@@ -93,6 +97,10 @@ class RelayApi:
         except PermanentError as e:
             if "answered 404" not in str(e):
                 raise
+
+
+def _object(data: object) -> dict[str, Any]:
+    return dict(data) if isinstance(data, dict) else {}
 
 
 def _error(what: str, e: ApiException) -> RetryableError | PermanentError:

@@ -8,7 +8,10 @@ nothing. A failed write is logged and tried again next pass; a bad spec is logge
 never keeps another claim's files from being relayed.
 
 Passes run every ``interval`` seconds (the directories are polled: CDI specs are few and small,
-and a poll sees a rewrite that an inotify watch on a bind-mounted directory can miss).
+and a poll sees a rewrite that an inotify watch on a bind-mounted directory can miss). The
+records are listed at the first pass, after a failed request and every ``relist`` passes; in
+between the loop keeps what its own writes returned, so a node whose files do not change
+sends no request at all.
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ class Api(Protocol):
     def list(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """The ConfigMaps of ``namespace`` that ``selector`` selects."""
 
-    def create(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """POST a ConfigMap."""
+    def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a ConfigMap; the stored object."""
 
-    def replace(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """PUT a ConfigMap (with its resourceVersion)."""
+    def replace(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT a ConfigMap (with its resourceVersion); the stored object."""
 
     def delete(self, namespace: str, name: str) -> None:
         """DELETE a ConfigMap."""
@@ -73,6 +76,9 @@ class Relay:
     node: str
     namespace: str
     cdi_dirs: Sequence[Path]
+    relist: int = 150  # passes between two lists (every 5 min at the default 2 s)
+    _stored: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    _passes: int = 0
 
     def desired(self) -> tuple[list[dict[str, Any]], list[Problem]]:
         """The records this node's files make, and the specs or files left out."""
@@ -86,39 +92,30 @@ class Relay:
         done = Pass(problems=problems)
         for problem in problems:
             log.warning("not relayed: %s", problem)
-        try:
-            stored = {
-                o["metadata"]["name"]: o
-                for o in self.api.list(self.namespace, node_selector(self.node))
-            }
-        except KvdevError as e:
-            log.warning("%s", e)
-            done.failed += 1
-            return done
-        for body in bodies:
-            name = body["metadata"]["name"]
-            before = stored.pop(name, None)
+        self._passes += 1
+        if self._stored is None or self._passes % self.relist == 0:
             try:
-                if before is None:
-                    self.api.create(self.namespace, body)
-                    done.created += 1
-                elif _same(before, body):
-                    done.unchanged += 1
-                else:
-                    version = (before.get("metadata") or {}).get("resourceVersion")
-                    body["metadata"]["resourceVersion"] = version
-                    self.api.replace(self.namespace, body)
-                    done.updated += 1
+                listed = self.api.list(self.namespace, node_selector(self.node))
             except KvdevError as e:
                 log.warning("%s", e)
                 done.failed += 1
-        for name in sorted(stored):
+                self._stored = None
+                return done
+            self._stored = {o["metadata"]["name"]: o for o in listed}
+        stored = self._stored
+        gone = set(stored) - {b["metadata"]["name"] for b in bodies}
+        for body in bodies:
+            self._write(body, stored, done)
+        for name in sorted(gone):
             try:
                 self.api.delete(self.namespace, name)
                 done.deleted += 1
+                del stored[name]
             except KvdevError as e:
                 log.warning("%s", e)
                 done.failed += 1
+        if done.failed:
+            self._stored = None  # list again next pass: what is stored is not known
         if done.created or done.updated or done.deleted or done.failed:
             log.info(
                 "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d failed",
@@ -129,6 +126,25 @@ class Relay:
                 done.failed,
             )
         return done
+
+    def _write(self, body: dict[str, Any], stored: dict[str, dict[str, Any]], done: Pass) -> None:
+        """Create or replace one record unless the stored one is the same."""
+        name = body["metadata"]["name"]
+        before = stored.get(name)
+        try:
+            if before is None:
+                stored[name] = self.api.create(self.namespace, body)
+                done.created += 1
+            elif _same(before, body):
+                done.unchanged += 1
+            else:
+                version = (before.get("metadata") or {}).get("resourceVersion")
+                body["metadata"]["resourceVersion"] = version
+                stored[name] = self.api.replace(self.namespace, body)
+                done.updated += 1
+        except KvdevError as e:
+            log.warning("%s", e)
+            done.failed += 1
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Passes every ``interval`` seconds until ``stop`` is set."""
