@@ -7,7 +7,8 @@ cannot create, change or delete a record naming node A (the ValidatingAdmissionP
 touch any other ConfigMap of its namespace, nor any ConfigMap of a VMI's namespace (RBAC), and
 a token bound to no node writes nothing. The record node B may write for the same claim (its
 own node's) never reaches a VMI on node A: the controller's render, over the records as the
-API server holds them, copies only node A's bytes.
+API server holds them, copies only node A's bytes; and the live controller, as its own
+ServiceAccount, copies node A's record into the ConfigMap of a VMI on node A at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clusterlab import SYSTEM, add_node, token_for
+from clusterlab import (
+    SYSTEM,
+    add_node,
+    apply,
+    kvdev_host,
+    minimal_vmi,
+    refusals,
+    token_for,
+    wait_for,
+)
 from controlplane import token_kubeconfig
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -187,3 +197,47 @@ def data_for_vmi_on(node, relay_configmaps):
     inputs = index.inputs(("vms", "vm1"))
     assert inputs is not None
     return render(inputs).data
+
+
+def test_the_live_controller_copies_the_vmis_nodes_record(
+    kube, controller_config, namespace, nodes, tmp_path
+):
+    a, b = nodes
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "vm1-devices", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "x"}}]}},
+    }
+    (made,) = apply(kube, [claim])
+    uid = made.metadata.uid
+    result = {"request": "nic", "driver": DRIVER, "pool": "p", "device": "d"}  # in no slice
+    allocation = {"devices": {"results": [result]}}
+    client.ResourceV1Api(kube).patch_namespaced_resource_claim_status(
+        "vm1-devices", namespace, {"status": {"allocation": allocation}}
+    )
+    apply(kube, [minimal_vmi("vm1", namespace)])
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object(
+        "kubevirt.io", "v1", namespace, "virtualmachineinstances", "vm1",
+        {"status": {"nodeName": a.name, "phase": "Running"}},
+    )  # fmt: skip
+    for node, data in ((b, b'{"from": "b"}'), (a, A_BYTES)):
+        f = DriverFile(uid, "nic", DRIVER, data, "/etc/cdi/x.json")
+        node.api().create(SYSTEM, records(node.name, SYSTEM, [f])[0][0])
+    core = client.CoreV1Api(kube)
+    key = f"vm1-devices.nic.{DRIVER}-metadata.json"
+    env = {"POD_NAMESPACE": SYSTEM, "POD_NAME": "ctl-relay"}
+    args = ("controller", "--kubeconfig", str(controller_config))
+    with kvdev_host(tmp_path / "controller.log", *args, env=env) as ctl:
+
+        def copied():
+            assert ctl.alive(), ctl.text()
+            found = core.list_namespaced_config_map(
+                namespace, field_selector="metadata.name=kvdev-vm1"
+            ).items
+            return found if found and (found[0].data or {}).get(key) == A_BYTES.decode() else None
+
+        (cm,) = wait_for("node A's bytes in kvdev-vm1", copied)
+    assert json.loads(cm.metadata.annotations["kvdev.io/sources"]) == {key: "driver"}
+    assert json.loads(cm.data["kvdev-sources.json"])["sources"] == {key: "driver"}
+    assert refusals(ctl.text()) == []
