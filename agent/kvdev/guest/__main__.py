@@ -106,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         "--config-root",
         type=Path,
         help="where the guest's own network configuration is: <root>/etc/netplan, "
-        "etc/NetworkManager ... (default /); the NICs it names are never configured",
+        "etc/NetworkManager ... (default /); the NICs it names are never configured; also "
+        "where its resolver files (etc/resolv.conf, run/systemd/resolve) and NetworkManager's "
+        "runtime state (run/NetworkManager) are read",
     )
     p.add_argument(
         "--no-altnames",

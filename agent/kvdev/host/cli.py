@@ -14,10 +14,12 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TextIO, cast
 
 from kvdev import __version__
 from kvdev.errors import UsageError
 from kvdev.host.commands.common import EXIT_INVALID, Parser, logging_as_asked
+from kvdev.printable import PrintableStream
 
 # command -> its module under kvdev.host.commands, in --help order
 _COMMANDS = {
@@ -99,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
+    # what people read is escaped (kvdev.printable); JSON and YAML stay exact
+    exact = getattr(args, "output", None) in {"json", "yaml"}
+    out = sys.stdout if exact else cast("TextIO", PrintableStream(sys.stdout))
     with logging_as_asked(args):
-        status: int = args.run(args, sys.stdout, sys.stderr)
+        status: int = args.run(args, out, cast("TextIO", PrintableStream(sys.stderr)))
     return status
