@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,27 @@ def test_the_loop_writes_only_what_changed_and_deletes_what_is_gone(node):
         assert api.get("v1", "ConfigMap", "kvdev-system", name) is None
     finally:
         api.stop()
+
+
+def test_a_read_that_never_returns_costs_passes_that_change_nothing_and_one_thread(node):
+    release, calls = threading.Event(), []
+
+    def stuck(dirs):
+        calls.append(dirs)
+        release.wait()  # a hung file system under a hostPath
+        return find(dirs)
+
+    class NoApi:
+        def list(self, *_):
+            return []
+
+        def create(self, _namespace, body):
+            return dict(body)
+
+    relay = Relay(NoApi(), "node-a", "kvdev-system", [node[0]], read_deadline=0.01, finder=stuck)
+    for _ in range(3):
+        assert relay.sync().failed == 1  # nothing written, nothing deleted
+    assert len(calls) == 1  # every pass waited for the one stuck read
+    release.set()
+    relay.read_deadline = 60.0  # the read is done now: a bound, never reached
+    assert relay.sync().created == 1

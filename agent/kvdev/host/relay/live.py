@@ -5,7 +5,9 @@ Each pass reads the CDI spec directories (``finder.find``), makes the records
 creates, replaces or deletes the difference: a record whose claim has no file any more is
 deleted, so the controller falls back to its reconstruction. A pass that changes nothing writes
 nothing. A failed write is logged and tried again next pass; a bad spec is logged (named) and
-never keeps another claim's files from being relayed.
+never keeps another claim's files from being relayed. The directories are read on one worker
+thread, waited for at most ``read_deadline`` (30 s): a read that never returns (a hung file
+system) costs passes that change nothing, and one stuck thread, never the process.
 
 Passes run every ``interval`` seconds (the directories are polled: CDI specs are few and small,
 and a poll sees a rewrite that an inotify watch on a bind-mounted directory can miss). The
@@ -18,14 +20,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from kvdev.errors import KvdevError, Problem
-from kvdev.host.publish.relayed import node_selector, records
-from kvdev.host.relay.finder import find
+from kvdev.host.publish.relayed import DriverFile, node_selector, records
+from kvdev.host.relay.finder import find as find_files
+
+Found = tuple[list[DriverFile], list[Problem]]
 
 log = logging.getLogger("kvdev.host.relay")
 
@@ -77,18 +83,61 @@ class Relay:
     namespace: str
     cdi_dirs: Sequence[Path]
     relist: int = 150  # passes between two lists (every 5 min at the default 2 s)
+    read_deadline: float = 30.0  # seconds a pass waits for its read of the directories
+    finder: Callable[[Sequence[Path]], Found] = find_files
+    _reading: Future[Found] | None = field(default=None, repr=False)
     _stored: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
     _passes: int = 0
 
     def desired(self) -> tuple[list[dict[str, Any]], list[Problem]]:
         """The records this node's files make, and the specs or files left out."""
-        files, problems = find(self.cdi_dirs)
+        files, problems = self.finder(self.cdi_dirs)
         bodies, left_out = records(self.node, self.namespace, files)
         return bodies, problems + left_out
 
+    def _read(self) -> Found | None:
+        """The finder's answer, read on one worker and waited for at most ``read_deadline``.
+
+        A read that does not return (a hung file system under a hostPath) leaves this pass
+        without an answer (None: nothing is written, nothing deleted); the next passes wait for
+        that same read, so at most one worker is ever stuck.
+        """
+        if self._reading is None:
+            self._reading = self._start_read()
+        try:
+            found = self._reading.result(timeout=self.read_deadline)
+        except FutureTimeout:
+            log.warning(
+                "reading %s did not finish within %g s: this pass changes nothing",
+                ", ".join(map(str, self.cdi_dirs)),
+                self.read_deadline,
+            )
+            return None
+        finally:
+            if self._reading is not None and self._reading.done():
+                self._reading = None
+        return found
+
+    def _start_read(self) -> Future[Found]:
+        """The finder on a daemon thread (a stuck one never keeps the process from exiting)."""
+        future: Future[Found] = Future()
+
+        def work() -> None:
+            try:
+                future.set_result(self.finder(self.cdi_dirs))
+            except BaseException as e:  # noqa: BLE001 - handed to the pass that waits
+                future.set_exception(e)
+
+        threading.Thread(target=work, name="relay-read", daemon=True).start()
+        return future
+
     def sync(self) -> Pass:
         """One pass (see the module docstring)."""
-        bodies, problems = self.desired()
+        found = self._read()
+        if found is None:
+            return Pass(failed=1)
+        bodies, problems = records(self.node, self.namespace, found[0])
+        problems = found[1] + problems
         done = Pass(problems=problems)
         for problem in problems:
             log.warning("not relayed: %s", problem)
