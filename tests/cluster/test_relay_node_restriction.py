@@ -124,6 +124,24 @@ def cdi_dir(tmp, data):
     return cdi
 
 
+def policy_in_force(kube, relay, node):
+    """Wait until the relay's admission policy refuses a record naming ``node``: a policy
+    reaches the API server's admission through its informers, a moment after it is written.
+    A probe admitted before that (another claim's record) is deleted again."""
+    probe = DriverFile("0badc0de-0000-4000-8000-000000000001", "p", DRIVER, b"{}", "/x.json")
+    ((body,), _) = records(node, SYSTEM, [probe])
+
+    def refusing():
+        try:
+            relay.create(SYSTEM, body)
+        except PermanentError as e:
+            return "may write only records of its own" in str(e)
+        client.CoreV1Api(kube).delete_namespaced_config_map(body["metadata"]["name"], SYSTEM)
+        return False
+
+    wait_for("the relay's admission policy in force", refusing)
+
+
 def refused(call):
     with pytest.raises(PermanentError) as e:
         call()
@@ -137,6 +155,7 @@ def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes,
     (record_a,) = a.api().list(SYSTEM, node_selector(a.name))
 
     as_b = b.api()
+    policy_in_force(kube, as_b, a.name)
     f = DriverFile(CLAIM_UID, "nic-1", DRIVER, b'{"forged": true}', "/etc/cdi/x.json")
     (forged,), _ = records(a.name, SYSTEM, [f])  # names node A
     assert "may write only records of its own" in refused(lambda: as_b.create(SYSTEM, forged))
