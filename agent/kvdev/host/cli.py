@@ -61,7 +61,10 @@ exit status:
      cannot listen, a VMI's bundle could not be rendered (controller --once) or the
      controller cannot go on
   2  usage error, invalid input or an allocator error
+
+The manual: kvdev-host(1) (man kvdev-host).
 """
+_MANUAL = "The manual: kvdev-host(1) (man kvdev-host)."
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -81,6 +84,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     for module in wanted:
         importlib.import_module(f"kvdev.host.commands.{module}").register(commands)
+    for sub in commands.choices.values():  # each command's help ends by naming the manual
+        sub.epilog = f"{sub.epilog.rstrip()}\n\n{_MANUAL}\n" if sub.epilog else _MANUAL
     if command in _COMMANDS:
         for name, module in _COMMANDS.items():
             if module != _COMMANDS[command]:
