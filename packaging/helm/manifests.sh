@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders packaging/kubernetes/controller.yaml and plugin.yaml: `helm template` of the chart's
+# Renders packaging/kubernetes/controller.yaml, plugin.yaml and relay.yaml: `helm template` of the chart's
 # default values (release kvdev, namespace kvdev-system, the Namespace object included), each
 # with a header saying so. `make manifests` runs it; tests/cluster/test_helm_install.py renders
 # into a temporary directory and compares, so the plain manifests never drift from the chart.
@@ -47,4 +47,14 @@ this node can see, and may write only the status of claims allocated on its own 
 and the ValidatingAdmissionPolicy). It needs root for the host directories, not privileges."
     render plugin-rbac.yaml plugin.yaml
 } >"$out/plugin.yaml"
-echo "packaging/helm/manifests.sh: wrote $out/controller.yaml $out/plugin.yaml"
+
+{
+    header "kvdev-host relay on every node: finds the KEP-5304 metadata files any DRA driver wrote
+there (through its '<driver>/metadata' CDI specs in /etc/cdi and /var/run/cdi) and publishes
+each claim's files unchanged as a relay record (a ConfigMap in kvdev-system); the controller
+copies them into the ConfigMaps of the VMIs on that node that use the claim, in place of its
+reconstruction. It may write only records naming its own node (RBAC: ConfigMaps of its own
+namespace; the ValidatingAdmissionPolicy: the node in its token). Host directories read-only."
+    render relay-rbac.yaml relay.yaml
+} >"$out/relay.yaml"
+echo "packaging/helm/manifests.sh: wrote $out/controller.yaml $out/plugin.yaml $out/relay.yaml"

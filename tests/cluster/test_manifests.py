@@ -14,7 +14,9 @@ def test_every_shipped_object_is_accepted(shipped):
     assert ("ClusterRole", "kvdev-host-controller") in shipped
     assert ("Deployment", "kvdev-host-controller") in shipped
     assert ("DaemonSet", "kvdev-host-plugin") in shipped
-    assert len(shipped) == 16  # controller.yaml: 9 objects, plugin.yaml: 7 (helm template)
+    assert ("DaemonSet", "kvdev-host-relay") in shipped
+    # controller.yaml: 9 objects, plugin.yaml: 7, relay.yaml: 6 (helm template)
+    assert len(shipped) == 22
 
 
 def test_the_example_vmi_and_claims_are_accepted(kube, shipped):

@@ -101,6 +101,18 @@ def test_the_object_is_owned_by_the_vmi_and_labelled():
         "name": "kvdev-vm1",
         "namespace": "vms",
         "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller", "kvdev.io/vmi": "vm1"},
+        "annotations": {
+            # no node relay's record: every stream is the controller's reconstruction
+            "kvdev.io/sources": json.dumps(
+                {
+                    "fast-nic.nic.dra.net-metadata.json": "reconstructed",
+                    "vm1-devices.gpu.gpu.nvidia.com-metadata.json": "reconstructed",
+                    "vm1-devices.nic-1.sriov.example.com-metadata.json": "reconstructed",
+                    "vm1-devices.nic-2.sriov.example.com-metadata.json": "reconstructed",
+                },
+                separators=(",", ":"),
+            )
+        },
         "ownerReferences": [
             {
                 "apiVersion": "kubevirt.io/v1",

@@ -33,6 +33,7 @@ from kvdev.host import kubeclient
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.render import MANAGED_BY, MANAGER
 from kvdev.host.k8s.kubevirt import GROUP, PLURAL
+from kvdev.host.publish.relayed import RELAY_MANAGER
 from kvdev.host.ratelimit import TokenBucket
 
 _CONFLICT: Final = 409
@@ -40,7 +41,9 @@ _GONE: Final = 410
 _NOT_FOUND: Final = 404
 _RETRYABLE_CLIENT_ERRORS: Final = (408, 429)
 LAUNCHER_SELECTOR: Final = "kubevirt.io=virt-launcher"
-OWN_SELECTOR: Final = f"{MANAGED_BY}={MANAGER}"
+# The controller's own ConfigMaps and the node relays' records (which the index keeps only in
+# the relay's namespace): one watch for both.
+OWN_SELECTOR: Final = f"{MANAGED_BY} in ({MANAGER},{RELAY_MANAGER})"
 
 
 class ConflictError(RetryableError):

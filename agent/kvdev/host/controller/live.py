@@ -132,10 +132,11 @@ class Controller:
         backoff: Callable[[], Backoff] = Backoff,
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
+        relay_namespace: str | None = None,
     ) -> None:
         self.api = api
         self.resync = resync
-        self.index = Index()
+        self.index = Index(relay_namespace)
         self.stats = Stats()
         self.clock = clock
         self.metrics = metrics or Metrics()
