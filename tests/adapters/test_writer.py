@@ -16,8 +16,8 @@ from hostlab import fill
 from kvdev.errors import PermanentError, RetryableError, SchemaError
 from kvdev.host.k8s import ResourceClaim, load
 from kvdev.host.publish import writer
+from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema import DEVICE_METADATA, decode_stream
-from kvdev.schema.metadata import NetworkDeviceData
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "packaging" / "examples" / "host"

@@ -80,15 +80,24 @@ def test_invalid_device_metadata():
     ids=["empty", "no-name-no-uid", "null"],
 )
 @pytest.mark.parametrize("n_devices", [0, 1])
-def test_an_object_without_claim_identity_is_invalid_not_no_devices(meta, n_devices):
-    # upstream's reader decodes it (it checks nothing), but no claim can be told from it
+def test_an_object_without_claim_identity_is_read_as_upstream_reads_it(meta, n_devices):
+    # upstream's reader decodes it (it checks nothing): kvdev is never stricter. The file's
+    # place in the tree names the claim; a lone file's devices have none, so they are unusable.
     doc = metadata_doc(n_devices) | {"metadata": meta}
     result = check_file(SRC, Role.DEVICE_METADATA, both(doc), LOC)
-    assert not result.ok
-    assert (result.document, result.described) == (None, ())
-    [problem] = result.errors
-    assert (problem.path, problem.upstream_invalid) == ("metadata", True)
-    assert "neither name nor uid" in problem.message
+    assert result.ok
+    assert result.document is not None
+    [warning] = [w for w in result.warnings if "neither name nor uid" in w.message]
+    assert (warning.path, warning.severity, warning.upstream_invalid) == (
+        "metadata",
+        Severity.WARNING,
+        True,
+    )
+    assert [d.claim for d in result.described] == ["vm1-nics"]  # no device: a pending request
+    assert all(d.usable for d in result.described)
+    alone = check_file("f.json", Role.DEVICE_METADATA, both(doc))
+    assert alone.ok
+    assert all(not d.usable for d in alone.described)  # whose claim, nothing says
 
 
 @pytest.mark.parametrize("meta", [{"name": "vm1-nics"}, {"uid": "uid-1"}])

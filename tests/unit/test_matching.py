@@ -42,7 +42,7 @@ def hint(*, device=None, pin=None, tag=None, request="nics", claim="c1", pod_cla
     claim_ref = {"podClaimName": pod_claim} if pod_claim else {"resourceClaimName": claim}
     guest = {k: v for k, v in (("pciAddress", pin), ("tag", tag)) if v is not None}
     data = {"claim": claim_ref, "request": request, "guest": guest or None, "device": device}
-    return DeviceHint.model_validate({k: v for k, v in data.items() if v is not None})
+    return DeviceHint.parse({k: v for k, v in data.items() if v is not None})
 
 
 def only(result):
@@ -72,7 +72,7 @@ def test_pinned_but_absent_is_missing_and_not_matched_by_mac():
 
 def test_tag_resolves_through_config_drive():
     tagged = [
-        TaggedDevice.model_validate(
+        TaggedDevice.parse(
             {"type": "hostdev", "bus": "pci", "address": "0000:09:00.0", "tags": ["gpu0"]}
         )
     ]
@@ -83,9 +83,7 @@ def test_tag_resolves_through_config_drive():
 
 def test_tag_and_pin_disagreeing_is_ambiguous():
     tagged = [
-        TaggedDevice.model_validate(
-            {"type": "nic", "bus": "pci", "address": "0000:09:00.0", "tags": ["t"]}
-        )
+        TaggedDevice.parse({"type": "nic", "bus": "pci", "address": "0000:09:00.0", "tags": ["t"]})
     ]
     b = only(
         match(
@@ -227,7 +225,7 @@ def test_a_hinted_mac_the_guest_sees_wins_over_the_hosts_hardware_address():
     # KubeVirt sets the VMI interface's macAddress on the VF: the guest never sees the MAC the
     # driver reported on the host.
     d = described(mac="02:00:00:00:00:01")
-    h = DeviceHint.model_validate(
+    h = DeviceHint.parse(
         {
             "claim": {"resourceClaimName": "c1"},
             "request": "nics",

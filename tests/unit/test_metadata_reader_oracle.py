@@ -15,6 +15,10 @@ sign, duplicate keys, deep nesting, huge numbers, the probe values of issue 13),
 * upstream refuses it: kvdev refuses it too, or reads it for a reason named in ``DIFFERS``
   (the README's "deliberately differs" table lists each).
 
+Every stream is also read by the host's pydantic models (``judges.verdict``), which must agree
+with kvdev's plain reader in every problem and warning. The counts of agreements with both
+judges are printed at the end of the module.
+
 Upstream's golden streams (``api/metadata/testdata/HEAD`` and every released copy, copied at
 test time from the module cache, never committed) are read by kvdev with every device kept.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +36,7 @@ import pytest
 from builders import V1ALPHA1, V1BETA1, V2, metadata_doc, with_attrs, with_device
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from judges import print_counts, verdict
 from test_stream_properties import metadata_docs
 
 from kvdev.errors import SchemaError
@@ -64,11 +70,15 @@ class Reader(JsonLines):
         return self.ask({"data": base64.b64encode(data).decode()})
 
 
+AGREED: Counter[tuple[str, str]] = Counter()  # (judge, verdict) -> streams
+
+
 @pytest.fixture(scope="module")
-def reader() -> Iterator[Reader]:
+def reader(request: pytest.FixtureRequest) -> Iterator[Reader]:
     r = Reader()
     yield r
     r.close()
+    print_counts(request, "the plain reader agrees with", AGREED)
 
 
 def kept(obj: dict[str, object]) -> dict[str, object]:
@@ -83,7 +93,15 @@ def kept(obj: dict[str, object]) -> dict[str, object]:
 
 
 def judge(reader: Reader, data: bytes) -> str:
-    """Compare both readers on ``data``; the verdict ("same" or a DIFFERS key)."""
+    """Compare the readers on ``data``; the verdict ("same" or a DIFFERS key)."""
+    AGREED["the host's pydantic models", verdict(data, "DeviceMetadata")] += 1
+    found = upstream_judge(reader, data)
+    AGREED["upstream's decoder", found] += 1
+    return found
+
+
+def upstream_judge(reader: Reader, data: bytes) -> str:
+    """Compare kvdev's reader and upstream's on ``data``; "same" or a DIFFERS key."""
     theirs = reader.read(data)
     try:
         ours = decode_stream(data, DEVICE_METADATA, source="f")

@@ -33,7 +33,7 @@ def hint(device="vf-1", **network):
     data = {"claim": {"resourceClaimName": "vm1-devices"}, "request": "nics", "device": device}
     if network:
         data["network"] = network
-    return DeviceHint.model_validate(data)
+    return DeviceHint.parse(data)
 
 
 def bound(d, ifindex, ifname, h=None):

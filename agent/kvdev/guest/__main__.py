@@ -8,8 +8,8 @@ Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < its drop-ins
 configuration error.
 
 Start-up: ``main`` turns the cyclic garbage collector off before it imports the agent
-(pydantic and the schema models: ~500 modules whose objects are never garbage, and the collector's
-passes over them cost ~20% of the import time, measured in tests/bench); the loop
+(its modules' objects are never garbage, and the collector's passes over them cost import
+time, measured in tests/bench); the loop
 collects once, freezes what start-up made and turns it back on when it first has nothing to do
 after READY=1 (``--once``: when ``main`` returns).
 """

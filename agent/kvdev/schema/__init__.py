@@ -4,7 +4,7 @@ Modules, lowest first (each imports only those above it):
 
 * ``fields``      value syntax: Kubernetes names, PCI, MAC, IP, interface names
 * ``gojson``      JSON text as Go's encoding/json writes it (upstream's writer's bytes)
-* ``base``        the pydantic base model and the unknown-field rule
+* ``plain``       the plain decoder: JSON data to frozen values, problems by field path
 * ``metadata``    upstream KEP-5304 DeviceMetadata (v1beta1, v1alpha1): the writer's rules
 * ``reading``     DeviceMetadata as upstream's reader accepts it, and ``conformance``
 * ``hints``       kvdev's GuestHints kind
@@ -14,7 +14,9 @@ Modules, lowest first (each imports only those above it):
 * ``tree``        the metadata tree layout
 * ``documents``   one file's bytes in, one checked result out
 
-The whole package is pure: no I/O, no clocks, no environment.
+The whole package is pure (no I/O, no clocks, no environment) and imports no pydantic: the
+guest reads with it alone. The host's pydantic models of the same documents, which the host
+writes with and the tests judge this reader by, are ``kvdev.host.schema``.
 
 Names are loaded on first use (PEP 562): importing one module of the package (the host's
 allocator needs ``metadata`` alone) does not load the others.

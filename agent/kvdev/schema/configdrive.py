@@ -14,37 +14,38 @@ No I/O here.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from collections.abc import Mapping
+from typing import Final
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
-
-from kvdev.schema.base import Model
-from kvdev.schema.fields import MacAddress, normalize_pci_address
+from kvdev.schema.fields import normalize_mac, normalize_pci_address
+from kvdev.schema.plain import Value, integer, list_of, literal, nullable, of, string, struct
 
 META_DATA_PATH: Final = "openstack/latest/meta_data.json"
 VOLUME_LABEL: Final = "config-2"
 DEVICES_MAX = 1024
 UINT32_MAX = 2**32 - 1
 
-Uint32 = Annotated[int, Field(ge=0, le=UINT32_MAX)]
+_UINT32 = integer(ge=0, le=UINT32_MAX)
 
 
-class TaggedDevice(Model):
+def pci_if_on_pci(address: str, fields: Mapping[str, object]) -> str:
+    """The address normalized when the entry's bus (decoded before it) is ``pci``."""
+    return normalize_pci_address(address) if fields.get("bus") == "pci" else address
+
+
+class TaggedDevice(Value):
     """One ``devices[]`` entry."""
 
-    type: Literal["nic", "hostdev"]
-    bus: str
-    address: str
-    mac: MacAddress | None = None
-    serial: str | None = None
-    numa_node: Uint32 | None = None
-    aligned_cp_us: list[Uint32] | None = Field(default=None, alias="alignedCPUs")
-    tags: list[str] = Field(default_factory=list)
-
-    @field_validator("address")
-    @classmethod
-    def _pci_address(cls, value: str, info: ValidationInfo) -> str:
-        return normalize_pci_address(value) if info.data.get("bus") == "pci" else value
+    type: str = of(literal("nic", "hostdev"))
+    bus: str = of(string())
+    address: str = of(string(), context=pci_if_on_pci)
+    mac: str | None = of(nullable(string(normalize_mac)), default=None)
+    serial: str | None = of(nullable(string()), default=None)
+    numa_node: int | None = of(nullable(_UINT32), default=None)
+    aligned_cp_us: list[int] | None = of(
+        nullable(list_of(_UINT32)), default=None, key="alignedCPUs"
+    )
+    tags: list[str] = of(list_of(string()), factory=list)
 
     @property
     def pci_address(self) -> str | None:
@@ -52,12 +53,14 @@ class TaggedDevice(Model):
         return self.address if self.bus == "pci" else None
 
 
-class ConfigDriveMetadata(Model):
+class ConfigDriveMetadata(Value):
     """The part of meta_data.json kvdev reads; its other keys belong to cloud-init."""
 
-    model_config = ConfigDict(extra="ignore")
+    ignore_unknown = True
 
-    devices: Annotated[list[TaggedDevice], Field(max_length=DEVICES_MAX)] | None = None
+    devices: list[TaggedDevice] | None = of(
+        nullable(list_of(struct(TaggedDevice), max_length=DEVICES_MAX)), default=None
+    )
 
     def tagged(self) -> list[TaggedDevice]:
         """The device entries (an absent list means no tagged devices)."""

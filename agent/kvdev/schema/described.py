@@ -19,6 +19,15 @@ The blast radius of a bad value is the device that carries it:
   (the device cannot be told from others), makes the device unusable: ``problems`` says why,
   the agent leaves its interface alone and shows the reason; the other devices are unaffected.
 
+A driver's *deferred* metadata (upstream's flow for network devices: the kubelet plugin first
+writes the devices without attributes or networkData, generation 1, and the driver's NRI hook
+rewrites the file with them and generation + 1) describes devices the driver has not written
+yet: ``deferred`` devices, which the agent shows as Pending and leaves alone until the rewrite.
+A file of no device at all (or an empty file: ``pending``) shows its request the same way.
+
+Mediated devices: ``resource.kubernetes.io/mdevUUID`` or the driver's own ``mdevUUID`` (the
+unqualified name KubeVirt reads) is the device's ``mdev_uuid``.
+
 What a pass costs stays bounded whatever a file says (upstream's reader has no limits; a
 conforming writer stays far below these): a device with more than ``MAX_IPS`` addresses is
 unusable, and devices past the first ``MAX_DEVICES`` of a file are left out with a warning.
@@ -31,11 +40,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from kvdev.errors import Problem, Severity
-from kvdev.schema.base import format_path
 from kvdev.schema.fields import normalize_mac, normalize_pci_address
+from kvdev.schema.plain import format_path
 from kvdev.schema.reading import Device, DeviceMetadata
+from kvdev.schema.tree import MetadataLocation
 
 _Warn = Callable[[tuple[int | str, ...], str], None]
 
@@ -43,6 +54,9 @@ STANDARD = "resource.kubernetes.io"
 PCI_BUS_ID = f"{STANDARD}/pciBusID"
 PCIE_ROOT = f"{STANDARD}/pcieRoot"
 NUMA_NODE = f"{STANDARD}/numaNode"
+MDEV_UUID = f"{STANDARD}/mdevUUID"
+DEFERRED_GENERATION = 1  # the kubelet plugin's first write; its rewrites come with + 1
+NOT_WRITTEN: Final = "the driver has not written its metadata yet"
 # Driver-local spellings, looked up in the driver's own domain when the standard one is absent.
 LOCAL_PCI_NAMES = ("pciBusID", "pciAddress", "pcieBusID")
 LOCAL_NUMA_NAMES = ("numaNode", "numa")
@@ -73,6 +87,8 @@ class DescribedDevice:
     interface_name: str | None = None
     vendor_id: str | None = None
     device_id: str | None = None
+    mdev_uuid: str | None = None
+    deferred: bool = False  # the driver has not written this device's metadata yet (Pending)
     problems: tuple[Problem, ...] = ()  # why kvdev cannot act on this device (empty: it can)
     # Set on a last good description kept in force: why its newer description was not used.
     rejected: tuple[Problem, ...] = ()
@@ -93,10 +109,49 @@ class DescribedDevice:
         return f"{self.claim}/{self.request}/{self.driver}/{self.pool}/{self.name}"
 
 
+def deferred(doc: DeviceMetadata) -> bool:
+    """True when ``doc`` is a driver's first, structure-only write of a deferred flow.
+
+    No device carries attributes or networkData, and the generation is the first one: the
+    rewrite that fills them in comes with a higher generation. (A later generation without
+    them is the driver's last word, and read as it is.)
+    """
+    if doc.generation > DEFERRED_GENERATION:
+        return False
+    return not any(
+        d is not None and (d.attributes or d.network_data is not None)
+        for r in doc.requests or []
+        if r is not None
+        for d in r.devices or []
+    )
+
+
+def pending(location: MetadataLocation, generation: int = 0) -> DescribedDevice:
+    """The stand-in for a request whose file describes no device yet (empty or structure-only)."""
+    return DescribedDevice(
+        claim="" if location.template else location.claim,
+        namespace=None,
+        pod_claim_name=location.claim if location.template else None,
+        request=location.request,
+        driver=location.driver,
+        pool="",
+        name="",
+        generation=generation,
+        deferred=True,
+    )
+
+
 def describe(
-    doc: DeviceMetadata, *, source: str = "", index: int | None = None
+    doc: DeviceMetadata,
+    *,
+    source: str = "",
+    index: int | None = None,
+    location: MetadataLocation | None = None,
 ) -> tuple[list[DescribedDevice], list[Problem]]:
-    """Flatten a document into described devices, with warnings about values not used."""
+    """Flatten a document into described devices, with warnings about values not used.
+
+    ``location`` (the file's place in a tree) names the claim of a document that names none.
+    """
     devices: list[DescribedDevice] = []
     warnings: list[Problem] = []
 
@@ -104,6 +159,11 @@ def describe(
         warnings.append(Problem(message, source, index, format_path(loc), Severity.WARNING))
 
     meta = doc.metadata
+    is_deferred = deferred(doc)
+    claim, pod_claim_name = doc.claim, doc.pod_claim_name
+    if not (claim or pod_claim_name) and location is not None:  # the path says whose it is
+        claim = "" if location.template else location.claim
+        pod_claim_name = location.claim if location.template else None
     for r, request in enumerate(doc.requests or []):
         for d, found in enumerate((request.devices if request else None) or []):
             if len(devices) == MAX_DEVICES:
@@ -124,12 +184,12 @@ def describe(
             data = device.network_data
             ips = _ips(data.ips if data else None, (*loc, "networkData", "ips"), warn, fail)
             request_name = (request.name if request else None) or ""
-            _identity(doc, request_name, device, loc, fail)
+            _identity(claim or pod_claim_name, request_name, device, loc, fail)
             devices.append(
                 DescribedDevice(
-                    claim=doc.claim,
+                    claim=claim,
                     namespace=meta.namespace if meta else None,
-                    pod_claim_name=doc.pod_claim_name,
+                    pod_claim_name=pod_claim_name,
                     request=request_name,
                     driver=device.driver or "",
                     pool=device.pool or "",
@@ -143,17 +203,21 @@ def describe(
                     interface_name=data.interface_name if data else None,
                     vendor_id=_pci_id(device, LOCAL_VENDOR_NAMES),
                     device_id=_pci_id(device, LOCAL_DEVICE_ID_NAMES),
+                    mdev_uuid=_mdev_uuid(device),
+                    deferred=is_deferred,
                     problems=tuple(problems),
                 )
             )
+    if not devices and location is not None:
+        devices.append(pending(location, doc.generation))
     return devices, warnings
 
 
 def _identity(
-    doc: DeviceMetadata, request: str, device: Device, loc: tuple[int | str, ...], fail: _Warn
+    claim: str | None, request: str, device: Device, loc: tuple[int | str, ...], fail: _Warn
 ) -> None:
     """A device kvdev cannot tell from others (an empty name) is one it must not act on."""
-    if not (doc.pod_claim_name or doc.claim):
+    if not claim:
         fail(("metadata", "name"), "is empty: the device's claim is unknown")
     if not request:
         fail((*loc[:2], "name"), "is empty: the device's request is unknown")
@@ -235,6 +299,15 @@ def _numa_nodes(device: Device) -> tuple[int, ...]:
         if attr.ints is not None:
             return tuple(attr.ints)
     return ()
+
+
+def _mdev_uuid(device: Device) -> str | None:
+    """The mediated device's UUID: the standard attribute, else the driver's ``mdevUUID``."""
+    for name in (MDEV_UUID, f"{device.driver or ''}/mdevUUID"):
+        attr = device.attribute(name)
+        if attr is not None and attr.string is not None:
+            return attr.string
+    return None
 
 
 def _pci_id(device: Device, names: tuple[str, ...]) -> str | None:

@@ -5,6 +5,11 @@ meta_data.json, validates it, derives the normalized device view, and checks tha
 file's content agrees with its place in the tree (claim, request and driver in the path). It
 never raises for bad input: errors and warnings are data in the ``FileResult``.
 
+An empty metadata file in a tree (nothing but white space) is the first state of a driver's
+deferred metadata, not an error: its request is ``pending`` (``described.pending``) until the
+driver writes it. An object that names neither claim nor uid is read as upstream reads it; the
+file's place in the tree names the claim (a warning says so).
+
 No I/O here: the caller reads the bytes (or reports why it could not).
 """
 
@@ -17,7 +22,7 @@ from typing import Final
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.schema import hints as hints_module
 from kvdev.schema.configdrive import ConfigDriveMetadata
-from kvdev.schema.described import DescribedDevice, describe
+from kvdev.schema.described import DescribedDevice, describe, pending
 from kvdev.schema.fields import base_request
 from kvdev.schema.hints import GuestHints
 from kvdev.schema.reading import DeviceMetadata
@@ -36,7 +41,8 @@ AnyDocument = DeviceMetadata | GuestHints | ConfigDriveMetadata
 class FileResult:
     """Everything kvdev learned from one file.
 
-    ``document`` is None exactly when ``errors`` is not empty: a file is used or not at all.
+    ``document`` is None exactly when ``errors`` is not empty (a file is used or not at all),
+    or when the file is ``pending`` (empty: its request waits for the driver).
     ``described`` lists the normalized devices of a DeviceMetadata file, each usable or with
     the ``problems`` that make it unusable (the file stays in use for its other devices).
     """
@@ -51,6 +57,7 @@ class FileResult:
     described: tuple[DescribedDevice, ...] = ()
     errors: tuple[Problem, ...] = ()
     warnings: tuple[Problem, ...] = field(default=())
+    pending: bool = False  # an empty metadata file: the driver has not written it yet
 
     @property
     def ok(self) -> bool:
@@ -105,19 +112,27 @@ def check_file(
 
 
 NO_IDENTITY: Final = (
-    "has neither name nor uid: which claim the file describes is unknown (a writer always "
-    "writes both; upstream's reader does not check, kvdev reports the file invalid)"
+    "has neither name nor uid (a writer always writes both; upstream's reader does not check): "
+    "the claim is the one the file's place names"
 )
 
 
 def _metadata(source: str, data: bytes, location: MetadataLocation | None) -> FileResult:
+    if location is not None and not data.strip(b" \t\r\n"):  # deferred: not written yet
+        return FileResult(
+            source, Role.DEVICE_METADATA, location, described=(pending(location),), pending=True
+        )
     read = decode_stream(data, DEVICE_METADATA, source=source)
     doc = read.document
+    notes: list[Problem] = []
     if not (doc.claim or (doc.metadata is not None and doc.metadata.uid)):
-        missing = Problem(NO_IDENTITY, source, read.index, "metadata", upstream_invalid=True)
-        return FileResult(source, Role.DEVICE_METADATA, location, errors=(missing,))
-    described, notes = describe(doc, source=source, index=read.index)
-    warnings = [*read.warnings, *notes]
+        notes.append(
+            Problem(
+                NO_IDENTITY, source, read.index, "metadata", Severity.WARNING, upstream_invalid=True
+            )
+        )
+    described, warned = describe(doc, source=source, index=read.index, location=location)
+    warnings = [*read.warnings, *notes, *warned]
     if location is not None:
         warnings.extend(_placement(doc, location, source, read.index))
     fallback = "; ".join(

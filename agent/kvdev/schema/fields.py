@@ -1,9 +1,10 @@
 """Value rules shared by every document kvdev reads: Kubernetes names, PCI, MAC, IP, ifnames.
 
 Each rule is a plain function ``check_x(value) -> normalized value`` that raises ``ValueError``
-with a message naming what is wrong (pydantic turns that into a field-path error), plus an
-``Annotated`` type that applies it inside a model. The limits are the upstream ones
-(resource.k8s.io/v1 validation, the kernel's ``dev_valid_name``); each says where it comes from.
+with a message naming what is wrong (the reader turns that into a field-path error); the
+host's pydantic models apply the same functions (``kvdev.host.schema.types``). The limits
+are the upstream ones (resource.k8s.io/v1 validation, the kernel's ``dev_valid_name``); each
+says where it comes from.
 
 This module owns value syntax only. It does no I/O and knows no document shapes.
 """
@@ -12,11 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
 
-from pydantic import AfterValidator
-
-# re-exported: the interface-name rule lives in a module without pydantic (see the section)
+# re-exported: the interface-name rule lives in a module of its own (the root helper's start-up)
 from kvdev.schema.ifnames import IFNAMSIZ as IFNAMSIZ  # noqa: PLC0414
 from kvdev.schema.ifnames import check_ifname as check_ifname  # noqa: PLC0414
 
@@ -250,21 +248,5 @@ def normalize_ip(value: str) -> str:
 
 # --------------------------------------------------------------------------- interface names
 
-# check_ifname lives in kvdev.schema.ifnames (no pydantic there, so that the root helper
+# check_ifname lives in kvdev.schema.ifnames (a module of its own, so that the root helper
 # kvdev-udev-marks, which checks the names the agent asks for, starts fast); imported above.
-
-
-# --------------------------------------------------------------------------- annotated types
-
-DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
-DnsSubdomain = Annotated[str, AfterValidator(check_dns_subdomain)]
-DriverName = Annotated[str, AfterValidator(check_driver_name)]
-PoolName = Annotated[str, AfterValidator(check_pool_name)]
-RequestName = Annotated[str, AfterValidator(check_request_name)]
-PciAddress = Annotated[str, AfterValidator(normalize_pci_address)]
-MacAddress = Annotated[str, AfterValidator(normalize_mac)]
-CanonicalInterfaceAddress = Annotated[str, AfterValidator(check_canonical_interface_address)]
-InterfaceAddress = Annotated[str, AfterValidator(normalize_interface_address)]
-Network = Annotated[str, AfterValidator(normalize_network)]
-IpAddress = Annotated[str, AfterValidator(normalize_ip)]
-IfName = Annotated[str, AfterValidator(check_ifname)]

@@ -1,36 +1,46 @@
 """Upstream KEP-5304 ``DeviceMetadata`` (metadata.resource.k8s.io v1beta1 and v1alpha1): the rules.
 
 Field names and JSON shapes are exactly upstream's; the two versions have the same content,
-so one set of models serves both (``api_version`` says which one an object was). Limits are the
+so one set of values serves both (``api_version`` says which one an object was). Limits are the
 v1beta1 validation rules, applied to v1alpha1 too: its content comes from the same validated
 ResourceSlices, so a file breaking them was not written by a conforming driver.
 
-These models are what kvdev *writes* (the host's metadata writer builds them) and the yardstick
-a file it *reads* is measured against: upstream's reader checks none of these rules, so the
-agent reads with ``reading`` and reports breaks of these rules as warnings
-(``reading.conformance``). ``GO_LAYOUT`` is the Go type of the object, for writing it byte for
-byte as upstream's Go writer does (``gojson``).
+These values are the yardstick a file kvdev *reads* is measured against: upstream's reader
+checks none of these rules, so the agent reads with ``reading`` and reports breaks of these
+rules as warnings (``reading.conformance``). What kvdev *writes* is built by the host's pydantic
+models of the same rules (``kvdev.host.schema.metadata``; the tests hold the two to agreement).
+``GO_LAYOUT`` is the Go type of the object, for writing it byte for byte as upstream's Go writer
+does (``gojson``).
 
 No I/O here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Final, TypeVar
-
-from pydantic import AfterValidator, Field, model_validator
+from typing import Final, Self
 
 from kvdev.schema import gojson
-from kvdev.schema.base import Document, Model
 from kvdev.schema.fields import (
-    CanonicalInterfaceAddress,
-    DnsLabel,
-    DnsSubdomain,
-    DriverName,
-    PoolName,
-    RequestName,
+    check_canonical_interface_address,
+    check_dns_label,
+    check_dns_subdomain,
+    check_driver_name,
+    check_pool_name,
     check_qualified_name,
+    check_request_name,
     check_semver,
+)
+from kvdev.schema.plain import (
+    Rule,
+    Value,
+    boolean,
+    dict_of,
+    integer,
+    list_of,
+    nullable,
+    of,
+    string,
+    struct,
 )
 
 GROUP: Final = "metadata.resource.k8s.io"
@@ -47,17 +57,19 @@ HARDWARE_ADDRESS_MAX_BYTES = 128  # NetworkDeviceDataHardwareAddressMaxLength
 IPS_MAX = 16  # NetworkDeviceDataMaxIPs
 RESULTS_MAX = 32  # AllocationResultsMaxSize: devices per claim
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_T = TypeVar("_T")
+ATTRIBUTE_KEYS: Final = ("string", "int", "bool", "version", "strings", "ints", "bools", "versions")
 
 
-def _max_bytes(limit: int) -> AfterValidator:
+def max_bytes(limit: int) -> Rule:
+    """The rule: at most ``limit`` bytes of UTF-8."""
+
     def check(value: str) -> str:
         size = len(value.encode())
         if size > limit:
             raise ValueError(f"must be at most {limit} bytes, got {size}")
         return value
 
-    return AfterValidator(check)
+    return check
 
 
 def check_int64(value: int) -> int:
@@ -67,143 +79,149 @@ def check_int64(value: int) -> int:
     return value
 
 
-def _non_empty(values: list[_T]) -> list[_T]:
+def non_empty(values: list[object]) -> list[object]:
+    """The rule of a list-typed attribute: at least one value."""
     if not values:
         raise ValueError("a list-typed attribute must have at least one value")
     return values
 
 
-AttrString = Annotated[str, _max_bytes(ATTRIBUTE_VALUE_MAX_BYTES)]
-AttrVersion = Annotated[str, _max_bytes(ATTRIBUTE_VALUE_MAX_BYTES), AfterValidator(check_semver)]
-Int64 = Annotated[int, AfterValidator(check_int64)]
-QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
+def exactly_one_value(keys: list[str]) -> None:
+    """The typed union's rule, given the keys that are set."""
+    if len(keys) != 1:
+        found = ", ".join(keys) if keys else "none"
+        raise ValueError(
+            "exactly one of string, int, bool, version, strings, ints, bools, versions "
+            f"must be set (found: {found})"
+        )
 
 
-class DeviceAttribute(Model):
+def unique_ips(ips: list[str]) -> None:
+    """``networkData.ips`` lists each address once."""
+    seen: set[str] = set()
+    for ip in ips:
+        if ip in seen:
+            raise ValueError(f"ips: {ip!r} is listed twice")
+        seen.add(ip)
+
+
+def attribute_limits(sizes: list[int]) -> None:
+    """At most ATTRIBUTES_MAX attributes of at most ATTRIBUTE_VALUES_MAX values in all."""
+    if len(sizes) > ATTRIBUTES_MAX:
+        raise ValueError(f"attributes: at most {ATTRIBUTES_MAX} allowed, got {len(sizes)}")
+    if sum(sizes) > ATTRIBUTE_VALUES_MAX:
+        raise ValueError(
+            f"attributes: at most {ATTRIBUTE_VALUES_MAX} values in total "
+            f"(list items count one each), got {sum(sizes)}"
+        )
+
+
+def result_limit(total: int) -> None:
+    """At most RESULTS_MAX devices per claim over all requests."""
+    if total > RESULTS_MAX:
+        raise ValueError(f"requests: at most {RESULTS_MAX} devices per claim in all, got {total}")
+
+
+_STRING = string(max_bytes(ATTRIBUTE_VALUE_MAX_BYTES))
+_VERSION = string(max_bytes(ATTRIBUTE_VALUE_MAX_BYTES), check_semver)
+_INT64 = integer(check_int64)
+
+
+class DeviceAttribute(Value):
     """A typed-union attribute value: exactly one of the eight keys is set."""
 
-    string: AttrString | None = None
-    int_: Int64 | None = Field(default=None, alias="int")
-    bool_: bool | None = Field(default=None, alias="bool")
-    version: AttrVersion | None = None
-    strings: Annotated[list[AttrString], AfterValidator(_non_empty)] | None = None
-    ints: Annotated[list[Int64], AfterValidator(_non_empty)] | None = None
-    bools: Annotated[list[bool], AfterValidator(_non_empty)] | None = None
-    versions: Annotated[list[AttrVersion], AfterValidator(_non_empty)] | None = None
+    string: str | None = of(nullable(_STRING), default=None)
+    int_: int | None = of(nullable(_INT64), default=None, key="int")
+    bool_: bool | None = of(nullable(boolean()), default=None, key="bool")
+    version: str | None = of(nullable(_VERSION), default=None)
+    strings: list[str] | None = of(nullable(list_of(_STRING, non_empty)), default=None)
+    ints: list[int] | None = of(nullable(list_of(_INT64, non_empty)), default=None)
+    bools: list[bool] | None = of(nullable(list_of(boolean(), non_empty)), default=None)
+    versions: list[str] | None = of(nullable(list_of(_VERSION, non_empty)), default=None)
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> DeviceAttribute:
-        keys = [
-            (info.alias or name)
-            for name, info in type(self).model_fields.items()
-            if getattr(self, name) is not None
-        ]
-        if len(keys) != 1:
-            found = ", ".join(keys) if keys else "none"
-            raise ValueError(
-                "exactly one of string, int, bool, version, strings, ints, bools, versions "
-                f"must be set (found: {found})"
-            )
+    def validate(self) -> Self:
+        """Exactly one key set."""
+        exactly_one_value(
+            [key for name, key, _ in self.layout() if getattr(self, name) is not None]
+        )
         return self
-
-    @property
-    def value(self) -> str | int | bool | list[str] | list[int] | list[bool]:
-        """The one value that is set."""
-        for name in type(self).model_fields:
-            v = getattr(self, name)
-            if v is not None:
-                return v  # type: ignore[no-any-return]
-        raise AssertionError("validated attribute has no value")  # pragma: no cover
 
     def size(self) -> int:
         """How many values the attribute holds (1 for a scalar)."""
-        v = self.value
-        return len(v) if isinstance(v, list) else 1
+        for name, _, _ in self.layout():
+            value = getattr(self, name)
+            if value is not None:
+                return len(value) if isinstance(value, list) else 1
+        return 0
 
 
-class NetworkDeviceData(Model):
+class NetworkDeviceData(Value):
     """``networkData``: what the driver knows of a network device's configuration."""
 
-    interface_name: Annotated[str, _max_bytes(INTERFACE_NAME_MAX_BYTES)] | None = None
-    ips: Annotated[list[CanonicalInterfaceAddress], Field(max_length=IPS_MAX)] | None = None
-    hardware_address: Annotated[str, _max_bytes(HARDWARE_ADDRESS_MAX_BYTES)] | None = None
-
-    @model_validator(mode="after")
-    def _unique_ips(self) -> NetworkDeviceData:
-        seen: set[str] = set()
-        for ip in self.ips or []:
-            if ip in seen:
-                raise ValueError(f"ips: {ip!r} is listed twice")
-            seen.add(ip)
-        return self
-
-
-class Device(Model):
-    """One allocated device of a request, with its attributes and network data."""
-
-    driver: DriverName
-    pool: PoolName
-    name: DnsLabel
-    attributes: dict[QualifiedName, DeviceAttribute] | None = None
-    network_data: NetworkDeviceData | None = None
-
-    @model_validator(mode="after")
-    def _attribute_limits(self) -> Device:
-        attrs = self.attributes or {}
-        if len(attrs) > ATTRIBUTES_MAX:
-            raise ValueError(f"attributes: at most {ATTRIBUTES_MAX} allowed, got {len(attrs)}")
-        values = sum(a.size() for a in attrs.values())
-        if values > ATTRIBUTE_VALUES_MAX:
-            raise ValueError(
-                f"attributes: at most {ATTRIBUTE_VALUES_MAX} values in total "
-                f"(list items count one each), got {values}"
-            )
-        return self
-
-    def attribute(self, name: str) -> DeviceAttribute | None:
-        """Look up an attribute; an unqualified name is in the driver's own domain."""
-        attrs = self.attributes or {}
-        domain, _, ident = name.rpartition("/")
-        found = attrs.get(name)
-        if found is None and domain == self.driver:
-            found = attrs.get(ident)
-        if found is None and not domain:
-            found = attrs.get(f"{self.driver}/{ident}")
-        return found
-
-
-class DeviceMetadataRequest(Model):
-    """One request of the claim: ``name`` is ``<request>`` or ``<request>/<subrequest>``."""
-
-    name: RequestName
-    devices: list[Device] = Field(default_factory=list)
-
-
-class ObjectMeta(Model):
-    """The four ObjectMeta fields the framework fills in (others are ignored)."""
-
-    name: DnsSubdomain
-    namespace: DnsLabel | None = None
-    uid: str | None = None
-    generation: Annotated[Int64, Field(ge=0)] = 0
-
-
-class DeviceMetadata(Document):
-    """The metadata of one ResourceClaim's request(s), as one driver wrote it."""
-
-    metadata: ObjectMeta
-    pod_claim_name: DnsLabel | None = None
-    requests: Annotated[list[DeviceMetadataRequest], Field(max_length=RESULTS_MAX)] = Field(
-        default_factory=list
+    interface_name: str | None = of(
+        nullable(string(max_bytes(INTERFACE_NAME_MAX_BYTES))), default=None
+    )
+    ips: list[str] | None = of(
+        nullable(list_of(string(check_canonical_interface_address), max_length=IPS_MAX)),
+        default=None,
+    )
+    hardware_address: str | None = of(
+        nullable(string(max_bytes(HARDWARE_ADDRESS_MAX_BYTES))), default=None
     )
 
-    @model_validator(mode="after")
-    def _result_limit(self) -> DeviceMetadata:
-        total = sum(len(r.devices) for r in self.requests)
-        if total > RESULTS_MAX:
-            raise ValueError(
-                f"requests: at most {RESULTS_MAX} devices per claim in all, got {total}"
-            )
+    def validate(self) -> Self:
+        """Each address once."""
+        unique_ips(self.ips or [])
+        return self
+
+
+class Device(Value):
+    """One allocated device of a request, with its attributes and network data."""
+
+    driver: str = of(string(check_driver_name))
+    pool: str = of(string(check_pool_name))
+    name: str = of(string(check_dns_label))
+    attributes: dict[str, DeviceAttribute] | None = of(
+        nullable(dict_of(struct(DeviceAttribute), key=(check_qualified_name,))), default=None
+    )
+    network_data: NetworkDeviceData | None = of(nullable(struct(NetworkDeviceData)), default=None)
+
+    def validate(self) -> Self:
+        """The attribute limits."""
+        attribute_limits([a.size() for a in (self.attributes or {}).values()])
+        return self
+
+
+class DeviceMetadataRequest(Value):
+    """One request of the claim: ``name`` is ``<request>`` or ``<request>/<subrequest>``."""
+
+    name: str = of(string(check_request_name))
+    devices: list[Device] = of(list_of(struct(Device)), factory=list)
+
+
+class ObjectMeta(Value):
+    """The four ObjectMeta fields the framework fills in (others are ignored)."""
+
+    name: str = of(string(check_dns_subdomain))
+    namespace: str | None = of(nullable(string(check_dns_label)), default=None)
+    uid: str | None = of(nullable(string()), default=None)
+    generation: int = of(integer(check_int64, ge=0), default=0)
+
+
+class DeviceMetadata(Value):
+    """The metadata of one ResourceClaim's request(s), as a conforming driver writes it."""
+
+    api_version: str = of(string())
+    kind: str = of(string())
+    metadata: ObjectMeta = of(struct(ObjectMeta))
+    pod_claim_name: str | None = of(nullable(string(check_dns_label)), default=None)
+    requests: list[DeviceMetadataRequest] = of(
+        list_of(struct(DeviceMetadataRequest), max_length=RESULTS_MAX), factory=list
+    )
+
+    def validate(self) -> Self:
+        """At most RESULTS_MAX devices in all."""
+        result_limit(sum(len(r.devices) for r in self.requests))
         return self
 
 

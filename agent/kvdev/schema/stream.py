@@ -38,19 +38,25 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
-
-from pydantic import ValidationError
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.schema import godecode, gojson, hints, metadata, reading
-from kvdev.schema.base import Document, Model, format_path, unknown_fields
+from kvdev.schema.plain import Value, format_path, json_type, read, unknown_fields
 
 MAX_STREAM_BYTES: Final = 4 * 1024 * 1024
 MAX_DEPTH: Final = 32
 
-D = TypeVar("D", bound=Document)
-M = TypeVar("M", bound=Model)
+D = TypeVar("D", bound=Value)
+M = TypeVar("M", bound=Value)
+
+
+class Writable(Protocol):
+    """What ``encode_stream`` writes: a document that gives itself back as JSON data."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The document as JSON data."""
+        ...
 
 
 Check = Callable[[dict[str, object]], tuple[Problem, ...]]
@@ -60,9 +66,9 @@ Check = Callable[[dict[str, object]], tuple[Problem, ...]]
 class DocumentKind(Generic[D]):
     """A versioned document type: its group, kind, known versions (newest first) and model.
 
-    ``model`` decodes an object (a failure makes that object unusable); ``check`` finds what
-    does not fail it but breaks a writer's rules (warnings); ``go_layout``, when set, is the
-    Go type upstream writes the kind as.
+    ``model`` (a ``plain.Value``) decodes an object (a failure makes that object unusable);
+    ``check`` finds what does not fail it but breaks a writer's rules (warnings);
+    ``go_layout``, when set, is the Go type upstream writes the kind as.
     """
 
     group: str
@@ -253,38 +259,18 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
 # --------------------------------------------------------------------------- validation layer
 
 
-def problems_from(error: ValidationError, *, source: str, index: int | None) -> list[Problem]:
-    """Turn a pydantic error into Problems with readable field paths."""
-    out = []
-    for err in error.errors(include_url=False):
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        out.append(Problem(msg, source, index, format_path(tuple(err["loc"]))))
-    return out
-
-
 def validate_value(value: object, model: type[M], *, source: str, index: int | None) -> M:
-    """Validate plain JSON data against a model; SchemaError lists every problem."""
+    """Read plain JSON data as a document value; SchemaError lists every problem."""
     if not isinstance(value, dict):
         raise SchemaError(
-            [Problem(f"expected a JSON object, found {_json_type(value)}", source, index)]
+            [Problem(f"expected a JSON object, found {json_type(value)}", source, index)]
         )
-    try:
-        return model.model_validate(value, strict=True)
-    except ValidationError as e:
-        raise SchemaError(problems_from(e, source=source, index=index)) from e
-    except RecursionError as e:  # pragma: no cover - bounded by MAX_DEPTH
-        raise SchemaError([Problem("nested too deeply", source, index)]) from e
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    return names.get(type(value), "a number")
+    doc, errors = read(model, value)
+    if doc is None:
+        raise SchemaError(
+            [Problem(message, source, index, format_path(loc)) for loc, message in errors]
+        )
+    return doc
 
 
 def _type_meta(value: dict[str, object]) -> tuple[object, object]:
@@ -297,7 +283,7 @@ def _type_meta(value: dict[str, object]) -> tuple[object, object]:
 def _api_version(value: object, source: str, index: int) -> str:
     if not isinstance(value, dict):
         raise SchemaError(
-            [Problem(f"expected a JSON object, found {_json_type(value)}", source, index)]
+            [Problem(f"expected a JSON object, found {json_type(value)}", source, index)]
         )
     api, _ = _type_meta(value)
     if api is godecode.ABSENT:
@@ -451,7 +437,7 @@ def _check_later(
 
 
 def encode_stream(
-    document: Document, kind: DocumentKind[Any], versions: Sequence[str] = ()
+    document: Writable, kind: DocumentKind[Any], versions: Sequence[str] = ()
 ) -> bytes:
     """Write ``document`` once per version (default: every known one), newest first.
 

@@ -19,8 +19,8 @@ from kvdev.host.publish.metadata import (
     claim_identity,
     network_from_status,
 )
+from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema import DEVICE_METADATA, decode_stream, encode_stream
-from kvdev.schema.metadata import NetworkDeviceData
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "packaging" / "examples" / "host"

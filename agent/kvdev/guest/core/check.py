@@ -16,13 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from pydantic.alias_generators import to_camel
-
 from kvdev.errors import Problem, Severity
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
-from kvdev.schema.described import DescribedDevice
+from kvdev.schema.described import NOT_WRITTEN, DescribedDevice
 from kvdev.schema.hints import GuestHints
+from kvdev.schema.plain import camel
 from kvdev.schema.reading import DeviceMetadata
 
 REPORT_API_VERSION: Final = "kvdev.io/v1alpha1"
@@ -134,8 +133,12 @@ def _device_line(d: DescribedDevice) -> str:
     facts = [f"{d.request}: {d.driver}/{d.pool}/{d.name}"]
     if not d.usable:
         facts.append("UNUSABLE (the agent leaves it alone)")
+    elif d.deferred:
+        facts.append(f"PENDING ({NOT_WRITTEN})")
     if d.pci_address:
         facts.append(f"pci {d.pci_address}")
+    if d.mdev_uuid:
+        facts.append(f"mdev {d.mdev_uuid}")
     if d.numa_nodes:
         facts.append("numa " + ",".join(str(n) for n in d.numa_nodes))
     if d.mac:
@@ -230,7 +233,7 @@ def _device_json(d: DescribedDevice) -> dict[str, Any]:
     plain = {
         f.name: getattr(d, f.name) for f in fields(d) if f.name not in {"problems", "rejected"}
     }
-    out = {to_camel(k): (list(v) if isinstance(v, tuple) else v) for k, v in plain.items()}
+    out = {camel(k): (list(v) if isinstance(v, tuple) else v) for k, v in plain.items()}
     out["ref"] = d.ref
     out["usable"] = d.usable
     out["problems"] = [_problem_json(p) for p in d.problems]

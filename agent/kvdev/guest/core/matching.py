@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from kvdev.guest.core.observed import GuestDevice, Nic
 from kvdev.schema.configdrive import TaggedDevice
-from kvdev.schema.described import DescribedDevice
+from kvdev.schema.described import NOT_WRITTEN, DescribedDevice
 from kvdev.schema.fields import base_request
 from kvdev.schema.hints import DeviceHint
 
@@ -50,6 +50,7 @@ class MatchState(enum.Enum):
     MISSING = "Missing"
     AMBIGUOUS = "Ambiguous"
     INVALID = "Invalid"  # its metadata holds a value kvdev cannot act on: never matched
+    DEFERRED = "Deferred"  # the driver has not written its metadata yet: never matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,15 +118,19 @@ def match(
 
     A device whose metadata kvdev cannot act on (``DescribedDevice.problems``) is never
     matched: its binding is ``INVALID`` with the first problem as the reason, and the guest
-    device it would have taken stays free for nobody else to take by mistake either.
+    device it would have taken stays free for nobody else to take by mistake either. A device
+    whose driver has not written its metadata yet (``deferred``) is not matched either: its
+    binding is ``DEFERRED`` until the rewrite.
     """
-    usable = [d for d in described if d.usable]
+    usable = [d for d in described if d.usable and not d.deferred]
     matching = _match(usable, guest, hints, tagged)
     found = iter(matching.bindings)
     bindings = tuple(
         next(found)
-        if d.usable
+        if d.usable and not d.deferred
         else Binding(d, MatchState.INVALID, reason=_invalid_reason(d), hint=hint_for(d, hints))
+        if not d.usable
+        else Binding(d, MatchState.DEFERRED, reason=NOT_WRITTEN, hint=hint_for(d, hints))
         for d in described
     )
     return Matching(bindings, matching.unmanaged)

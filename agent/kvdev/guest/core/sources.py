@@ -5,6 +5,9 @@ valid content stays in force until valid content replaces it, or until a complet
 listing shows the file gone. Invalid or unreadable content never replaces it: it becomes that
 file's current error instead. So a torn or failed read is never taken for "no devices", and a
 bad edit leaves the last good state in force while status shows what is wrong with the new one.
+An empty metadata file is the first state of a driver's deferred metadata (its request shows
+Pending); once content was in force, an empty file (a writer that truncates first) leaves it
+in force.
 
 The same holds per device inside a file that is used: a device whose new description kvdev
 cannot act on (``DescribedDevice.problems``) keeps its last good description in force, marked
@@ -205,6 +208,8 @@ def _checked(
 
 
 def _fold(old: Entry | None, raw: RawFile, result: FileResult, scan: int) -> Entry:
+    if result.pending and old is not None and old.used is not None and not old.used.pending:
+        return replace(old, rejected=None, rejected_since=None)  # an empty file: torn? keep it
     if result.ok:
         result = _keep_last_good_devices(old.used if old else None, result)
         unchanged = old is not None and old.used == result

@@ -68,6 +68,7 @@ class DeviceStatus:
     pod_claim_name: str | None = None
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
     origin: str = ""  # its stream's origin (schema/origins: driver, reconstructed; "" unknown)
+    mdev_uuid: str | None = None  # a mediated device's UUID, as its metadata says
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         MatchState.MISSING: Phase.MISSING,
         MatchState.AMBIGUOUS: Phase.AMBIGUOUS,
         MatchState.INVALID: Phase.ERROR,
+        MatchState.DEFERRED: Phase.PENDING,
     }.get(b.state, Phase.CONFIGURED)
     reason = b.reason
     left: tuple[Step, ...] = ()
@@ -214,6 +216,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
             r for r in (state.routes if state else ()) if nic and r.ifindex == nic.ifindex
         ),
         warnings=tuple(by.warnings.get(ref, ())),
+        mdev_uuid=d.mdev_uuid,
     )
 
 

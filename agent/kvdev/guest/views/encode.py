@@ -48,6 +48,8 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
     }
     if d.origin:
         out["origin"] = d.origin
+    if d.mdev_uuid is not None:
+        out["mdevUUID"] = d.mdev_uuid
     if d.desired is not None:
         out["desired"] = {
             "interface": d.desired.ifname,

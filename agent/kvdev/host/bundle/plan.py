@@ -31,8 +31,9 @@ import yaml
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.schema.base import Model
-from kvdev.schema.fields import (
+from kvdev.host.schema.base import Model, problems_from
+from kvdev.host.schema.hints import Route
+from kvdev.host.schema.types import (
     DnsLabel,
     DnsSubdomain,
     DriverName,
@@ -41,8 +42,7 @@ from kvdev.schema.fields import (
     PoolName,
     RequestName,
 )
-from kvdev.schema.hints import HINTS_MAX, MTU_MAX, MTU_MIN, ROUTES_MAX, TAG_MAX_BYTES, Route
-from kvdev.schema.stream import problems_from
+from kvdev.schema.hints import HINTS_MAX, MTU_MAX, MTU_MIN, ROUTES_MAX, TAG_MAX_BYTES
 
 API_VERSION: Final = "bundle.kvdev.io/v1alpha1"
 KIND: Final = "GuestPlan"

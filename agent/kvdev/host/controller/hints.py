@@ -36,14 +36,8 @@ from pydantic import ValidationError
 
 from kvdev.errors import Problem, Severity
 from kvdev.host.k8s.kubevirt import ClaimedDevice, VirtualMachineInstance
-from kvdev.schema.hints import (
-    KIND,
-    V1ALPHA1,
-    DeviceHint,
-    GuestHints,
-    GuestLocation,
-    ProtectedNic,
-)
+from kvdev.host.schema.hints import DeviceHint, GuestHints, GuestLocation, ProtectedNic
+from kvdev.schema.hints import KIND, V1ALPHA1
 
 _GUEST_FIELDS = {"mac_address": "macAddress", "pci_address": "pciAddress", "tag": "tag"}
 

@@ -55,9 +55,9 @@ from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Record, for_node
-from kvdev.schema.hints import GuestHints
+from kvdev.host.schema.hints import GuestHints
 from kvdev.schema.origins import SOURCES_KEY, index_json
-from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, decode_stream, encode_stream
+from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
 from kvdev.schema.tree import CONFIGMAP_MAX_KEYS
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
@@ -418,7 +418,7 @@ def _hints_generation(document: GuestHints, old: str | None) -> GuestHints:
     return document.model_copy(update={"metadata": meta})
 
 
-def _without_generation(document: GuestHints) -> dict[str, Any]:
+def _without_generation(document: Writable) -> dict[str, Any]:
     body = document.to_json_dict()
     body.get("metadata", {}).pop("generation", None)
     return body

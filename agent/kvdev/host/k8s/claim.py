@@ -24,15 +24,10 @@ from kvdev.host.k8s.common import (
 )
 from kvdev.host.k8s.quantity import Quantity
 from kvdev.host.k8s.resource import BINDING_CONDITIONS_MAX, CONFIG_MAX, SELECTORS_MAX
-from kvdev.schema.base import Document, Model
-from kvdev.schema.fields import (
-    DnsLabel,
-    DriverName,
-    PoolName,
-    RequestName,
-    check_dns_subdomain,
-)
-from kvdev.schema.metadata import Int64, NetworkDeviceData
+from kvdev.host.schema.base import Document, Model
+from kvdev.host.schema.metadata import Int64, NetworkDeviceData
+from kvdev.host.schema.types import DnsLabel, DriverName, PoolName, RequestName
+from kvdev.schema.fields import check_dns_subdomain
 
 REQUESTS_MAX = 32  # DeviceRequestsMaxSize
 CONSTRAINTS_MAX = 32  # DeviceConstraintsMaxSize

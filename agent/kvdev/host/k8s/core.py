@@ -15,8 +15,8 @@ from typing import Literal
 
 from kvdev.host.k8s.common import ObjectMeta
 from kvdev.host.k8s.quantity import Quantity
-from kvdev.schema.base import Document, Model
-from kvdev.schema.fields import DnsLabel, DnsSubdomain
+from kvdev.host.schema.base import Document, Model
+from kvdev.host.schema.types import DnsLabel, DnsSubdomain
 
 
 class NodeStatus(Model):

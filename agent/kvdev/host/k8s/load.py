@@ -41,8 +41,7 @@ from kvdev.host.k8s.resource import (
 )
 from kvdev.host.k8s.scheduling import API_VERSIONS as SCHEDULING_VERSIONS
 from kvdev.host.k8s.scheduling import PodGroup
-from kvdev.schema.base import Document
-from kvdev.schema.stream import problems_from
+from kvdev.host.schema.base import Document, problems_from
 
 # libyaml's safe loader when PyYAML has it: ~8x faster on big `kubectl get -o yaml` dumps.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

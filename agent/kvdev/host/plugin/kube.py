@@ -28,7 +28,7 @@ from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.k8s.resource import API_VERSION
 from kvdev.host.plugin.claimsource import ClaimNotFoundError, Fetched
 from kvdev.host.ratelimit import TokenBucket
-from kvdev.schema.stream import problems_from
+from kvdev.host.schema.base import problems_from
 
 PAGE_SIZE = 500
 _NOT_FOUND = 404

@@ -22,6 +22,13 @@ from kvdev.errors import Problem, SchemaError
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.k8s.claim import DeviceRequestAllocationResult
 from kvdev.host.k8s.resource import Device as SliceDevice
+from kvdev.host.schema.metadata import (
+    Device,
+    DeviceAttribute,
+    DeviceMetadata,
+    NetworkDeviceData,
+    ObjectMeta,
+)
 from kvdev.schema.fields import (
     base_request,
     check_dns_label,
@@ -29,15 +36,7 @@ from kvdev.schema.fields import (
     check_driver_name,
     normalize_pci_address,
 )
-from kvdev.schema.metadata import (
-    ATTRIBUTE_VALUES_MAX,
-    ATTRIBUTES_MAX,
-    Device,
-    DeviceAttribute,
-    DeviceMetadata,
-    NetworkDeviceData,
-    ObjectMeta,
-)
+from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX, ATTRIBUTES_MAX
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 # ``<namespace>_<name>`` is a directory name, and ``.<namespace>_<name>.lock`` a file name next

@@ -49,8 +49,8 @@ from kvdev.host.publish.metadata import (
     check_uid,
     claim_identity,
 )
+from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema.fields import check_dns_label
-from kvdev.schema.metadata import NetworkDeviceData
 
 __all__ = [
     "RECORD_FILE",

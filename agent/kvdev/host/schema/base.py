@@ -1,4 +1,4 @@
-"""The pydantic base every kvdev document model derives from, and its unknown-field rule.
+"""The pydantic base every host document model derives from, its unknown-field rule, its errors.
 
 Rules shared by all documents:
 
@@ -14,18 +14,21 @@ No I/O here.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationError,
     model_serializer,
 )
 from pydantic.alias_generators import to_camel
+
+from kvdev.errors import Problem, SchemaError
+from kvdev.schema.plain import format_path, json_type, walk_unknown
 
 
 class Model(BaseModel):
@@ -67,37 +70,45 @@ class Document(Model):
     kind: str
 
 
-def format_path(loc: tuple[int | str, ...]) -> str:
-    """Render a pydantic location as ``requests[0].devices[1].attributes["a.b/c"]``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part == "[key]":
-            out += "(key)"
-        elif part.replace("_", "").isalnum() and part[:1].isalpha():
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
+def _own(value: object) -> tuple[Iterable[str], Iterable[tuple[str, object]]] | None:
+    if not isinstance(value, BaseModel):
+        return None
+    fields = type(value).model_fields.items()
+    extras = sorted(value.__pydantic_extra__ or {})
+    return extras, [(info.alias or name, getattr(value, name)) for name, info in fields]
 
 
 def unknown_fields(model: BaseModel, loc: tuple[int | str, ...] = ()) -> Iterator[str]:
     """Yield the field path of every unknown (ignored) key anywhere inside ``model``."""
-    for key in sorted(model.__pydantic_extra__ or {}):
-        yield format_path((*loc, key))
-    for name, info in type(model).model_fields.items():
-        value = getattr(model, name)
-        here = (*loc, info.alias or name)
-        yield from _unknown_in(value, here)
+    return walk_unknown(model, loc, _own)
 
 
-def _unknown_in(value: object, loc: tuple[int | str, ...]) -> Iterator[str]:
-    if isinstance(value, BaseModel):
-        yield from unknown_fields(value, loc)
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            yield from _unknown_in(item, (*loc, i))
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _unknown_in(item, (*loc, str(key)))
+M = TypeVar("M", bound=Model)
+
+
+def problems_from(error: ValidationError, *, source: str, index: int | None) -> list[Problem]:
+    """Turn a pydantic error into Problems with readable field paths."""
+    out = []
+    for err in error.errors(include_url=False):
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        out.append(Problem(msg, source, index, format_path(tuple(err["loc"]))))
+    return out
+
+
+def validate_value(value: object, model: type[M], *, source: str, index: int | None) -> M:
+    """Validate plain JSON data against a model; SchemaError lists every problem."""
+    if not isinstance(value, dict):
+        raise SchemaError(
+            [Problem(f"expected a JSON object, found {json_type(value)}", source, index)]
+        )
+    try:
+        return model.model_validate(value, strict=True)
+    except ValidationError as e:
+        raise SchemaError(problems_from(e, source=source, index=index)) from e
+
+
+__all__ = ["Document", "Model", "format_path", "problems_from", "unknown_fields", "validate_value"]
