@@ -213,14 +213,16 @@ def test_healthz_fails_naming_a_watch_silent_past_the_bound(controller):
 def test_healthz_fails_when_the_leaders_worker_stops_turning(controller):
     for reflector in controller.reflectors:
         reflector.progressed = 1000.0
-    controller._beat = 1000.0
+    controller._beats.update({-1: 1000.0 + 661, 0: 1000.0 + 600, 1: 1000.0})
     controller.test_clock.now = 1000.0 + 661
     for reflector in controller.reflectors:  # the watches are fine
         reflector.progressed = controller.test_clock.now
     assert controller.healthz() == (True, "ok")  # a standby's worker does not turn
     controller.leading.set()
     ok, text = controller.healthz()
-    assert (ok, "the worker has not turned for 661 s" in text) == (False, True)
+    assert (ok, "worker 1 has not turned for 661 s" in text) == (False, True)
+    assert "worker 0" not in text
+    assert "main loop" not in text
 
 
 def test_leader_and_the_leader_gauge_follow_the_lease(controller):

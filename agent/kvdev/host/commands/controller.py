@@ -44,6 +44,7 @@ from kvdev.host.commands.common import (
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
 from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
+from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
@@ -159,6 +160,14 @@ def register(commands: Commands) -> None:
         default=600.0,
         metavar="SECONDS",
         help="live: render every VMI again this often, writing only changes (default: 600)",
+    )
+    sub.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        metavar="N",
+        help="live: sync this many VMIs at once, never one VMI twice at once; all share "
+        f"--kube-api-qps (default: {WORKERS})",
     )
     sub.add_argument(
         "--lease-duration",
@@ -325,6 +334,8 @@ def _settings_error(args: argparse.Namespace) -> str | None:
     """A usage error in the live settings, naming the flag."""
     if args.resync <= 0:
         return "--resync must be positive"
+    if args.workers < 1:
+        return f"--workers must be at least 1, not {args.workers}"
     timing = _lease_timing(args)
     if timing is not None:
         return timing
@@ -431,7 +442,9 @@ def _assemble(
 
     metrics = Metrics()
     recorder = Recorder(api, Correlator(MANAGER, identity), metrics)
-    controller = Controller(api, resync=args.resync, metrics=metrics, recorder=recorder)
+    controller = Controller(
+        api, resync=args.resync, workers=args.workers, metrics=metrics, recorder=recorder
+    )
     address = parse_address(args.http_address)
     if address is None:
         return controller, None
