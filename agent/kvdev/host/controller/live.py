@@ -25,10 +25,11 @@ Measured, per sync: API calls (``api.calls``) and the reconcile count (``stats``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,6 +51,17 @@ from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
 _VMI = "VirtualMachineInstance"
+
+
+def _same_content(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """The stored ConfigMap holds what ``body`` writes: data, labels and owners alike."""
+    meta, sent = stored.get("metadata") or {}, body.get("metadata") or {}
+    return (
+        (stored.get("data") or {}) == (body.get("data") or {})
+        and (stored.get("binaryData") or {}) == (body.get("binaryData") or {})
+        and (meta.get("labels") or {}) == (sent.get("labels") or {})
+        and (meta.get("ownerReferences") or []) == (sent.get("ownerReferences") or [])
+    )
 
 
 def _about(result: Rendered) -> dict[str, Any]:
@@ -109,6 +121,7 @@ class Controller:
         # long is wedged: a healthy one ends by its timeout and is opened again.
         self.stale_after = 2.0 * (watch_seconds + api.timeout)
         self._since: dict[Key, float] = {}  # the first change not yet written, per VMI
+        self._writing: dict[Key, Mapping[str, Any]] = {}  # ConfigMap key -> body being written
         self._beats: dict[int, float] = {}  # each worker's last turn (and the main loop's: -1)
         self._noted: dict[Key, frozenset[Note]] = {}  # each VMI's notes at its last sync
         self._lock = threading.Lock()
@@ -144,6 +157,10 @@ class Controller:
                 touched = self.index.replace(change.kind, change.items)
             elif isinstance(change, Upsert):
                 touched = self.index.upsert(change.kind, change.stored)
+                if touched and change.kind is Kind.CONFIGMAP:
+                    writing = self._writing.get(change.stored.key)
+                    if writing is not None and _same_content(change.stored.raw, writing):
+                        touched = set()  # our own write's echo, ahead of its answer
             else:
                 assert isinstance(change, Delete)
                 touched = self.index.remove(change.kind, change.key)
@@ -237,7 +254,8 @@ class Controller:
             log.warning("%s: %s", result.vmi, problem, extra=_about(result))
         if result.verb is Verb.CREATE:
             assert result.body is not None
-            self._remember(self.api.create_configmap(result.namespace, result.body))
+            with self._in_flight(result):
+                self._remember(self.api.create_configmap(result.namespace, result.body))
             self.stats.count("creates")
             self.metrics.writes.labels("created").inc()
             log.info(
@@ -247,7 +265,8 @@ class Controller:
             )
         elif result.verb is Verb.UPDATE:
             assert result.body is not None
-            self._remember(self.api.replace_configmap(result.namespace, result.body))
+            with self._in_flight(result):
+                self._remember(self.api.replace_configmap(result.namespace, result.body))
             self.stats.count("updates")
             self.metrics.writes.labels("updated").inc()
             log.info(
@@ -262,6 +281,24 @@ class Controller:
             self.stats.count("unchanged")
             self.metrics.writes.labels("unchanged").inc()
         return result
+
+    @contextlib.contextmanager
+    def _in_flight(self, result: Rendered) -> Iterator[None]:
+        """While a write is out: its watch event, if it comes before the answer, queues nothing.
+
+        The echo of a create or update can reach the ConfigMap watch before the worker has the
+        answer and ``_remember``s it; without this, it would queue the VMI again for a sync that
+        finds nothing to do, behind which a real change waits.
+        """
+        assert result.body is not None
+        key = (result.namespace, result.name)
+        with self._lock:
+            self._writing[key] = result.body
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writing.pop(key, None)
 
     def _remember(self, stored: dict[str, Any] | None) -> None:
         """Our own write (or a fresh read) into the cache at once; the watch confirms it."""
