@@ -142,3 +142,29 @@ def test_many_workers_never_sync_one_key_twice_at_once_and_lose_no_change():
     assert drained
     assert syncs.overlaps == []
     assert syncs.seen == syncs.changed  # every key's last change was seen by a sync after it
+
+
+def test_the_controllers_client_keeps_a_connection_per_watch_worker_and_sender(tmp_path):
+    """Four workers, five watches and the Event sender on 2 CPUs: past the client's default
+    pool (5 per CPU) urllib3 would open and drop a connection per request."""
+    import yaml  # noqa: PLC0415
+
+    from kvdev.host import kubeclient  # noqa: PLC0415
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    api = kubeclient.api_client(path, connections=64)
+    assert api.configuration.connection_pool_maxsize == 64
+    assert api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 64
+    default = kubeclient.api_client(path)
+    assert kubeclient.api_client(path, connections=1).configuration.connection_pool_maxsize == (
+        default.configuration.connection_pool_maxsize
+    )  # never fewer than the client's default

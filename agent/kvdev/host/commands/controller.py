@@ -359,7 +359,9 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     identity = _identity(args)
     try:
         elector = lease_elector(args, identity)
-        api = KubeApi.connect(args.kubeconfig, bucket_from(args))
+        # one connection per watched kind, per worker, the Event sender and a spare
+        connections = len(Kind) + args.workers + 2
+        api = KubeApi.connect(args.kubeconfig, bucket_from(args), connections=connections)
     except KvdevError as e:
         err.write(f"kvdev-host controller: {e}\n")
         return EXIT_INVALID
