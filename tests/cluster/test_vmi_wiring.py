@@ -158,3 +158,21 @@ def test_a_longer_name_is_refused_saying_how_to_wire_it(kube, opted_in):
     vmi["spec"]["volumes"] = [{"name": VOLUME, "configMap": {"name": configmap_name(name)}}]
     vmi["spec"]["domain"]["devices"]["filesystems"] = [{"name": VOLUME, "virtiofs": {}}]
     assert create(kube, opted_in, vmi)["spec"] == vmi["spec"]
+
+
+def test_a_generated_name_is_refused_unless_wired_by_hand(kube, opted_in):
+    """generateName is resolved after admission: the ConfigMap's name is not known there."""
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    vmi = minimal_vmi("", opted_in)
+    del vmi["metadata"]["name"]
+    vmi["metadata"]["generateName"] = "gen-"
+    with pytest.raises(ApiException) as refused:
+        create(kube, opted_in, vmi)
+    assert refused.value.status == 422
+    assert "generateName has no name at admission" in refused.value.body
+    vmi["spec"]["volumes"] = [{"name": VOLUME, "configMap": {"name": "kvdev-by-hand"}}]
+    vmi["spec"]["domain"]["devices"]["filesystems"] = [{"name": VOLUME, "virtiofs": {}}]
+    made = create(kube, opted_in, vmi)
+    assert made["metadata"]["name"].startswith("gen-")
+    assert made["spec"] == vmi["spec"]
