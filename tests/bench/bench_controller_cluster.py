@@ -127,10 +127,18 @@ class Follower:
         self.seen: dict[str, float] = {}
         self.cond = threading.Condition()
         self.stream = watch.Watch()
+        self.stopped = False
         self.rv = core.list_namespaced_config_map(NS, limit=1).metadata.resource_version
         threading.Thread(target=self._follow, daemon=True).start()
 
     def _follow(self) -> None:
+        try:
+            self._events()
+        except Exception:  # the stream is cut when the bench stops it
+            if not self.stopped:
+                raise
+
+    def _events(self) -> None:
         for event in self.stream.stream(
             self.core.list_namespaced_config_map,
             NS,
@@ -284,6 +292,7 @@ def change_latencies(
             raise RuntimeError(f"no ConfigMap update for {ip}")
         out.append((follower.seen[ip] - sent) * 1000)
     requests = configmap_requests(cluster) - before
+    follower.stopped = True
     follower.stream.stop()
     slowest = max(range(len(out)), key=out.__getitem__)
     first = out[0]
