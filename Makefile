@@ -47,7 +47,7 @@ demo: $(STAMP)  ## (root) the agent configures real links for the bundled exampl
 example: $(STAMP)  ## validate the bundled example metadata tree, hints and config drive
 	$(BIN)/kvdev metadata validate packaging/examples/dra-device-attributes packaging/examples/config-drive/openstack/latest/meta_data.json
 
-test: check unit test-compat deb rpm e2e  ## everything CI runs: lint, types, imports, tests, packages, VM e2e
+test: check docs unit test-compat deb rpm e2e  ## everything CI runs: lint, types, imports, docs, tests, packages, VM e2e
 
 quick: check unit  ## the fast loop: lint, types, imports, tests (no packages, no VM)
 
@@ -106,6 +106,25 @@ cluster-down:  ## stop what make cluster started (the pids in build/cluster/stat
 
 proto: $(STAMP)  ## regenerate the committed gRPC stubs of agent/kvdev/host/proto/*.proto
 	$(BIN)/python -m kvdev.host.proto
+
+# The docs site and the man pages, one source (docs/, Sphinx + MyST; graphviz's dot draws the
+# diagrams). -W --keep-going -n: every warning, a broken internal link or a missing page among
+# them, fails the build after all are listed; -E: the generated reference pages are rendered
+# from the parsers and files of this tree every time. Nothing reaches the network.
+.PHONY: docs man
+SPHINX := $(BIN)/sphinx-build -q -E -W --keep-going -n
+
+docs: $(STAMP)  ## the docs site in build/docs/html; fails on a warning, a broken link or a stale man page
+	$(SPHINX) -b html -d build/docs/doctrees-html docs build/docs/html
+	rm -rf build/docs/man
+	$(SPHINX) -b man -d build/docs/doctrees-man docs build/docs/man
+	@diff -u -r packaging/man build/docs/man || { echo "make docs: packaging/man/ is not what docs/ renders: run make man and commit it" >&2; exit 1; }
+
+man: $(STAMP)  ## rewrite packaging/man/ from docs/ (the pages the packages install; commit them)
+	rm -rf build/docs/man
+	$(SPHINX) -b man -d build/docs/doctrees-man docs build/docs/man
+	rm -f packaging/man/*
+	cp build/docs/man/* packaging/man/
 
 .PHONY: robustness robustness-long
 

@@ -7,7 +7,7 @@ directory, bytes per file) and unreadable files are problems, never exceptions.
 import pytest
 
 from kvdev.guest.adapters import netconfig
-from kvdev.guest.core.primary import Configured
+from kvdev.guest.core.primary import AutoDefault, Configured
 
 MAC = "52:54:00:12:34:56"
 
@@ -130,3 +130,66 @@ def test_reading_is_bounded_in_files_and_bytes(tmp_path):
         Configured(str(tmp_path / "etc/systemd/network/000.network") + " [Match]", "n0")
         in configured
     )
+
+
+# ------------------------------------------------------------ DNS servers, for the safety policy
+
+
+def test_dns_servers_from_resolv_conf_resolved_and_networkmanager(tmp_path):
+    write(tmp_path, "etc/resolv.conf", "# stub\nnameserver 127.0.0.53\noptions edns0\n")
+    write(
+        tmp_path,
+        "run/systemd/resolve/resolv.conf",
+        "nameserver 10.0.2.3\nnameserver fe80::1%eth0\nnameserver bogus\nnameserver\n",
+    )
+    write(tmp_path, "run/NetworkManager/resolv.conf", "nameserver 8.8.8.8\nnameserver 10.0.2.3\n")
+    assert netconfig.dns_servers(tmp_path) == (("10.0.2.3", "fe80::1", "8.8.8.8"), ())
+
+
+def test_dns_servers_are_bounded(tmp_path):
+    write(tmp_path, "etc/resolv.conf", "".join(f"nameserver 10.9.0.{i}\n" for i in range(50)))
+    write(tmp_path, "run/NetworkManager/resolv.conf", "x" * (netconfig.MAX_FILE_BYTES + 1))
+    servers, problems = netconfig.dns_servers(tmp_path)
+    assert len(servers) == netconfig.MAX_NAMESERVERS
+    assert [p.split(":")[0] for p in problems] == [str(tmp_path / "run/NetworkManager/resolv.conf")]
+
+
+# ------------------------------------------------------------ NetworkManager's auto-default
+
+
+def test_without_networkmanager_there_is_no_auto_default(tmp_path):
+    assert netconfig.auto_default(tmp_path) == (None, ())
+
+
+def test_networkmanager_without_no_auto_default_connects_every_nic(tmp_path):
+    write(tmp_path, "etc/NetworkManager/NetworkManager.conf", "[main]\nplugins=keyfile\n")
+    auto, problems = netconfig.auto_default(tmp_path)
+    assert auto == AutoDefault(on=True)
+    assert problems == ()
+
+
+def test_no_auto_default_in_conf_d_lists_nics_or_turns_it_off(tmp_path):
+    write(tmp_path, "etc/NetworkManager/NetworkManager.conf", "[main]\nno-auto-default=*\n")
+    write(
+        tmp_path,
+        "usr/lib/NetworkManager/conf.d/10-distro.conf",
+        f"[main]\nno-auto-default={MAC.upper()},interface-name:eth9;mac:52:54:00:00:00:01\n",
+    )
+    auto, _ = netconfig.auto_default(tmp_path)  # conf.d comes after NetworkManager.conf
+    assert auto == AutoDefault(
+        on=True,
+        macs=frozenset({MAC, "52:54:00:00:00:01"}),
+        names=frozenset({"eth9"}),
+    )
+    write(tmp_path, "etc/NetworkManager/conf.d/90-cloud.conf", "[main]\nno-auto-default=*\n")
+    assert netconfig.auto_default(tmp_path)[0] == AutoDefault(on=False)
+
+
+def test_networkmanagers_runtime_state_says_which_links_it_manages(tmp_path):
+    write(tmp_path, "run/NetworkManager/devices/2", "[device]\nmanaged=true\nnm-owned=false\n")
+    write(tmp_path, "run/NetworkManager/devices/3", "[device]\nmanaged=false\n")
+    write(tmp_path, "run/NetworkManager/devices/4", "[device]\nmanaged=true\n" + "#" * 5000)
+    write(tmp_path, "run/NetworkManager/devices/5", "not ini at all\n")
+    write(tmp_path, "run/NetworkManager/devices/6", "[device]\nmanaged=true\n")  # not asked
+    assert netconfig.nm_managed(tmp_path, [2, 3, 4, 5, 7]) == {2}  # 4: larger than 4 KiB
+    assert netconfig.nm_managed(tmp_path / "nothing", [2]) == frozenset()

@@ -3,9 +3,10 @@
 A DeviceClass and a ResourceSlice published as objects; a virt-launcher pod with a claim and a
 ResourceClaimTemplate, its template claim made by the real ResourceClaim controller and both
 allocated by the real kube-scheduler's DRA plugin on a kubelet-less Node; the VMI using them;
-``kvdev-<vmi>`` rendered; the driver's ``status.devices`` network data changed -> the ConfigMap
-follows; the claim re-created under the same name -> its stream's generation restarts at 1; the
-VMI deleted -> the real garbage collector deletes the ConfigMap.
+``kvdev-<vmi>`` rendered (the VMI's pod network named as a protected NIC); the driver's
+``status.devices`` network data changed -> the ConfigMap follows; the claim re-created under
+the same name -> its stream's generation restarts at 1; the VMI deleted -> the real garbage
+collector deletes the ConfigMap.
 """
 
 import json
@@ -38,7 +39,10 @@ def test_the_whole_host_path(world, controller, capsys):
     # virt-handler's part: the VMI runs on the pod's node
     world.custom.patch_namespaced_custom_object(
         "kubevirt.io", "v1", world.ns, "virtualmachineinstances", "vm1",
-        {"status": {"nodeName": world.node, "phase": "Running"}},
+        {"status": {"nodeName": world.node, "phase": "Running", "interfaces": [
+            {"name": "default", "mac": "52:54:00:12:34:56", "interfaceName": "eth0"},
+            {"name": "data0", "mac": "02:00:00:3b:02:01"},
+        ]}},
     )  # fmt: skip
     devices_key = f"vm1-devices.nic-1.{world.driver}-metadata.json"
     fast_key = f"fast-nic.nic.{world.driver}-metadata.json"
@@ -64,6 +68,8 @@ def test_the_whole_host_path(world, controller, capsys):
     # a DRA SR-IOV interface's macAddress is not KubeVirt's to give: only its tag is a hint
     assert by_request["nic-1"] == {"tag": "data0"}
     assert "02:00:00:3b:02:01" not in json.dumps(hints)
+    # the VMI's own interface (its pod network) is a NIC the guest agent never touches
+    assert hints["protectedNICs"] == [{"macAddress": "52:54:00:12:34:56"}]
 
     # The driver reports the NIC's network data: the ConfigMap follows (generation 2).
     world.report_network(claims["devices"], "10.1.0.5/24")

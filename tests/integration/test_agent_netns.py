@@ -285,3 +285,27 @@ def test_once_on_a_metadata_root_that_is_not_there_warns_and_says_what_it_did(ne
     assert f"WARNING metadata root {tmp_path}/nonexist does not exist: " in done.stderr
     assert "this pass configures nothing (no device is described)" in done.stderr
     assert done.stdout.splitlines()[-1] == "no devices described"
+
+
+def test_once_shows_names_no_api_server_would_accept_as_escaped_warnings(guest):
+    """A device name that retitles the window and a pool that clears the screen: the pass
+    goes on (warnings, never errors), its text shows them escaped, the status lists them."""
+    ns, tree, work = guest
+    gpu = next((tree / "resourceclaims").rglob("gpu.nvidia.com-metadata.json"))
+    docs = stream_objects(gpu)
+    for doc in docs:
+        device = doc["requests"][0]["devices"][0]
+        device["name"], device["pool"] = "gpu\x1b]0;pwned\x07", "Node_A\x1b[2J"
+    gpu.write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    done = run_once(ns, tree, work)
+    assert done.returncode == 1, done.stdout + done.stderr  # the GPU is missing, as ever
+    shown = done.stdout + done.stderr
+    assert "\x1b]" not in shown
+    assert "\x1b[2J" not in shown
+    assert "gpu\\x1b]0;pwned\\x07" in done.stdout
+    saved = json.loads((work / "state" / "status.json").read_text())
+    assert saved["counts"] == {"Configured": 3, "Missing": 1}
+    warned = "\n".join(saved["metadataWarnings"])
+    assert "requests[0].devices[0].name" in warned
+    assert "requests[0].devices[0].pool" in warned
+    assert "metadata warning: [upstream]" in done.stdout

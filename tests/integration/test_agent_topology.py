@@ -21,6 +21,7 @@ pytestmark = [
 ]
 
 VF1 = "vm1-devices/nic-1/sriov.example.com/node-a/vf-1"  # eth1 -> data0, MTU 9000, 10.1.0.5/24
+VF2 = "vm1-devices/nic-2/sriov.example.com/node-a/vf-2"  # eth2 -> data1, 10.1.0.6/24
 
 
 def run_once(ns, tree, work):
@@ -104,3 +105,29 @@ def test_at_boot_the_nic_the_guests_network_manager_will_configure_is_not_taken(
     keyfile.unlink()  # whatever the next boot reads, the decision holds
     assert run_once(ns, tree, work)[VF1]["phase"] == "Error"
     assert addresses(ns, "eth1") == []
+
+
+def test_at_first_boot_networkmanagers_auto_default_keeps_the_guests_way_out(netns, tmp_path):
+    # NetworkManager with its defaults (no no-auto-default) gives every ethernet NIC without a
+    # profile a DHCP connection, with no file at all, and the metadata describes every NIC it
+    # would connect, the primary's MAC among them: taking them all would leave the guest no
+    # network. kvdev holds them until the first lease says which is the guest's own.
+    ns, work = netns, tmp_path
+    tree = make_guest(ns, work)
+    conf = work / "guest-root/etc/NetworkManager/NetworkManager.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("[main]\nplugins=ifupdown,keyfile\n")
+
+    devices = run_once(ns, tree, work)
+
+    assert [devices[ref]["phase"] for ref in (VF1, VF2)] == ["Error", "Error"]
+    assert "NetworkManager's auto-default would connect it" in devices[VF1]["reason"]
+    assert link(ns, "eth1")["mtu"] == 1500  # not renamed to data0, not touched
+    assert addresses(ns, "eth1") == []
+    ip(ns, "addr", "add", "10.0.2.15/24", "dev", "eth1")  # the lease lands on eth1
+    ip(ns, "link", "set", "eth1", "up")
+    ip(ns, "route", "add", "default", "via", "10.0.2.2", "dev", "eth1", "proto", "dhcp")
+    after = run_once(ns, tree, work)
+    assert "eth1 carries the default route" in after[VF1]["reason"]
+    assert after[VF2]["phase"] == "Configured"
+    assert addresses(ns, "data1") == ["10.1.0.6/24"]

@@ -682,3 +682,108 @@ def test_devices_reads_only_the_described_interfaces_at_most_once_a_second():
         assert reads == [["eth1"]] * 3
     finally:
         bridge.close()
+
+
+# A name from a metadata file that would retitle the window (OSC 0), clear the screen (CSI 2J),
+# write the clipboard (OSC 52), and read backwards (RLO).
+HOSTILE = {
+    "claim": "vm1\x1b]0;pwned\x07",
+    "request": "nics\x1b[2J",
+    "driver": "sriov\u202eexample.com",
+    "pool": "node\x9b31m-a",
+    "name": "vf\x1b]52;c;cHduZWQ=\x07",
+}
+TERMINAL_CONTROLS = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+)
+
+
+def hostile_status():
+    h = HOSTILE
+    device = DescribedDevice(
+        h["claim"], "vms", None, h["request"], h["driver"], h["pool"], h["name"], 3
+    )
+    nic = replace(
+        GuestDevice("0000:07:00.0", "15b3", "101e", "020000", "mlx5_core", 0),
+        nics=(Nic("eth1", 11, MAC),),
+    )
+    bound = Binding(device, MatchState.BOUND, nic, (Evidence("mac", f"{MAC} on eth1"),))
+    claims = (ClaimStatus(h["claim"], "vms", None, 3, "/run/dra/nics.json", V1BETA1),)
+    want = Desired(bound.device.ref, 11, "eth1", None, None, ("10.1.0.5/24",), ())
+    return summarize(
+        Matching((bound,), ()),
+        Plan((), (want,), ()),
+        [],
+        MetadataState(claims=claims),
+        reconcile=1,
+        state=NetState((Link(11, "eth1", MAC, mtu=1500, up=True),), (), ()),
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("status",), ("devices",), ("devices", "-o", "wide"), ("devices", "-o", "name"), ("explain",)],
+    ids=["status", "devices", "wide", "name", "explain"],
+)
+def test_names_from_metadata_reach_the_terminal_escaped(agent, capsys, args):
+    agent.bridge.publish(hostile_status())
+    ref = hostile_status().devices[0].ref
+    extra = (ref,) if args == ("explain",) else ()
+    with agent.answering():
+        code, out, err = main(
+            capsys, *args, *extra, "--socket", str(agent.path), "--color", "never"
+        )
+    assert code in {0, 1}, err
+    assert TERMINAL_CONTROLS.findall(out + err) == []
+    assert "vm1\\x1b]0;pwned\\x07" in out  # visible, not acted on
+    if args[0] != "status":
+        assert "vf\\x1b]52;c;cHduZWQ=\\x07" in out
+
+
+def test_colour_is_the_only_escape_sequence_a_table_carries(agent, capsys):
+    agent.bridge.publish(hostile_status())
+    with agent.answering():
+        _, out, _ = main(
+            capsys, "devices", "-o", "wide", "--socket", str(agent.path), "--color", "always"
+        )
+    assert TERMINAL_CONTROLS.findall(re.sub(r"\x1b\[[0-9;]*m", "", out)) == []
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_json_and_yaml_keep_names_exact(agent, capsys, fmt):
+    pytest.importorskip("yaml")
+    import yaml  # noqa: PLC0415
+
+    agent.bridge.publish(hostile_status())
+    with agent.answering():
+        code, out, _ = main(capsys, "devices", "-o", fmt, "--socket", str(agent.path))
+    assert code == 0
+    item = (json.loads(out) if fmt == "json" else yaml.safe_load(out))["items"][0]
+    assert {k: item[k] for k in ("request", "driver", "pool")} == {
+        k: HOSTILE[k] for k in ("request", "driver", "pool")
+    }
+    assert item["claim"] == HOSTILE["claim"]
+    assert item["device"] == HOSTILE["name"]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_the_cli_never_asks_a_socket_the_name_was_re_pointed_to(sockdir, capsys, kind):
+    """The socket's directory may be the agent's own and kvdev often runs as root: a name
+    re-pointed to another service's socket (a link) is refused before anything connects."""
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.bind(str(sockdir / "other-service.sock"))
+    impostor.listen(8)
+    name = sockdir / "agent.sock"
+    if kind == "symlink":
+        name.symlink_to(sockdir / "other-service.sock")
+    else:
+        os.link(sockdir / "other-service.sock", name)
+    try:
+        code, out, err = main(capsys, "status", "--socket", str(name))
+        impostor.settimeout(0)  # non-blocking: accept() answers at once
+        with pytest.raises(BlockingIOError):
+            impostor.accept()  # nobody connected
+    finally:
+        impostor.close()
+    assert (code, out) == (2, "")
+    assert f"cannot connect to the agent at {name}" in err

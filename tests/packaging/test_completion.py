@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.guest.__main__ import _parser as agent_parser
-from kvdev.guest.cli.main import _parser as kvdev_parser
+from kvdev.guest.__main__ import build_parser as agent_parser
+from kvdev.guest.cli.main import build_parser as kvdev_parser
 from kvdev.host.cli import build_parser
 
 COMPLETION = Path(__file__).resolve().parents[2] / "packaging/completion"

@@ -46,6 +46,7 @@ SHIPPED = {
     "/usr/lib/tmpfiles.d/kvdev.conf": "-rw-r--r--",
     "/usr/share/man/man1/kvdev.1.gz": "-rw-r--r--",
     "/usr/share/man/man8/kvdev-agent.8.gz": "-rw-r--r--",
+    "/usr/share/man/man5/kvdev-agent.toml.5.gz": "-rw-r--r--",
     "/usr/share/bash-completion/completions/kvdev": "-rw-r--r--",
     "/usr/share/zsh/vendor-completions/_kvdev": "-rw-r--r--",
     "/usr/share/bash-completion/completions/kvdev-agent": "-rw-r--r--",
@@ -106,6 +107,22 @@ def test_every_file_is_where_trixie_looks_for_it(contents):
     for path, mode in SHIPPED.items():
         assert path in contents, f"{path} is not in the package"
         assert contents[path] == (mode, "root/root"), path
+
+
+def test_the_documentation_is_the_man_pages_a_short_readme_and_the_changelogs(contents):
+    # what a guest image needs to read, and not the docs site's sources
+    docs = {p for p in contents if p.startswith("/usr/share/doc/kvdev/")}
+    examples = {p for p in docs if p.startswith("/usr/share/doc/kvdev/examples")}
+    assert docs - examples == {
+        f"/usr/share/doc/kvdev/{name}"
+        for name in ("copyright", "changelog.gz", "changelog.Debian.gz", "README.md.gz")
+    }
+    shipped_man = {p for p in contents if p.startswith("/usr/share/man/") and p.endswith(".gz")}
+    repo = Path(__file__).resolve().parents[2]
+    committed = {p.name for p in (repo / "packaging" / "man").iterdir()}
+    assert {p.rsplit("/", 1)[1].removesuffix(".gz") for p in shipped_man} == committed - {
+        "kvdev-host.1"  # the host half is not in the package
+    }
 
 
 def test_nothing_is_under_an_aliased_directory(contents):

@@ -63,10 +63,12 @@ esac
 
 
 FAKE_NMCLI = r"""#!/bin/sh
-# nmcli -t -f RUNNING general | nmcli device set ifname NAME managed yes|no
+# nmcli -t -f RUNNING general | nmcli device set ifname NAME managed yes|no|reset
+# (an NetworkManager without "reset" when FAKE_NM_OLD is set)
 case $1 in
 -t) echo "$FAKE_NM_RUNNING" ;;
-device) printf '%s\n' "$*" >>"$FAKE_UDEV_DB/nmcli" ;;
+device) printf '%s\n' "$*" >>"$FAKE_UDEV_DB/nmcli"
+    if [ -n "$FAKE_NM_OLD" ] && [ "$6" = reset ]; then exit 2; fi ;;
 *) exit 64 ;;
 esac
 """
@@ -128,6 +130,7 @@ class Box:
             "FAKE_UDEV_DB": str(self.db),
             "FAKE_MARKS": str(self.marks),
             "FAKE_NM_RUNNING": getattr(self, "nm_state", ""),
+            "FAKE_NM_OLD": getattr(self, "nm_old", ""),
         }
         done = subprocess.run(
             [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, check=False
@@ -200,12 +203,26 @@ def test_a_running_network_manager_is_told_of_each_changed_link_and_only_then(tm
     if state == "running":
         assert told == [
             "device set ifname ens16 managed no",
-            "device set ifname ens17 managed yes",
+            "device set ifname ens17 managed reset",  # it decides again and connects it again
         ]
     else:
         assert told == []
     box.run()  # nothing changed: nothing to tell
     assert box.told_network_manager() == told
+
+
+def test_a_network_manager_without_managed_reset_gets_managed_yes(tmp_path):
+    """``managed reset`` hands a link back; a NetworkManager that refuses it gets ``yes``."""
+    box = Box(tmp_path)
+    box.network_manager("running")
+    box.nm_old = "1"
+    box.link("ens17", "52:54:00:00:00:11", KVDEV_MANAGED="1")  # let go
+    _, stderr = box.run()
+    assert box.told_network_manager() == [
+        "device set ifname ens17 managed reset",
+        "device set ifname ens17 managed yes",
+    ]
+    assert "ens17: NetworkManager refused 'managed reset'" in stderr
 
 
 # --------------------------------------------------------------------------- the wishes

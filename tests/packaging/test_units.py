@@ -353,3 +353,38 @@ def test_the_deb_and_the_rpm_install_the_same_boundary_files():
     rules = (debian / "rules").read_text()
     helper = "packaging/libexec/kvdev-udev-marks $(PKG)/usr/libexec/kvdev/kvdev-udev-marks"
     assert f"install -Dm755 {helper}" in rules
+
+
+# cloud-init's local stage as cloud-init 24/25 ship it: the ordering that matters here.
+CLOUD_INIT_LOCAL = """\
+[Unit]
+Description=Cloud-init: Local Stage (pre-network)
+DefaultDependencies=no
+Wants=network-pre.target
+After=systemd-remount-fs.service
+Before=NetworkManager.service
+Before=network-pre.target
+Before=shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/true
+RemainAfterExit=yes
+"""
+
+
+def test_the_agent_starts_after_cloud_inits_local_stage():
+    """At first boot that stage writes the configuration that names the guest's own NIC."""
+    unit = settings(SERVICE)
+    assert "cloud-init-local.service" in words(unit["After"])
+    assert "cloud-init-local.service" not in words(unit.get("Wants", []) + unit.get("Requires", []))
+    assert "network-pre.target" in words(unit["Before"])
+
+
+@needs_analyze
+def test_units_verify_with_cloud_inits_local_stage_present(unit_copies):
+    """No ordering cycle with cloud-init-local.service (both run Before=network-pre.target)."""
+    (unit_copies / "cloud-init-local.service").write_text(CLOUD_INIT_LOCAL)
+    done = verify(unit_copies)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")

@@ -21,7 +21,7 @@ AGENT_COMMANDS = {  # every command that asks the agent, with the arguments it n
 
 
 def test_every_command_of_the_parser_is_covered_here():
-    parser = cli._parser()
+    parser = cli.build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert set(commands) == {*AGENT_COMMANDS, "metadata"}
 
@@ -29,7 +29,7 @@ def test_every_command_of_the_parser_is_covered_here():
 @pytest.mark.parametrize("command", sorted(AGENT_COMMANDS))
 @pytest.mark.parametrize("option", [["-o", "json"], ["--output", "json"], ["--output=json"]])
 def test_the_agent_commands_take_o_before_and_after_the_command(command, option):
-    parser = cli._parser()
+    parser = cli.build_parser()
     rest = AGENT_COMMANDS[command]
     before = parser.parse_args([*option, command, *rest])
     after = parser.parse_args([command, *rest, *option])

@@ -220,17 +220,17 @@ def test_hints_path_follows_a_metadata_root_from_a_file(tmp_path):
     ("flag", "expected"), [("auto", None), ("0", 0.0), ("2.5", 2.5), (None, None)]
 )
 def test_poll_interval_flag(flag, expected):
-    from kvdev.guest.__main__ import _parser, load_config  # noqa: PLC0415 - the entry point
+    from kvdev.guest.__main__ import build_parser, load_config  # noqa: PLC0415 - the entry point
 
     argv = ["--config", "/dev/null"] + (["--poll-interval", flag] if flag else [])
-    assert load_config(_parser().parse_args(argv)).poll_interval == expected
+    assert load_config(build_parser().parse_args(argv)).poll_interval == expected
 
 
 def test_poll_interval_flag_refuses_nonsense():
-    from kvdev.guest.__main__ import _parser, load_config  # noqa: PLC0415 - the entry point
+    from kvdev.guest.__main__ import build_parser, load_config  # noqa: PLC0415 - the entry point
 
     with pytest.raises(UsageError) as e:
-        load_config(_parser().parse_args(["--config", "/dev/null", "--poll-interval", "-1"]))
+        load_config(build_parser().parse_args(["--config", "/dev/null", "--poll-interval", "-1"]))
     assert str(e.value) == (
         "--poll-interval must be 'auto' or a number of seconds from 0 (off) to 3600"
     )
@@ -244,10 +244,10 @@ def test_a_read_deadline_that_is_no_positive_number_names_the_key(value):
 
 
 def test_agent_help_shows_the_real_defaults(monkeypatch):
-    from kvdev.guest.__main__ import _parser  # noqa: PLC0415
+    from kvdev.guest.__main__ import build_parser  # noqa: PLC0415
 
     monkeypatch.setenv("COLUMNS", "300")  # one line per option: nothing wrapped
-    text = " ".join(_parser().format_help().split())
+    text = " ".join(build_parser().format_help().split())
     assert "default None" not in text
     for shown in (
         "metadata tree (default /var/run/kubernetes.io/dra-device-attributes)",

@@ -12,7 +12,7 @@ import pytest
 
 from kvdev.guest.adapters import marks as mark_files
 from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.core.marks import mac_mark, pci_mark
+from kvdev.guest.core.marks import mac_mark, nm_overrides, pci_mark
 from kvdev.guest.core.observed import GuestDevice, Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from memlab import MACS, example_config, example_kernel
@@ -124,3 +124,10 @@ def test_a_bound_device_whose_link_is_not_there_yet_keeps_its_mark(cfg):
     statuses = {d.ref.split("/")[-1]: d.phase.value for d in r.reconcile().status.devices}
     assert statuses["gpu-vfio-0"] == "Configured"  # bound by its pin, nothing to configure
     assert pci_mark(GPU_PIN) in on_disk(cfg)
+
+
+def test_only_links_kvdev_configures_that_networkmanager_manages_are_overrides():
+    found = nm_overrides([(3, "data1"), (2, "data0"), (4, "fast0")], {2, 3, 9})
+    assert [name for name, _ in found] == ["data0", "data1"]  # 9: not kvdev's; 4: not NM's
+    assert found[0][1].endswith("undo it with 'nmcli device set data0 managed --permanent reset'")
+    assert nm_overrides([(2, "data0")], set()) == []

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from kvdev.guest.adapters import primary_record
-from kvdev.guest.core.observed import Route
+from kvdev.guest.core.observed import GuestDevice, Link, Nic, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.guest.views import encode, tables
 from memlab import MACS, example_config, example_kernel
@@ -103,3 +103,93 @@ def test_a_bad_configuration_file_is_logged_once_not_on_every_udev_event(cfg, ca
     said = [r.getMessage() for r in caplog.records if "network configuration" in r.getMessage()]
     assert len(said) == 1, said
     assert str(bad) in said[0]
+
+
+# ------------------------------------------------------------------ first boot: protectedNICs
+# Probe III's reproducer: at first boot nothing names the guest's own NIC yet (no lease, no
+# configuration), and metadata describing its MAC (vf-1 describes eth1's, whose hint renames it
+# to data0) got it renamed, re-addressed and marked. The controller's hints now name the VMI's
+# own interfaces (its pod network) as protectedNICs.
+
+
+def protect(cfg, *entries):
+    hints = json.loads(cfg.hints_path.read_text())
+    hints["protectedNICs"] = list(entries)
+    cfg.hints_path.write_text(json.dumps(hints))
+
+
+def test_first_boot_metadata_describing_a_protected_nics_mac_leaves_it_alone(cfg):
+    protect(cfg, {"macAddress": MACS[1].upper()})
+    kernel = example_kernel()  # no default route, no configuration of the guest's own
+    before = kernel.state.link(1)
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert not [x for x in kernel.applied if x.ifindex == 1]  # no rename, address, altname
+    assert kernel.state.link(1) == before
+    assert not list(cfg.link_dir.glob("*.link"))
+    assert not (cfg.state_dir / "marks" / f"mac-{MACS[1]}").exists()
+    vf1 = devices(outcome)[VF1]
+    assert vf1.phase.value == "Error"
+    assert f"protectedNICs[0] name it, by MAC {MACS[1]}" in vf1.reason
+    assert devices(outcome)[VF2].phase.value == "Configured"
+    recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
+    assert list(recorded["owned"]) == [MACS[1]]
+
+
+def test_a_protected_nic_named_by_its_guest_pci_address(cfg):
+    protect(cfg, {"pciAddress": "0000:01:00.0"})
+    kernel = example_kernel()
+    eth1 = GuestDevice(
+        "0000:01:00.0", "1af4", "1041", "020000", "virtio-pci", nics=(Nic("eth1", 1, MACS[1]),)
+    )
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=lambda: (eth1,)))
+    assert not [x for x in kernel.applied if x.ifindex == 1]
+    assert "by PCI address 0000:01:00.0" in devices(outcome)[VF1].reason
+
+
+# ------------------------------------------------- first boot: NetworkManager's auto-default
+
+
+def networkmanager(cfg, conf="[main]\nplugins=keyfile\n"):
+    path = cfg.config_root / "etc/NetworkManager/NetworkManager.conf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(conf)
+
+
+def test_networkmanagers_auto_default_holds_every_nic_until_the_first_lease(cfg):
+    """Metadata describes every NIC NetworkManager would connect: none would be left to it."""
+    networkmanager(cfg)
+    kernel = example_kernel()
+    reconciler = Reconciler(cfg, kernel, scan_devices=tuple)
+    first = converge(reconciler)
+    assert kernel.applied == []  # NetworkManager would connect each: the lease decides
+    assert {d.phase.value for d in first.status.devices} == {"Error"}
+    assert "NetworkManager's auto-default would connect it" in devices(first)[VF1].reason
+    assert not (cfg.state_dir / primary_record.RECORD_FILE).exists()  # held, not recorded
+    kernel.state = type(kernel.state)(  # the lease lands on eth1
+        kernel.state.links, kernel.state.addresses, (Route(1, "0.0.0.0/0", "10.0.2.2", 100, 16),)
+    )
+    reconciler.stale_links = True
+    after = converge(reconciler)
+    assert "eth1 carries the default route" in devices(after)[VF1].reason
+    assert devices(after)[VF2].phase.value == "Configured"
+    recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
+    assert list(recorded["owned"]) == [MACS[1]]
+
+
+def test_a_nic_left_to_networkmanager_is_the_guests_way_out_and_nothing_is_held(cfg):
+    networkmanager(cfg)
+    spare = Link(9, "enp9s0", mac="52:54:00:00:00:99")  # nobody describes it: NM connects it
+    outcome = converge(Reconciler(cfg, example_kernel(spare), scan_devices=tuple))
+    assert devices(outcome)[VF1].phase.value == "Configured"
+    assert devices(outcome)[VF2].phase.value == "Configured"
+
+
+def test_no_auto_default_or_protected_nics_make_the_hold_unneeded(cfg):
+    networkmanager(cfg, "[main]\nno-auto-default=*\n")
+    outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
+    assert devices(outcome)[VF1].phase.value == "Configured"
+    networkmanager(cfg)
+    protect(cfg, {"macAddress": MACS[3]})
+    again = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
+    assert devices(again)[VF1].phase.value == "Configured"
+    assert devices(again)[VF2].phase.value == "Configured"

@@ -216,3 +216,37 @@ def test_a_journal_too_deep_or_too_large_to_read_is_set_aside_too(tmp_path, capl
         assert rename_journal.load(tmp_path) == {}  # a RecursionError crashed the start before
     assert why in caplog.records[0].getMessage()
     assert (tmp_path / rename_journal.CORRUPT_FILE).read_bytes() == content
+
+
+# --------------------------------------- NetworkManager managing a link kvdev configures anyway
+
+
+def nm_device_state(cfg, ifindex, managed):
+    """NetworkManager's runtime state of a device, as it keeps it under /run."""
+    path = cfg.config_root / f"run/NetworkManager/devices/{ifindex}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"[device]\nmanaged={managed}\nperm-hw-addr-fake=\n")
+
+
+def test_a_link_networkmanager_manages_anyway_is_a_condition_naming_the_undo(cfg):
+    """NetworkManager 1.58's ``managed --permanent yes`` beats kvdev's NM_UNMANAGED mark."""
+    nm_device_state(cfg, 2, "true")  # eth2, vf-2's NIC: data1 once renamed
+    nm_device_state(cfg, 1, "false")  # eth1 left alone, as the mark asks
+    r = Reconciler(cfg, example_kernel(), scan_devices=tuple)
+    outcome = converge(r)
+    conditions = [c for c in outcome.status.conditions if c.type == "NetworkManagerManages"]
+    undo = "'nmcli device set data1 managed --permanent reset'"
+    assert len(conditions) == 1
+    assert conditions[0].severity is Severity.WARNING
+    assert conditions[0].message.startswith("NetworkManager manages data1, which kvdev configures")
+    assert conditions[0].message.endswith(f"undo it with {undo}")
+    vf2 = next(d for d in outcome.status.devices if d.ifname == "data1")
+    assert undo in tables.explain_text(encode.device_json(vf2))
+    nm_device_state(cfg, 2, "false")  # undone: the condition goes
+    r.stale_links = True
+    assert not [c for c in converge(r).status.conditions if c.type == "NetworkManagerManages"]
+
+
+def test_without_networkmanager_nothing_is_read_or_said(cfg):
+    outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
+    assert outcome.status.conditions == ()

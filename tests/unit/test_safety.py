@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pytest
 
+from kvdev.guest.core import safety
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.observed import KVDEV_PROTO, Address, Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
@@ -25,6 +26,7 @@ from kvdev.guest.views import encode, tables
 from memlab import example_config, example_kernel
 
 DHCP, STATIC = 16, 4
+ALLOW = "if this device is to become the guest's primary NIC, set network.primary: true in its hint"
 VF1 = "vm1-devices/nic-1/sriov.example.com/node-a/vf-1"
 VF2 = "vm1-devices/nic-2/sriov.example.com/node-a/vf-2"
 
@@ -225,7 +227,7 @@ def test_a_default_route_that_would_take_over_is_refused(cfg):
     vf2 = devices(outcome)[VF2]
     assert vf2.reason == (
         "default route with metric 0 would take over from 0.0.0.0/0 via 10.0.2.2 dev eth1 "
-        "(metric 100)"
+        f"(metric 100); {ALLOW}"
     )
     assert on(kernel, 2)[1] == []
     assert on(kernel, 1)[1] == [("0.0.0.0/0", "10.0.2.2")]
@@ -280,16 +282,185 @@ def test_link_local_and_overlapping_routes_are_applied_with_warnings(cfg):
     hint_network(
         cfg,
         "vf-2",
-        routes=[route("169.254.169.254/32", "10.1.0.1"), route("10.0.2.128/25", "10.1.0.1")],
+        routes=[route("169.254.1.0/24", "10.1.0.1"), route("10.0.2.128/25", "10.1.0.1")],
     )
     outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
     vf2 = devices(outcome)[VF2]
     assert vf2.phase.value == "Configured"
     assert vf2.warnings == (
-        "route 169.254.169.254/32 leads into link-local space through data1",
+        "route 169.254.1.0/24 leads into link-local space through data1",
         "route 10.0.2.128/25 overlaps 10.0.2.0/24 dev data0",
     )
     assert len(on(kernel, 2)[1]) == 2
+
+
+# ------------------------------------------------- what may capture the primary NIC's traffic
+# eth1 is the primary (10.0.2.15/24, default via 10.0.2.2, DNS 10.0.2.3 and 8.8.8.8); vf-2 asks
+# for things through data1 (eth2, 10.1.0.6/24).
+
+LAN = Route(1, "10.0.2.0/24", None, None, 2)
+
+
+def primary_kernel():
+    return kernel_with(addresses=[PRIMARY_ADDRESS], routes=[LAN, PRIMARY_DEFAULT])
+
+
+def resolv(cfg, *servers):
+    path = cfg.config_root / "etc/resolv.conf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"nameserver {s}\n" for s in servers) + "search example.com\n")
+
+
+def refusals(outcome, ref=VF2):
+    return devices(outcome)[ref].reason.split("; metadata: ")[0]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "reason"),
+    [
+        (
+            route("0.0.0.0/1", "10.1.0.1"),
+            (
+                "route 0.0.0.0/1 through data1 is shorter than /8: more specific than a "
+                "default route, it would take what the default route 0.0.0.0/0 via 10.0.2.2 "
+                "dev eth1 reaches"
+            ),
+        ),
+        (
+            route("128.0.0.0/1", "10.1.0.1"),
+            "route 128.0.0.0/1 through data1 is shorter than /8",
+        ),
+        (
+            route("10.0.2.0/25", "10.1.0.1"),
+            "route 10.0.2.0/25 through data1 would capture 10.0.2.0/24, the prefix of eth1",
+        ),
+        (
+            route("10.0.0.0/8", "10.1.0.1"),
+            "route 10.0.0.0/8 through data1 would capture 10.0.2.0/24, the prefix of eth1",
+        ),
+        (
+            route("8.8.8.0/24", "10.1.0.1"),
+            (
+                "route 8.8.8.0/24 through data1 would capture 8.8.8.8, a DNS server the guest "
+                "reaches through eth1"
+            ),
+        ),
+        (
+            route("169.254.169.254/32", "10.1.0.1"),
+            (
+                "route 169.254.169.254/32 through data1 would capture 169.254.169.254, the cloud's "
+                "metadata service"
+            ),
+        ),
+        (route("169.254.0.0/16", "10.1.0.1"), "the cloud's metadata service"),
+        (route("2000::/3"), "route 2000::/3 through data1 is shorter than /16"),
+        (route("fd00:ec2::/32"), "would capture fd00:ec2::254, the cloud's metadata service"),
+    ],
+)
+def test_a_route_that_would_capture_the_primarys_traffic_is_refused(cfg, wanted, reason):
+    resolv(cfg, "10.0.2.3", "8.8.8.8", "127.0.0.53")
+    kernel = primary_kernel()
+    hint_network(cfg, "vf-2", routes=[route("10.5.0.0/16", "10.1.0.1"), wanted])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert reason in vf2.reason, vf2.reason
+    assert vf2.reason.endswith(ALLOW)
+    assert "route" in tables.explain_text(encode.device_json(vf2))
+    assert on(kernel, 2)[1] == [("10.5.0.0/16", "10.1.0.1")]
+    assert on(kernel, 1) == (["10.0.2.15/24"], [("0.0.0.0/0", "10.0.2.2"), ("10.0.2.0/24", None)])
+
+
+def test_two_halves_of_the_default_route_are_both_refused(cfg):
+    kernel = primary_kernel()
+    hint_network(
+        cfg, "vf-2", routes=[route("0.0.0.0/1", "10.1.0.1"), route("128.0.0.0/1", "10.1.0.1")]
+    )
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.warnings == ()
+    assert vf2.reason.count("is shorter than /8") == 2
+    assert on(kernel, 2)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        (
+            "10.0.2.99/25",
+            (
+                "address 10.0.2.99/25 (its prefix 10.0.2.0/25) through data1 would capture "
+                "10.0.2.0/24, the prefix of eth1"
+            ),
+        ),
+        ("1.2.3.4/1", "address 1.2.3.4/1 (its prefix 0.0.0.0/1) through data1 is shorter than /8"),
+        ("8.8.8.9/24", "would capture 8.8.8.8, a DNS server the guest reaches through eth1"),
+        ("2001:db8::5/8", "(its prefix 2000::/8) through data1 is shorter than /16"),
+    ],
+)
+def test_an_address_whose_prefix_would_capture_the_primarys_traffic_is_refused(
+    cfg, address, reason
+):
+    resolv(cfg, "8.8.8.8")
+    kernel = primary_kernel()
+    hint_network(cfg, "vf-2", addresses=[address])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert reason in vf2.reason, vf2.reason
+    assert address not in on(kernel, 2)[0]
+    assert on(kernel, 2)[0] == ["10.1.0.6/24"]  # networkData.ips still applied
+
+
+def test_routes_that_together_reach_more_than_a_slash_4_are_refused_from_the_one_that_tips(cfg):
+    kernel = primary_kernel()
+    eighths = [route(f"{n}.0.0.0/8", "10.1.0.1") for n in range(20, 40)]
+    hint_network(cfg, "vf-2", routes=eighths)
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    # data1's own 10.1.0.0/24 and 16 /8s fit in a /4's worth; the 16th /8 tips it over
+    kept = {d for d, _ in on(kernel, 2)[1]}
+    assert kept == {f"{n}.0.0.0/8" for n in range(20, 35)}
+    assert "route 35.0.0.0/8 through data1: with the routes and prefixes through links kvdev " in (
+        vf2.reason
+    )
+    assert "more than a /4: together like a default route" in vf2.reason
+    assert vf2.reason.count("together like a default route") == 5
+
+
+def test_a_device_the_hints_make_the_primary_gets_its_routes_with_warnings(cfg):
+    kernel = primary_kernel()
+    hint_network(
+        cfg,
+        "vf-2",
+        primary=True,
+        routes=[route("0.0.0.0/1", "10.1.0.1"), route("0.0.0.0/0", "10.1.0.1", 0)],
+    )
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    vf2 = devices(outcome)[VF2]
+    assert vf2.phase.value == "Configured"
+    assert [w.split(":")[-1] for w in vf2.warnings] == [
+        " allowed, its hint sets network.primary"
+    ] * 2
+    assert {d for d, _ in on(kernel, 2)[1]} == {"0.0.0.0/1", "0.0.0.0/0"}
+
+
+def test_a_dns_server_the_guest_reaches_through_a_data_link_is_not_the_primarys(cfg):
+    resolv(cfg, "10.1.0.53")  # on data1's network, which kvdev configured earlier
+    data1 = Route(2, "10.1.0.0/24", None, None, 2)  # its connected route, the kernel's
+    kernel = kernel_with(addresses=[PRIMARY_ADDRESS], routes=[LAN, PRIMARY_DEFAULT, data1])
+    hint_network(cfg, "vf-2", routes=[route("10.1.0.0/25", "10.1.0.1")])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert devices(outcome)[VF2].phase.value == "Configured"
+
+
+def test_the_guests_own_nic_without_a_default_route_is_protected_too(cfg):
+    """First boot: the configuration names eth1, no lease yet: its prefix is still guarded."""
+    path = cfg.config_root / "etc/systemd/network/10-uplink.network"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[Match]\nName=eth1\n\n[Network]\nDHCP=yes\nAddress=10.0.2.15/24\n")
+    kernel = kernel_with(addresses=[PRIMARY_ADDRESS], routes=[LAN])
+    hint_network(cfg, "vf-2", addresses=["10.0.2.99/25"])
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert "would capture 10.0.2.0/24, the prefix of eth1" in devices(outcome)[VF2].reason
 
 
 # ------------------------------------------------------- a rename never loses what the link had
@@ -315,3 +486,36 @@ def test_a_rename_puts_back_the_routes_and_ipv6_addresses_the_link_had(cfg):
     assert {type(x) for x in put_back} == {s.AddRoute, s.AddAddress}
     again = Reconciler(cfg, kernel, scan_devices=tuple).reconcile()
     assert again.results == []  # not kvdev's: never removed, never re-added
+
+
+# ------------------------------------------------------------- the pure policy, judged directly
+
+
+def judged(routes, addresses=(), guard=None):
+    state = primary_kernel().state
+    wanted = [safety.Wanted("dev", 2, "data1", tuple(addresses), tuple(routes))]
+    return safety.judge(wanted, state, guard)[0]
+
+
+def test_the_union_counts_each_address_once_nested_and_repeated_prefixes_add_nothing():
+    same = [(f"{n}.0.0.0/8", None, None) for n in range(20, 36)]  # 16 /8s: a /4's worth
+    again = same + [("20.0.0.0/8", None, None), ("20.5.0.0/16", None, None)] * 50
+    ruling = judged(again)
+    assert ruling.refused == ()
+    assert len(ruling.routes) == len(again)
+    tipped = judged([*again, ("99.1.2.0/24", None, None)])
+    assert tipped.refused == (
+        (
+            "route 99.1.2.0/24 through data1: with the routes and prefixes through links kvdev "
+            "manages before it, it would reach 268435712 addresses, more than a /4: together like "
+            f"a default route; {ALLOW}"
+        ),
+    )
+
+
+def test_the_union_of_ipv6_prefixes_is_bounded_by_a_slash_12():
+    sixteens = [(f"2001:{n:x}::/32", None, None) for n in range(0, 0x10000, 0x1000)]
+    assert judged(sixteens).refused == ()  # sixteen /32s, well inside
+    wide = [(f"{0x2000 + n:x}::/16", None, None) for n in range(17)]
+    ruling = judged(wide)
+    assert [r.split(":")[0] for r in ruling.refused] == ["route 2010"]

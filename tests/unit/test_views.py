@@ -130,6 +130,7 @@ def test_status_json_top_level_shape():
         "counts": {"Pending": 1, "Missing": 1},
         "unmanaged": ["eth3"],
         "metadataErrors": ["m.json: stream[0]: bad"],
+        "metadataWarnings": [],
         "conditions": [],
         "claims": [],
     }

@@ -52,10 +52,13 @@ restart it: RestartPreventExitStatus=2).
 
 exit status: 0 converged / stopped cleanly, 1 --once left devices not configured,
 2 usage or configuration error.
+
+The manual: kvdev-agent(8), kvdev-agent.toml(5) (man kvdev-agent).
 """
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``kvdev-agent`` parser (the docs' CLI reference is rendered from it)."""
     p = argparse.ArgumentParser(
         prog="kvdev-agent",
         description="The kvdev guest agent: matches the devices DRA metadata describes to this "
@@ -105,8 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config-root",
         type=Path,
+        metavar="PATH",
         help="where the guest's own network configuration is: <root>/etc/netplan, "
-        "etc/NetworkManager ... (default /); the NICs it names are never configured",
+        "etc/NetworkManager ... (default /); the NICs it names are never configured; also "
+        "where its resolver files (etc/resolv.conf, run/systemd/resolve) and NetworkManager's "
+        "runtime state (run/NetworkManager) are read",
     )
     p.add_argument(
         "--no-altnames",
@@ -186,7 +192,7 @@ def layers_of(args: argparse.Namespace) -> config_module.Layered:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvdev-agent`` console script."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         if args.dump_config:
             layers = layers_of(args)

@@ -48,9 +48,9 @@ from kvdev.guest.core import added as kvdev_added
 from kvdev.guest.core import inventory, primary, sources
 from kvdev.guest.core import marks as marking
 from kvdev.guest.core.alerts import claim_of
-from kvdev.guest.core.matching import Matching, match
+from kvdev.guest.core.matching import Matching, MatchState, match
 from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
-from kvdev.guest.core.planning import Plan, Policy, plan
+from kvdev.guest.core.planning import Plan, Policy, Warned, plan
 from kvdev.guest.core.status import ClaimStatus, Condition, MetadataState, Status, summarize
 from kvdev.guest.core.steps import (
     AddAltname,
@@ -152,6 +152,8 @@ class Reconciler:
     _configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
     _config_problems: tuple[str, ...] = ()  # what its last read said (logged once each)
     _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
+    _auto: primary.AutoDefault | None = None  # NetworkManager's auto-default, as last read
+    _nm_overrides: tuple[str, ...] = ()  # links NetworkManager manages although kvdev does
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
     more_pending: Callable[[], bool] = lambda: False  # the loop: events wait, a pass is next
     _unwritten: Status | None = None  # a status left for the pass after it to save
@@ -193,7 +195,7 @@ class Reconciler:
             matching,
             the_plan,
             results,
-            MetadataState(tuple(errors), tuple(self._claims())),
+            MetadataState(tuple(errors), tuple(self._claims()), self.belief.upstream_warnings()),
             reconcile=self.passes,
             dry_run=cfg.dry_run,
             state=self._state if not results else None,
@@ -298,9 +300,11 @@ class Reconciler:
         self._added = kvdev_added.prune(self._loaded_added(), self._state)
         state = kvdev_added.attribute(self._state, self._added)  # kernels without IFA_PROTO
         self._altnames = altname_journal.prune(self._loaded_altnames(), self._state)
-        owned = self._guest_owned()
+        owned = self._guest_owned(matching)
         wishes = linkfiles.read(str(cfg.link_dir))
-        the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames)
+        dns = self._dns_servers()
+        the_plan = plan(matching, state, wishes, policy, restore, owned, self._altnames, dns=dns)
+        the_plan = self._nm_check(the_plan)
         self._lap("plan")
         return matching, the_plan, restore
 
@@ -310,17 +314,63 @@ class Reconciler:
         A problem is logged when it first appears, not again on every re-read while it lasts.
         """
         configured, problems = netconfig.read(self.config.config_root)
+        self._auto, nm_problems = netconfig.auto_default(self.config.config_root)
+        problems += nm_problems
         for problem in problems:
             if problem not in self._config_problems:
                 log.warning("the guest's network configuration: %s", problem)
         self._config_problems = problems
         return configured
 
-    def _guest_owned(self) -> primary.Decision:
+    def _nm_check(self, the_plan: Plan) -> Plan:
+        """The plan with a warning on each link NetworkManager manages although kvdev does.
+
+        Also kept for the status (a ``NetworkManagerManages`` condition per link).
+        """
+        configured = [(d.ifindex, d.ifname) for d in the_plan.desired]
+        managed = netconfig.nm_managed(self.config.config_root, [i for i, _ in configured])
+        overrides = marking.nm_overrides(configured, managed)
+        self._nm_overrides = tuple(why for _, why in overrides)
+        if not overrides:
+            return the_plan
+        devices = {d.ifname: d.device for d in the_plan.desired}
+        warned = [Warned(devices[name], name, why) for name, why in overrides]
+        return replace(the_plan, warnings=(*the_plan.warnings, *warned))
+
+    def _dns_servers(self) -> tuple[str, ...]:
+        """The guest's DNS servers (``safety.Guard``): read on every pass, a few small files."""
+        servers, problems = netconfig.dns_servers(self.config.config_root)
+        for problem in problems:
+            if problem not in self._config_problems:
+                log.warning("the guest's resolver configuration: %s", problem)
+        return servers
+
+    def _guest_owned(self, matching: Matching) -> primary.Decision:
         """The guest's own NICs (``core.primary``); the record is saved when it grows."""
         if self._owned is None:
             self._owned = primary_record.load(self.config.state_dir)
-        decision, added = primary.decide(self._configured or (), self._state, self._owned)
+        protected = tuple(
+            primary.Configured(where, p.name, p.mac_address, p.pci_address)
+            for where, p in self.belief.protected()
+        )
+        pci_macs = {
+            g.pci_address: g.nics[0].mac
+            for g in self._devices
+            if g.pci_address and len(g.nics) == 1 and g.nics[0].mac
+        }
+        taken = {
+            b.nic.ifindex
+            for b in matching.bindings
+            if b.state is MatchState.BOUND and b.nic is not None
+        }
+        decision, added = primary.decide(
+            (*protected, *(self._configured or ())),
+            self._state,
+            self._owned,
+            pci_macs,
+            self._auto,
+            taken,
+        )
         if not added and "primary" not in self._unsaved:
             return decision
         for line in added:
@@ -341,6 +391,9 @@ class Reconciler:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""
         out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
         out.extend(Condition("MetadataUnavailable", why) for why in self._unavailable)
+        out.extend(
+            Condition("NetworkManagerManages", why, Severity.WARNING) for why in self._nm_overrides
+        )
         if (why := self.watch_problem()) is not None:
             out.append(Condition("MetadataPolled", why, Severity.WARNING))
         return out

@@ -17,10 +17,15 @@ wrote only as data it checks (``core.linkwish``):
    refusal is one line on stderr naming the file and the reason.
 2. **Marks.** One ``udevadm info --export-db`` read per round (not one ``udevadm info`` per
    link), the mark decision of ``81-kvdev.rules`` (``core.linkwish.stale``), and a "change"
-   event only for the links whose mark is out of date; at most three rounds.
+   event only for the links whose mark is out of date; at most three rounds. A mark is read
+   through the mark directory's fd (never through a link) and only a regular file counts.
 3. **NetworkManager** (1.52 tested) reads ``NM_UNMANAGED`` only when a device appears: while
-   it runs, each link whose mark changed is handed to it or taken from it with
-   ``nmcli device set ifname NAME managed no|yes``, one name per argument.
+   it runs, each link whose mark changed is taken from it with ``nmcli device set ifname
+   NAME managed no`` or handed back with ``managed reset`` (NetworkManager decides again from
+   its own configuration and udev, and makes its connection again), ``managed yes`` where
+   ``reset`` is refused (an older NetworkManager); one name per argument. A managed state a
+   person made permanent (``managed --permanent yes``, NetworkManager 1.58) beats the mark: the
+   agent reports it (``core.marks.nm_overrides``), the helper does not undo it.
 
 ``KVDEV_LINK_WISHES``, ``KVDEV_NETWORK_DIR``, ``KVDEV_MARK_DIR`` and ``KVDEV_SYSFS`` name other
 places (tests only). Imports only the stdlib, ``_atomic`` and the pure ``linkwish`` (start-up
@@ -249,12 +254,35 @@ def _export_db() -> dict[str, dict[str, str]]:
     return parse_export_db(done.stdout)
 
 
+def marks_present(mark_dir: Path, keys: list[str]) -> dict[str, bool]:
+    """Which marks exist, each key ``lstat``-ed through the mark directory's fd.
+
+    The directory is opened without following a link, and only a regular file counts: a link,
+    FIFO or directory is no mark.
+    """
+    try:
+        dfd = os.open(mark_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return dict.fromkeys(keys, False)
+    try:
+        return {k: _is_mark(dfd, k) for k in keys}
+    finally:
+        os.close(dfd)
+
+
+def _is_mark(dfd: int, key: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(key, dir_fd=dfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def update_marks(sysfs: Path, mark_dir: Path, link_files: frozenset[str]) -> dict[str, bool]:
     """Ask udev to re-read the mark of each link whose mark is out of date; name -> marked."""
     changed: dict[str, bool] = {}
     for n in range(1, ROUNDS + 1):
         links = _links(sysfs, _export_db())
-        has_mark = {k: (mark_dir / k).exists() for link in links for k in mark_keys(link)}
+        has_mark = marks_present(mark_dir, [k for link in links for k in mark_keys(link)])
         out_of_date = stale(links, has_mark, link_files)
         if not out_of_date:
             break
@@ -283,13 +311,14 @@ def tell_network_manager(changed: Mapping[str, bool]) -> None:
     if running.stdout.strip() != "running":
         return
     for name, mark in sorted(changed.items()):
-        managed = "no" if mark else "yes"
-        done = subprocess.run(
-            ["nmcli", "device", "set", "ifname", name, "managed", managed],
-            capture_output=True,
-            check=False,
-        )
-        if done.returncode != 0:
+        for managed in ("no",) if mark else ("reset", "yes"):
+            done = subprocess.run(
+                ["nmcli", "device", "set", "ifname", name, "managed", managed],
+                capture_output=True,
+                check=False,
+            )
+            if done.returncode == 0:
+                break
             say(f"{name}: NetworkManager refused 'managed {managed}'")
 
 

@@ -14,10 +14,12 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TextIO, cast
 
 from kvdev import __version__
 from kvdev.errors import UsageError
 from kvdev.host.commands.common import EXIT_INVALID, Parser, logging_as_asked
+from kvdev.printable import PrintableStream
 
 # command -> its module under kvdev.host.commands, in --help order
 _COMMANDS = {
@@ -57,7 +59,10 @@ exit status:
      cannot listen, a VMI's bundle could not be rendered (controller --once) or the
      controller cannot go on
   2  usage error, invalid input or an allocator error
+
+The manual: kvdev-host(1) (man kvdev-host).
 """
+_MANUAL = "The manual: kvdev-host(1) (man kvdev-host)."
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -77,6 +82,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     for module in wanted:
         importlib.import_module(f"kvdev.host.commands.{module}").register(commands)
+    for sub in commands.choices.values():  # each command's help ends by naming the manual
+        sub.epilog = f"{sub.epilog.rstrip()}\n\n{_MANUAL}\n" if sub.epilog else _MANUAL
     if command in _COMMANDS:
         for name, module in _COMMANDS.items():
             if module != _COMMANDS[command]:
@@ -97,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
+    # what people read is escaped (kvdev.printable); JSON and YAML stay exact
+    exact = getattr(args, "output", None) in {"json", "yaml"}
+    out = sys.stdout if exact else cast("TextIO", PrintableStream(sys.stdout))
     with logging_as_asked(args):
-        status: int = args.run(args, sys.stdout, sys.stderr)
+        status: int = args.run(args, out, cast("TextIO", PrintableStream(sys.stderr)))
     return status

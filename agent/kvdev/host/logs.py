@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
+from kvdev.printable import PrintableFormatter
+
 FORMATS: Final = ("text", "json")
 LEVELS: Final = ("debug", "info", "warning", "error")
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -90,7 +92,7 @@ def configured(log_format: str, level: str, component: str) -> Iterator[logging.
     if log_format == "json":
         handler.setFormatter(JsonFormatter(component))
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(PrintableFormatter(TEXT_FORMAT))
     before = root.level
     root.addHandler(handler)
     root.setLevel(level.upper())

@@ -16,6 +16,14 @@ Example (one JSON object per line in the file; see packaging/examples)::
                               "addresses": ["10.2.0.5/24"],
                               "routes": [{"destination": "10.3.0.0/16", "gateway": "10.2.0.1"}]}}]}
 
+A hint may also say the device is to become the guest's primary NIC (``network.primary``):
+the safety policy's rules that keep the primary NIC's traffic (default and short routes,
+routes and connected prefixes over the primary's prefixes, gateway, DNS servers or the
+metadata service) then do not refuse what it asks for. The top-level ``protectedNICs`` names
+NICs of the guest kvdev never touches, by interface name, MAC and/or guest PCI address: the
+controller lists the VMI's own interfaces that are not DRA devices (its pod network), so that
+even at first boot, before any lease or configuration names it, metadata cannot take it.
+
 A hint selects described devices by claim and request, narrowed by driver, pool and device
 name when given; a selector that matches several devices is reported as ambiguous by the
 matcher, never guessed. Versioning follows upstream: additive fields keep the version, removals
@@ -51,6 +59,7 @@ V1ALPHA1: Final = f"{GROUP}/v1alpha1"
 VERSIONS: Final = (V1ALPHA1,)
 
 HINTS_MAX = 256  # devices per hints file: a VM has at most a few dozen PCI slots per bus
+PROTECTED_NICS_MAX = 64  # a VM's own interfaces: fewer than its PCI slots
 ADDRESSES_MAX = 16  # like networkData.ips
 ROUTES_MAX = 64
 TAG_MAX_BYTES = 256
@@ -121,6 +130,7 @@ class NetworkHints(Model):
     mtu: Annotated[int, Field(ge=MTU_MIN, le=MTU_MAX)] | None = None
     addresses: Annotated[list[InterfaceAddress], Field(max_length=ADDRESSES_MAX)] | None = None
     routes: Annotated[list[Route], Field(max_length=ROUTES_MAX)] | None = None
+    primary: bool | None = None  # the device is to become the guest's primary NIC
 
     @model_validator(mode="after")
     def _consistent(self) -> NetworkHints:
@@ -155,6 +165,20 @@ class DeviceHint(Model):
         )
 
 
+class ProtectedNic(Model):
+    """A NIC kvdev never touches: the guest's own, as the host knows it (any field matches)."""
+
+    name: IfName | None = None
+    mac_address: MacAddress | None = None
+    pci_address: PciAddress | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> ProtectedNic:
+        if self.name is None and self.mac_address is None and self.pci_address is None:
+            raise ValueError("set at least one of name, macAddress and pciAddress")
+        return self
+
+
 class HintsMeta(Model):
     """Object metadata of a hints document."""
 
@@ -167,6 +191,9 @@ class GuestHints(Document):
 
     metadata: HintsMeta = Field(default_factory=HintsMeta)
     devices: Annotated[list[DeviceHint], Field(max_length=HINTS_MAX)] = Field(default_factory=list)
+    protected_nics: Annotated[list[ProtectedNic], Field(max_length=PROTECTED_NICS_MAX)] | None = (
+        Field(default=None, alias="protectedNICs")
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> GuestHints:

@@ -57,7 +57,8 @@ def a_device():
 )
 def test_copying_cost_bombs_are_refused_without_running(expression):
     selector = compile_selector(expression)
-    assert selector.estimated_cost > COST_LIMIT
+    # upstream's estimate allows some (Go shares the lists the library copies): the copy bound
+    assert max(selector.estimated_cost, selector.copy_bound) > COST_LIMIT
     program = selector._program = NeverRun()
     with pytest.raises(CelCostLimitError, match="cost limit exceeded"):
         selector.matches(device_view(DRIVER, a_device().spec.devices[0]))

@@ -535,3 +535,37 @@ def test_a_bundle_of_more_keys_than_the_agent_reads_is_refused_and_nothing_writt
     (note,) = result.notes  # one Event on the VMI says so
     assert note.reason is Reason.CONFIGMAP_REFUSED
     assert note.message.startswith(f"the bundle is {len(result.data)} keys")
+
+
+def test_the_vmis_own_interfaces_are_protected_nics_and_its_dra_ones_are_not():
+    """The pod network's NIC, by KubeVirt's reported MAC and its PCI address: never touched."""
+    vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
+    vmi["spec"]["domain"]["devices"]["interfaces"][0]["pciAddress"] = "0000:01:00.0"
+    vmi["spec"]["domain"]["devices"]["interfaces"][0]["macAddress"] = "02:00:00:00:00:09"
+    vmi["status"]["interfaces"] = [
+        {"name": "default", "mac": "52:54:00:AB:CD:EF", "interfaceName": "eth0"},
+        {"name": "data0", "mac": "52:54:00:00:00:01"},  # a DRA NIC: not protected
+        {"mac": "52:54:00:00:00:02"},  # a NIC the guest agent reports with no network
+    ]
+    hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
+    assert not warnings
+    assert hints.to_json_dict()["protectedNICs"] == [
+        {"macAddress": "52:54:00:ab:cd:ef", "pciAddress": "0000:01:00.0"}
+    ]
+    assert len(hints.devices) == 4  # the DRA hints as before
+
+
+def test_a_protected_nics_value_kvdev_cannot_use_costs_only_itself():
+    vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
+    vmi["spec"]["domain"]["devices"]["interfaces"][0]["pciAddress"] = "not-pci"
+    vmi["status"]["interfaces"] = [{"name": "default", "mac": "52:54:00:ab:cd:ef"}]
+    hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
+    assert hints.to_json_dict()["protectedNICs"] == [{"macAddress": "52:54:00:ab:cd:ef"}]
+    assert [w.path for w in warnings] == ["spec.domain.devices.interfaces[0].pciAddress"]
+    assert "cannot be a protectedNICs pciAddress" in warnings[0].message
+
+
+def test_a_vmi_without_its_own_interfaces_gets_no_protected_nics_key():
+    vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
+    hints, _ = vmi_hints(VirtualMachineInstance.model_validate(vmi))
+    assert "protectedNICs" not in hints.to_json_dict()

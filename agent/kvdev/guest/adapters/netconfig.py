@@ -22,16 +22,33 @@ it, every MAC after a ``macaddress:``/``mac_address:`` key is still found. Bound
 directory (by name), 64 KiB per file, 1 MiB in all; what is left out or cannot be read is a
 problem (``file: why``) for the log, never an exception: a pass never fails on these files.
 It decides nothing.
+
+``dns_servers`` reads the guest's DNS servers for the safety policy (``safety.Guard``): the
+``nameserver`` lines of ``etc/resolv.conf`` and of the files systemd-resolved
+(``run/systemd/resolve/resolv.conf``: the servers behind its 127.0.0.53 stub) and
+NetworkManager (``run/NetworkManager/resolv.conf``) write; loopback servers (a local stub or
+cache) name nothing. Same bounds per file; at most ``MAX_NAMESERVERS`` servers.
+
+``nm_managed`` reads NetworkManager's runtime device state (``run/NetworkManager/devices/
+<ifindex>``, ``managed=`` of ``[device]``) of the links asked about: which it manages now
+(``core.marks.nm_overrides``). At most 4 KiB per file.
+
+``auto_default`` reads NetworkManager's configuration (``etc/NetworkManager/NetworkManager.conf``
+and ``conf.d/*.conf``, then ``usr/lib/NetworkManager/conf.d``): whether NetworkManager is there
+and would give every ethernet NIC without a profile a DHCP connection of its own (no
+``no-auto-default=*`` in ``[main]``), and which NICs ``no-auto-default`` leaves out (by MAC,
+``mac:``, or ``interface-name:``).
 """
 
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
-from kvdev.guest.core.primary import Configured
+from kvdev.guest.core.primary import AutoDefault, Configured
 
 MAX_FILES_PER_DIR = 64
 MAX_FILE_BYTES = 64 * 1024
@@ -222,3 +239,98 @@ def read(root: Path) -> tuple[tuple[Configured, ...], tuple[str, ...]]:
         if text is not None:
             out.extend(reader(text, str(path), problems))
     return tuple(out), tuple(problems)
+
+
+MAX_NAMESERVERS = 8
+_RESOLV = (
+    "etc/resolv.conf",
+    "run/systemd/resolve/resolv.conf",
+    "run/NetworkManager/resolv.conf",
+)
+
+
+def dns_servers(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The guest's DNS servers (not loopback), in the order found; the problems met."""
+    problems: list[str] = []
+    budget = _Budget()
+    found: dict[str, None] = {}
+    for rel in _RESOLV:
+        text = _text(root / rel, budget, problems)
+        for line in (text or "").splitlines():
+            words = line.split()
+            if len(words) < 2 or words[0] != "nameserver":
+                continue
+            try:
+                ip = ipaddress.ip_address(words[1].split("%", 1)[0])
+            except ValueError:
+                continue
+            if not ip.is_loopback and not ip.is_unspecified and len(found) < MAX_NAMESERVERS:
+                found[str(ip)] = None
+    return tuple(found), tuple(problems)
+
+
+_NM_CONF = (
+    ("usr/lib/NetworkManager/conf.d", ".conf"),
+    ("etc/NetworkManager/conf.d", ".conf"),
+)
+
+
+def auto_default(root: Path) -> tuple[AutoDefault | None, tuple[str, ...]]:
+    """NetworkManager's auto-default as its configuration sets it; None without NetworkManager.
+
+    NetworkManager reads ``NetworkManager.conf``, then ``conf.d`` (``usr/lib`` before
+    ``etc``), a later ``no-auto-default=`` replacing an earlier one.
+    """
+    problems: list[str] = []
+    main = root / "etc/NetworkManager/NetworkManager.conf"
+    paths = [main]
+    for rel, suffix in _NM_CONF:
+        paths += _files(root / rel, suffix, problems)
+    if not main.exists() and len(paths) == 1:
+        return None, tuple(problems)
+    budget = _Budget()
+    value = ""
+    for path in paths:
+        text = _text(path, budget, problems)
+        parser = _ini(text, str(path), problems) if text is not None else None
+        if parser is not None and parser.has_option("main", "no-auto-default"):
+            value = parser.get("main", "no-auto-default", fallback="") or ""
+    macs: set[str] = set()
+    names: set[str] = set()
+    for item in re.split(r"[,;\s]+", value):
+        if item == "*":
+            return AutoDefault(on=False), tuple(problems)
+        spec = item.removeprefix("mac:")
+        if mac := _mac(spec.lower()):
+            macs.add(mac)
+        elif item.startswith("interface-name:") and (
+            name := _name(item.removeprefix("interface-name:"))
+        ):
+            names.add(name)
+    return AutoDefault(on=True, macs=frozenset(macs), names=frozenset(names)), tuple(problems)
+
+
+NM_STATE_MAX_BYTES = 4096
+# NetworkManager's device state file has one section, [device]: a pattern, not configparser
+# (a tenth of the cost, on every pass for every link kvdev configures).
+_NM_MANAGED = re.compile(r"(?m)^\s*managed\s*=\s*(\S+)\s*$")
+
+
+def nm_managed(root: Path, ifindexes: Collection[int]) -> frozenset[int]:
+    """Of ``ifindexes``, those NetworkManager's runtime device state says it manages."""
+    directory = root / "run/NetworkManager/devices"
+    if not ifindexes or not directory.is_dir():
+        return frozenset()
+    out = set()
+    for ifindex in sorted(ifindexes):
+        try:
+            with (directory / str(ifindex)).open("rb") as f:
+                data = f.read(NM_STATE_MAX_BYTES + 1)
+        except OSError:
+            continue
+        if len(data) > NM_STATE_MAX_BYTES:
+            continue
+        found = _NM_MANAGED.search(data.decode("utf-8", "replace"))
+        if found is not None and found.group(1).lower() in {"true", "yes", "1"}:
+            out.add(ifindex)
+    return frozenset(out)

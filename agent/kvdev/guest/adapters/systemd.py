@@ -15,6 +15,8 @@ import os
 import socket
 import sys
 
+from kvdev.printable import PrintableFormatter, escape
+
 
 def notify(*fields: str) -> bool:
     """Send ``KEY=VALUE`` lines to systemd; False when not under systemd or on failure.
@@ -49,13 +51,17 @@ def watchdog_interval() -> float | None:
     return value / 2_000_000 if value > 0 else None
 
 
-class _Fields(logging.Formatter):
-    """Plain-text formatter that appends structured fields (device, claim, step) when set."""
+class _Fields(PrintableFormatter):
+    """Plain-text formatter that appends structured fields (device, claim, step) when set.
+
+    The record and its fields are escaped (``kvdev.printable``): names from metadata cannot
+    drive the terminal that shows the log.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         extra = [
-            f"{key}={getattr(record, key)}"
+            escape(f"{key}={getattr(record, key)}")
             for key in ("DEVICE", "CLAIM", "STEP")
             if getattr(record, key, None)
         ]
@@ -72,7 +78,7 @@ def log_handler() -> logging.Handler:
         except ImportError:
             pass
         else:  # the journal has PRIORITY and the logger's name as fields: the message alone
-            handler.setFormatter(logging.Formatter("%(message)s"))
+            handler.setFormatter(PrintableFormatter("%(message)s"))
             return handler
     stream = logging.StreamHandler(sys.stderr)
     stream.setFormatter(_Fields("%(levelname)s %(message)s"))

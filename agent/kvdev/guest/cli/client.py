@@ -21,8 +21,9 @@ import http.client
 import json
 import os
 import socket
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -110,11 +111,15 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         to the timeout, instead of failing at once; past it, TimeoutError.
         """
         deadline = time.monotonic() + (self.timeout or 0.0)
+        with _pinned(self.socket_path) as path:
+            self._connect(path, deadline)
+
+    def _connect(self, path: str, deadline: float) -> None:
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self.timeout)
             try:
-                sock.connect(self.socket_path)
+                sock.connect(path)
             except BlockingIOError as e:
                 sock.close()
                 if time.monotonic() >= deadline:
@@ -126,6 +131,28 @@ class UnixHTTPConnection(http.client.HTTPConnection):
                 raise
             self.sock = sock
             return
+
+
+@contextlib.contextmanager
+def _pinned(path: str) -> Iterator[str]:
+    """A name for the socket file at ``path`` that no one can re-point while it is used.
+
+    The socket's directory may be the agent's own (``/run/kvdev``), and ``kvdev`` often runs as
+    root: the last component is opened with ``O_PATH | O_NOFOLLOW`` and must be a socket with
+    one link (a symbolic or hard link to another service's socket is refused), then connected
+    to through ``/proc/self/fd`` (the file opened, not whatever the name points at by then).
+    """
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode):
+            raise OSError(errno.ELOOP, "a symbolic link, not the agent's socket", path)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_nlink != 1:
+            raise OSError(errno.ENOTSOCK, "not a socket with one link", path)
+        pinned = f"/proc/self/fd/{fd}"
+        yield pinned if Path(pinned).exists() else path  # no /proc: the name as it is
+    finally:
+        os.close(fd)
 
 
 def _group_of(path: str) -> str:

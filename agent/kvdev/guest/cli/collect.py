@@ -6,24 +6,35 @@ metadata tree (names, sizes, modes, mtimes and link targets; the files' contents
 ``--with-metadata``) and the state directory (its files, bounded). Each part that cannot be
 collected is written as ``<part>.error`` and listed in ``collect.json`` with why: a part's
 failure is never fatal. Exit 0 when the tarball is written, 2 when it cannot be.
+
+It runs as root over trees another user owns (the state directory is the agent's user's), so
+it reads them only through directory fds: each directory and file is opened from its
+parent's fd with ``O_NOFOLLOW`` (files also ``O_NONBLOCK``), ``fstat`` must show the entry
+that was listed, and a file is copied only when it is a regular file with one link, of its
+directory's owner or root's, at most ``MAX_FILE`` bytes. The tarball is a new 0600 file,
+renamed into place, and its members are 0600.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
+import os
 import platform
 import shutil
 import stat
 import subprocess
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Final, TextIO
+from typing import BinaryIO, Final, TextIO
 
 from kvdev import __version__
 from kvdev.errors import KvdevError
@@ -36,6 +47,9 @@ STATE_DIR: Final = "/var/lib/kvdev"
 UNITS: Final = ("kvdev-agent.service", "kvdev-agent.socket", "kvdev-metadata-share.service")
 MAX_ENTRIES: Final = 10_000  # of the metadata listing and of the state directory
 MAX_FILE: Final = 4 * 1024 * 1024  # bytes of one collected file
+MAX_DEPTH: Final = 32  # directory levels entered below a root
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 JOURNAL_LINES: Final = 20_000
 JOURNAL_TIMEOUT: Final = 60.0
 
@@ -97,7 +111,7 @@ class _Tarball:
 
     def add(self, name: str, data: bytes) -> None:
         info = tarfile.TarInfo(f"{self.top}/{name}")
-        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
         self.tar.addfile(info, io.BytesIO(data))
 
     def part(self, name: str, make: Callable[[], bytes]) -> None:
@@ -120,7 +134,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     top = f"kvdev-collect-{host}-{when}"
     path = Path(args.tarfile or f"{top}.tar.gz")
     try:
-        with tarfile.open(path, "w:gz") as tar:
+        with _private_file(path) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             ball = _Tarball(tar, top)
             _collect(ball, args)
             manifest = {
@@ -139,6 +153,25 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if failed:
         err.write(f"kvdev: collect: not collected (see collect.json): {', '.join(failed)}\n")
     return EXIT_OK
+
+
+@contextmanager
+def _private_file(path: Path) -> Iterator[BinaryIO]:
+    """``path`` written as a new 0600 file, renamed into place when complete.
+
+    The file is a temporary one made with ``O_EXCL`` beside ``path``: a file or link already
+    there is replaced, never written through.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as raw:
+            yield raw
+        Path(tmp).replace(path)
+    except BaseException:
+        with suppress(OSError):
+            Path(tmp).unlink()
+        raise
 
 
 def _collect(ball: _Tarball, args: argparse.Namespace) -> None:
@@ -175,18 +208,76 @@ def _journal() -> bytes:
     return done.stdout
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    """Every entry under ``root``, not following links, in name order, at most MAX_ENTRIES."""
-    stack, seen = [root], 0
-    while stack:
-        here = stack.pop()
-        for entry in sorted(here.iterdir(), reverse=True):
-            seen += 1
-            if seen > MAX_ENTRIES:
-                return
-            yield entry
-            if entry.is_dir() and not entry.is_symlink():
-                stack.append(entry)
+class _NotCollectedError(ValueError):
+    """An entry that is not what it was listed as, or no file root may copy."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One entry of a walked tree: its directory's fd (open while it is yielded), name, lstat."""
+
+    dfd: int
+    name: str
+    rel: str
+    st: os.stat_result
+    owner: int  # the uid of the directory it is in
+
+
+def _open_dir(name: str | Path, dir_fd: int | None, listed: os.stat_result | None) -> int:
+    """A directory's fd, opened without following a link.
+
+    Only the root the caller named may be a link. ``listed``: it must still be that directory.
+    """
+    flags = _DIR_FLAGS if dir_fd is not None else _DIR_FLAGS & ~os.O_NOFOLLOW
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if listed is not None and (st.st_dev, st.st_ino) != (listed.st_dev, listed.st_ino):
+        os.close(fd)
+        msg = f"{name}: replaced while it was read"
+        raise _NotCollectedError(msg)
+    return fd
+
+
+def _walk(root: Path) -> Iterator[_Entry]:
+    """Every entry under ``root``, not following links, in name order, at most MAX_ENTRIES.
+
+    Each directory is opened through its parent's fd with ``O_NOFOLLOW`` and must be the one
+    listed (device and inode), so a directory swapped for a link or another directory between
+    the listing and the descent is not entered; at most MAX_DEPTH levels.
+    """
+    top = _open_dir(root, None, None)
+    stack: list[tuple[int, str, int]] = [(top, "", 0)]
+    seen = 0
+    try:
+        while stack:
+            dfd, prefix, depth = stack.pop()
+            try:
+                owner = os.fstat(dfd).st_uid
+                with os.scandir(dfd) as it:
+                    names = sorted(e.name for e in it)
+                subdirs: list[tuple[str, os.stat_result]] = []
+                for name in names:
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        return
+                    try:
+                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # gone since the listing
+                    yield _Entry(dfd, name, prefix + name, st, owner)
+                    if stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+                        subdirs.append((name, st))
+                for name, st in reversed(subdirs):
+                    try:
+                        child = _open_dir(name, dfd, st)
+                    except (OSError, _NotCollectedError):
+                        continue  # swapped or gone: not entered
+                    stack.append((child, f"{prefix}{name}/", depth + 1))
+            finally:
+                os.close(dfd)
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
 
 
 def _listing(root: Path) -> bytes:
@@ -195,40 +286,77 @@ def _listing(root: Path) -> bytes:
         raise FileNotFoundError(msg)
     entries = []
     for entry in _walk(root):
-        st = entry.lstat()
+        st = entry.st
         item: dict[str, object] = {
-            "path": str(entry.relative_to(root)),
+            "path": entry.rel,
             "mode": stat.filemode(st.st_mode),
             "size": st.st_size,
             "mtime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime)),
         }
-        if entry.is_symlink():
-            item["target"] = str(entry.readlink())
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                item["target"] = os.readlink(entry.name, dir_fd=entry.dfd)[:4096]
+            except OSError as e:
+                item["target"] = f"(not read: {e.strerror})"
         entries.append(item)
     body = {"root": str(root), "entries": entries, "truncated": len(entries) >= MAX_ENTRIES}
     return (json.dumps(body, indent=2) + "\n").encode()
 
 
 def _files(ball: _Tarball, root: Path, prefix: str) -> None:
-    """Each regular file under ``root`` as ``prefix/<relative path>`` (links not followed)."""
-    if not root.is_dir():
-        ball.part(prefix, lambda: _missing(root))
-        return
+    """Each regular file under ``root`` as ``prefix/<relative path>`` (links not followed).
+
+    Read while walking, through the directory's fd (``_read``), so that what is copied is
+    the file that was listed, never what a link put in its place points at.
+    """
     try:
-        entries = [e for e in _walk(root) if e.is_file() and not e.is_symlink()]
+        for entry in _walk(root):
+            if stat.S_ISREG(entry.st.st_mode):
+                ball.part(f"{prefix}/{entry.rel}", partial(_read, entry))
+    except FileNotFoundError:
+        ball.part(prefix, lambda: _missing(root))
     except OSError as e:
         ball.part(prefix, partial(_raise, e))
-        return
-    for entry in entries:
-        ball.part(f"{prefix}/{entry.relative_to(root)}", partial(_read, entry))
 
 
-def _read(path: Path) -> bytes:
-    with path.open("rb") as f:
-        data = f.read(MAX_FILE + 1)
+def _read(entry: _Entry) -> bytes:
+    """The listed regular file's bytes, or why not.
+
+    It is opened through its directory's fd without following a link or blocking on a FIFO,
+    and copied only if it still is that regular file, with one link, of the directory's owner
+    (or root's), no larger than MAX_FILE.
+    """
+    try:
+        fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dfd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            msg = f"{entry.rel}: a symbolic link now, not collected"
+            raise _NotCollectedError(msg) from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (
+            entry.st.st_dev,
+            entry.st.st_ino,
+        ):
+            msg = f"{entry.rel}: no longer the regular file listed, not collected"
+            raise _NotCollectedError(msg)
+        if st.st_nlink != 1 or st.st_uid not in {entry.owner, 0}:
+            msg = f"{entry.rel}: a hard link or another user's file, not collected"
+            raise _NotCollectedError(msg)
+        if st.st_size > MAX_FILE:
+            msg = f"{entry.rel}: larger than {MAX_FILE} bytes, not collected"
+            raise _NotCollectedError(msg)
+        chunks, left = [], MAX_FILE + 1
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE:
-        msg = f"{path}: larger than {MAX_FILE} bytes, not collected"
-        raise ValueError(msg)
+        msg = f"{entry.rel}: larger than {MAX_FILE} bytes, not collected"
+        raise _NotCollectedError(msg)
     return data
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final, TextIO
 
 from kvdev.guest.cli.client import AgentError, ApiError, Client, NotRunningError, path_of
 from kvdev.guest.views import tables
+from kvdev.printable import escape
 
 EXIT_OK: Final = 0
 EXIT_NOT_READY: Final = 1
@@ -58,7 +59,7 @@ class Context:
 
     def fail(self, message: str, code: int = EXIT_ERROR) -> int:
         """One ``kvdev: ...`` line on stderr; ``code``."""
-        self.err.write(f"kvdev: {message}\n")
+        self.err.write(f"kvdev: {escape(message)}\n")
         return code
 
 
@@ -104,7 +105,7 @@ def _devices(ctx: Context, _args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.dump(body)
     elif ctx.output == "name":
-        ctx.out.writelines(f"{d.get('ref')}\n" for d in items)
+        ctx.out.writelines(f"{escape(str(d.get('ref')))}\n" for d in items)
     elif ctx.output == "wide":
         ctx.out.write(tables.devices_table(items, ctx.color, tables.WIDE_COLUMNS))
     else:
@@ -137,7 +138,7 @@ def _explain(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.dump(found[0])
     elif ctx.output == "name":
-        ctx.out.write(f"{found[0].get('ref')}\n")
+        ctx.out.write(f"{escape(str(found[0].get('ref')))}\n")
     else:
         ctx.out.write(tables.explain_text(found[0], ctx.color))
     return EXIT_OK
@@ -160,7 +161,7 @@ def _not_found(ctx: Context, key: str, items: Sequence[Mapping[str, Any]]) -> in
     )
     if items:
         ctx.err.write("described devices:\n")
-        ctx.err.writelines(f"  {d.get('ref')}\n" for d in items)
+        ctx.err.writelines(f"  {escape(str(d.get('ref')))}\n" for d in items)
     return EXIT_NOT_READY
 
 
@@ -189,7 +190,7 @@ def _reconcile(ctx: Context, _args: argparse.Namespace) -> int:
             f"{tables.counts_text(body.get('counts') or {}, ctx.color)}\n"
         )
         ctx.out.writelines(
-            f"  {d.get('ref')}: {d.get('phase')}: {d.get('reason') or '-'}\n"
+            escape(f"  {d.get('ref')}: {d.get('phase')}: {d.get('reason') or '-'}") + "\n"
             for d in body.get("devices") or []
             if d.get("phase") != "Configured"
         )

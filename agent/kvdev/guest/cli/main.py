@@ -246,7 +246,20 @@ def _global_options(*, with_timeout: bool, suppress: bool) -> argparse.ArgumentP
     return p
 
 
-def _parser() -> argparse.ArgumentParser:
+_MANUAL = "The manual: kvdev(1) (man kvdev)."
+
+
+def _name_the_manual(parser: argparse.ArgumentParser) -> None:
+    """End this parser's help, and each subcommand's, by naming the man page."""
+    parser.epilog = f"{parser.epilog.rstrip()}\n\n{_MANUAL}\n" if parser.epilog else _MANUAL
+    for action in parser._actions:  # noqa: SLF001 - argparse offers no public walk
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                _name_the_manual(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``kvdev`` parser with every command (the docs' CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(
         prog="kvdev",
         description="Know and check the devices Kubernetes DRA gave this VM.",
@@ -298,6 +311,7 @@ def _parser() -> argparse.ArgumentParser:
         description=("Work with DRA device metadata files (KEP-5304) without the agent."),
     )
     validate.add_parser(meta, _validate)
+    _name_the_manual(parser)
     return parser
 
 
@@ -321,7 +335,7 @@ def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvdev`` console script."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args, sys.stdout, sys.stderr)
     except BrokenPipeError:

@@ -21,12 +21,18 @@ What is marked:
 Never marked: a link no device describes, one whose binding is ambiguous or invalid, and the
 primary NIC the safety policy refuses (no ``Desired``): those stay their managers'.
 
+A mark is a request, and NetworkManager 1.58 lets a person overrule it for good: a managed
+state set with ``nmcli device set IF managed --permanent yes`` beats ``NM_UNMANAGED``, across
+reboots, and then NetworkManager and kvdev both configure the link. ``nm_overrides`` says so
+for each link kvdev configures that NetworkManager manages (its runtime device state, read by
+``adapters.netconfig.nm_managed``), with the command that undoes it.
+
 No I/O here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import NetState
@@ -83,3 +89,26 @@ def _awaited(b: Binding, present_macs: set[str], present_pci: set[str]) -> list[
         out.append(pci_mark(pin))
     out.extend(mac_mark(m) for m in (hinted, b.device.mac) if m and m not in present_macs)
     return out
+
+
+def nm_overrides(
+    configured: Iterable[tuple[int, str]], managed: Collection[int]
+) -> list[tuple[str, str]]:
+    """(name, why and how to undo it) per link kvdev configures that NetworkManager manages.
+
+    ``configured``: (ifindex, name) of the links kvdev configures; ``managed``: the ifindexes
+    NetworkManager says it manages.
+    """
+    return [
+        (
+            name,
+            (
+                f"NetworkManager manages {name}, which kvdev configures: its managed state (set "
+                f"with 'nmcli device set {name} managed --permanent yes') beats kvdev's "
+                f"NM_UNMANAGED mark and both configure the link; undo it with "
+                f"'nmcli device set {name} managed --permanent reset'"
+            ),
+        )
+        for ifindex, name in sorted(configured)
+        if ifindex in managed
+    ]

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kvdev.guest.core import linkwish, safety
@@ -102,6 +102,7 @@ class Desired:
     addresses: tuple[str, ...]
     routes: tuple[DesiredRoute, ...]
     link_file: tuple[str, str] | None = None  # a link wish's (path, content), for a rename
+    primary: bool = False  # its hint says it is to become the guest's primary NIC (safety)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ def _desire(
             if net is not None and net.interface_name
             else None
         ),
+        primary=bool(net is not None and net.primary),
     )
 
 
@@ -349,7 +351,7 @@ def _name(state: NetState, d: Desired) -> str:
 
 
 def _keep_name(d: Desired, state: NetState) -> Desired:
-    return Desired(d.device, d.ifindex, _name(state, d), d.altname, d.mtu, d.addresses, d.routes)
+    return replace(d, ifname=_name(state, d), link_file=None)
 
 
 def _link_steps(d: Desired, link: Link, state: NetState, was_downed: bool) -> list[Step]:
@@ -428,7 +430,7 @@ def _route_metric(r: Route) -> int:
     return r.metric if r.metric is not None else _DEFAULT_METRIC[_family(r.destination)]
 
 
-def plan(
+def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
     matching: Matching,
     state: NetState,
     link_files: Mapping[str, str] | None = None,
@@ -436,13 +438,16 @@ def plan(
     restore: Mapping[int, str] | None = None,
     owned: Decision | None = None,
     altnames: Mapping[int, Collection[str]] | None = None,
+    *,
+    dns: Sequence[str] = (),
 ) -> Plan:
     """Diff the desired state of every bound NIC against the observed state.
 
     ``restore``: ifindex -> the name the link had before a trade that may have been
     interrupted (see ``temp_name``). ``owned``: the guest's own NICs (``core.primary``), not
-    touched at all, like the primary NIC. ``altnames``: ifindex -> the altnames kvdev added
-    to the link (the altname journal), the only ones it ever removes.
+    touched at all, like the primary NIC, and whose traffic no other link may capture.
+    ``altnames``: ifindex -> the altnames kvdev added to the link (the altname journal), the
+    only ones it ever removes. ``dns``: the guest's DNS servers (``safety.Guard``).
     """
     policy = policy or Policy()
     back = _restorations(matching, state, restore or {})
@@ -457,7 +462,10 @@ def plan(
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
         desired.append(_desire(b, link, policy, blocked, back))
-    desired, warnings = _safe(desired, state, blocked)
+    own = frozenset(
+        lk.ifindex for lk in state.links if owned is not None and owned.reason(lk.mac) is not None
+    )
+    desired, warnings = _safe(desired, state, blocked, safety.Guard(own, tuple(dns)))
     steps = _stale_altnames(desired, state, altnames or {}, owned)
     freed = {s.altname for s in steps if isinstance(s, RemoveAltname)}
     renames, downed, desired = _renames(desired, state, blocked, freed)
@@ -512,7 +520,7 @@ def _stale_altnames(
 
 
 def _safe(
-    desired: list[Desired], state: NetState, blocked: list[Blocked]
+    desired: list[Desired], state: NetState, blocked: list[Blocked], guard: safety.Guard
 ) -> tuple[list[Desired], list[Warned]]:
     """``desired`` with what the safety policy refuses left out (and blocked); its warnings."""
     wanted = [
@@ -522,12 +530,13 @@ def _safe(
             d.ifname,
             d.addresses,
             tuple((r.destination, r.gateway, r.metric) for r in d.routes),
+            d.primary,
         )
         for d in desired
     ]
     out: list[Desired] = []
     warnings: list[Warned] = []
-    for d, ruling in zip(desired, safety.judge(wanted, state), strict=True):
+    for d, ruling in zip(desired, safety.judge(wanted, state, guard), strict=True):
         out.append(
             replace(
                 d,

@@ -23,20 +23,34 @@ Refused:
   already, else neither gets it;
 * a **route into loopback or multicast space**, or through a gateway that is no unicast address;
 * a **default route that would take over**: another link has a default route of the same family
-  kvdev did not add, and this one's metric is no worse (lower or equal).
+  kvdev did not add, and this one's metric is no worse (lower or equal);
+* what would **capture the primary NIC's traffic** (see "What may capture the primary's
+  traffic" in docs/explanation/safety-policy.md): a route, or the connected prefix of an
+  address, through a link kvdev manages that is shorter than ``SHORTEST`` (/8 for IPv4, /16
+  for IPv6: more specific than any default route, it takes what the default reaches); that
+  overlaps a connected prefix of a primary NIC, a primary NIC's gateway, a DNS server the
+  guest reaches through a primary NIC, or a cloud metadata address (``METADATA``); or that,
+  with the others through managed links before it, would reach more than a ``UNION_PREFIX``
+  (/4 for IPv4, /12 for IPv6) worth of addresses: many routes that together cover what the
+  default route reaches. A primary NIC is one that carries a default route kvdev did not add
+  or one that is the guest's own (``Guard.links``: ``core.primary``). None of this applies to
+  a device whose hint says it is to become the primary (``network.primary``): it is warned
+  about instead.
 
 Warned about (applied; the warning is in the device's ``warnings``, shown by ``kvdev explain``):
 
 * any other **default route** (a fallback behind the guest's own, or the only one);
-* **link-local** addresses, and routes into link-local space (``169.254.0.0/16``, ``fe80::/10``:
-  a cloud's metadata service at 169.254.169.254 would then be reached through this NIC);
-* a **route that overlaps one another link carries** and kvdev did not add.
+* **link-local** addresses, and routes into link-local space (``169.254.0.0/16``, ``fe80::/10``)
+  that hold no metadata address (one that does is refused: above);
+* a **route that overlaps one another link carries** and kvdev did not add (but not one of the
+  primary's connected prefixes: that is refused).
 
 No I/O here.
 """
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections import defaultdict
 from collections.abc import Sequence
@@ -52,6 +66,23 @@ _MULTICAST: Final = (ipaddress.ip_network("224.0.0.0/4"), ipaddress.ip_network("
 _LINK_LOCAL: Final = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
 _BROADCAST: Final = ipaddress.ip_address("255.255.255.255")
 _DEFAULT_METRIC: Final = {4: 0, 6: 1024}  # what the kernel stores when no metric is given
+# Shorter prefixes count as default routes: no data network needs more than a /8 of IPv4 (the
+# largest block ever assigned to one organisation) or a /16 of IPv6 (RIRs hand out /12s, ISPs
+# get /19 to /32, a site /48).
+SHORTEST: Final = {4: 8, 6: 16}
+# All routes and connected prefixes through managed links together: at most a /4 of IPv4 (16
+# /8s: the private ranges and more fit) or a /12 of IPv6 (16 /16s).
+UNION_PREFIX: Final = {4: 4, 6: 12}
+# Cloud metadata services: 169.254.169.254 (every major cloud, OpenStack) and fd00:ec2::254
+# (AWS over IPv6). OpenStack's fe80::a9fe:a9fe is link-local: reached with a scope (the
+# interface), a route through another link cannot capture it.
+METADATA: Final = (
+    ipaddress.ip_network("169.254.169.254/32"),
+    ipaddress.ip_network("fd00:ec2::254/128"),
+)
+_ALLOW: Final = (
+    "if this device is to become the guest's primary NIC, set network.primary: true in its hint"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +94,19 @@ class Wanted:
     ifname: str
     addresses: tuple[str, ...]
     routes: tuple[tuple[str, str | None, int | None], ...]  # destination, gateway, metric
+    primary: bool = False  # its hint says it is to become the guest's primary NIC
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What else holds the primary NIC's traffic, besides the links carrying a default route.
+
+    ``links``: ifindexes of the guest's own NICs (``core.primary``); ``dns``: the guest's DNS
+    servers (``adapters.netconfig.dns_servers``), protected when reached through a primary NIC.
+    """
+
+    links: frozenset[int] = frozenset()
+    dns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +188,7 @@ def _within(net: _NET, spaces: Sequence[_NET]) -> bool:
 
 
 def _route_refusal(destination: str, gateway: str | None) -> str | None:
-    net = ipaddress.ip_network(destination)
+    net = network(destination)
     if net.prefixlen and _within(net, _LOOPBACK):
         return f"route {destination} leads into loopback space"
     if net.prefixlen and _within(net, _MULTICAST):
@@ -156,10 +200,57 @@ def _route_refusal(destination: str, gateway: str | None) -> str | None:
     return None
 
 
+def _span(net: _NET) -> tuple[int, int]:
+    """The first and last address of ``net``, as integers."""
+    first = int(net.network_address)
+    return first, first + net.num_addresses - 1
+
+
+class _Reach:
+    """The addresses that routes and connected prefixes through managed links reach, per family.
+
+    Kept as the maximal blocks of their union (start -> end, as integers): two CIDR blocks nest
+    or are disjoint, so a new one lies inside the block starting at or before it, or holds every
+    block starting within it. ``measure`` and ``add`` cost a bisection and the blocks replaced.
+    """
+
+    def __init__(self) -> None:
+        self.starts: dict[int, list[int]] = {4: [], 6: []}
+        self.ends: dict[int, dict[int, int]] = {4: {}, 6: {}}
+        self.size = {4: 0, 6: 0}
+
+    def measure(self, v: int, first: int, last: int) -> tuple[int, int, int]:
+        """With ``first..last`` of family ``v`` added: (addresses reached, lo, hi).
+
+        ``lo:hi`` are the indexes of the blocks it would replace.
+        """
+        starts, ends = self.starts[v], self.ends[v]
+        lo = bisect.bisect_left(starts, first)
+        hi = bisect.bisect_right(starts, last)
+        if (lo > 0 and ends[starts[lo - 1]] >= last) or (
+            lo < hi and starts[lo] == first and ends[first] >= last
+        ):
+            return self.size[v], lo, lo  # inside a block already: nothing changes
+        held = sum(ends[x] - x + 1 for x in starts[lo:hi])
+        return self.size[v] - held + (last - first + 1), lo, hi
+
+    def add(self, v: int, first: int, last: int, measured: tuple[int, int, int]) -> None:
+        """Add ``first..last`` of family ``v``, as ``measure`` measured it just before."""
+        size, lo, hi = measured
+        if size == self.size[v] and lo == hi:
+            return
+        starts, ends = self.starts[v], self.ends[v]
+        for x in starts[lo:hi]:
+            del ends[x]
+        starts[lo:hi] = [first]
+        ends[first] = last
+        self.size[v] = size
+
+
 class _Judge:
     """The state every ruling is made against, computed once per plan."""
 
-    def __init__(self, wanted: Sequence[Wanted], state: NetState) -> None:
+    def __init__(self, wanted: Sequence[Wanted], state: NetState, guard: Guard) -> None:
         self.state = state
         wants = {w.ifindex: w for w in wanted}
         # What kvdev removes in this plan (its own addresses a managed link no longer wants)
@@ -180,12 +271,100 @@ class _Judge:
             for r in state.routes
             if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen
         ]
+        self.primaries = {r.ifindex for r in self.defaults} | set(guard.links)
+        self.protected = [
+            (net.version, *_span(net), label) for net, label in self._protected(guard)
+        ]
+        self.reach = _Reach()
+
+    def _name(self, ifindex: int) -> str:
+        link = self.state.link(ifindex)
+        return link.ifname if link else str(ifindex)
+
+    def _protected(self, guard: Guard) -> list[tuple[_NET, str]]:
+        """What the primary NICs' traffic is: (network, what it is, for people)."""
+        out: dict[_NET, str] = {}
+        for a in self.state.addresses:
+            iface = ipaddress.ip_interface(a.address)
+            if a.ifindex in self.primaries and not iface.ip.is_link_local:
+                out.setdefault(
+                    iface.network, f"{iface.network}, the prefix of {self._name(a.ifindex)}"
+                )
+        for r in self.state.routes:
+            if r.ifindex in self.primaries and r.gateway and r.protocol != KVDEV_PROTO:
+                gw = ipaddress.ip_network(r.gateway)
+                if not gw.is_link_local:  # reached with a scope: no other link captures it
+                    out.setdefault(gw, f"{r.gateway}, the gateway of {self._name(r.ifindex)}")
+        for server in guard.dns:
+            ip = ipaddress.ip_address(server)
+            if ip.is_link_local:  # reached with a scope: no other link captures it
+                continue
+            via = self._route_to(ip)
+            if via is not None and via.ifindex in self.primaries:
+                why = f"{server}, a DNS server the guest reaches through {self._name(via.ifindex)}"
+                out.setdefault(ipaddress.ip_network(ip), why)
+        for net in METADATA:
+            out.setdefault(net, f"{net.network_address}, the cloud's metadata service")
+        return list(out.items())
+
+    def _route_to(self, ip: _IP) -> Route | None:
+        """The route the guest takes to ``ip`` now: the longest prefix, then the lowest metric."""
+        best: tuple[int, int] | None = None
+        found = None
+        for r in self.state.routes:
+            net = network(r.destination)
+            if net.version == ip.version and ip in net:
+                key = (net.prefixlen, -_metric(net.version, r.metric))
+                if best is None or key > best:
+                    best, found = key, r
+        return found
+
+    def _captures(self, w: Wanted, net: _NET, what: str) -> str | None:
+        """Why ``net`` through ``w``'s link would capture the primary's traffic; None if not.
+
+        What would not joins the union of what managed links reach.
+        """
+        v = net.version
+        if net.prefixlen < SHORTEST[v]:
+            theirs = [r for r in self.defaults if network(r.destination).version == v]
+            default = (
+                f"the default route {_via(theirs[0], self.state)}"
+                if theirs
+                else ("any default route the guest gets")
+            )
+            return (
+                f"{what} through {w.ifname} is shorter than /{SHORTEST[v]}: more specific than "
+                f"a default route, it would take what {default} reaches"
+            )
+        first, last = _span(net)
+        for version, start, end, label in self.protected:
+            if version == v and start <= last and first <= end:
+                return f"{what} through {w.ifname} would capture {label}"
+        measured = self.reach.measure(v, first, last)
+        if (grown := measured[0]) > 2 ** (net.max_prefixlen - UNION_PREFIX[v]):
+            return (
+                f"{what} through {w.ifname}: with the routes and prefixes through links kvdev "
+                f"manages before it, it would reach {grown} addresses, more than a "
+                f"/{UNION_PREFIX[v]}: together like a default route"
+            )
+        self.reach.add(v, first, last, measured)
+        return None
+
+    def _capture_ruling(self, w: Wanted, net: _NET, what: str) -> tuple[str | None, str | None]:
+        """(refusal, warning) for what ``net`` would capture; what passes joins the union."""
+        why = self._captures(w, net, what)
+        if why is None:
+            return None, None
+        if w.primary:
+            return None, f"{why}: allowed, its hint sets network.primary"
+        return f"{why}; {_ALLOW}", None
 
     def address(self, w: Wanted, address: str) -> tuple[str | None, str | None]:
         """(refusal, warning) for one address."""
         if (refused := _address_refusal(address)) is not None:
             return refused, None
-        ip = ipaddress.ip_interface(address).ip
+        iface = ipaddress.ip_interface(address)
+        ip = iface.ip
         if ip.is_link_local:
             return None, f"address {address} is link-local"
         others = sorted(self.held[ip] - {w.ifindex})
@@ -196,7 +375,9 @@ class _Judge:
         rivals = [o for o in self.askers[ip] if o.ifindex != w.ifindex]
         if rivals and w.ifindex not in self.held[ip]:
             return f"address {address}: {ip} is also asked for by {rivals[0].device}", None
-        return None, None
+        return self._capture_ruling(
+            w, iface.network, f"address {address} (its prefix {iface.network})"
+        )
 
     def route(
         self, w: Wanted, route: tuple[str, str | None, int | None]
@@ -205,9 +386,12 @@ class _Judge:
         destination, gateway, metric = route
         if (refused := _route_refusal(destination, gateway)) is not None:
             return refused, None
-        net = ipaddress.ip_network(destination)
+        net = network(destination)
         if net.prefixlen == 0:
             return self._default(w, net.version, metric)
+        refused, warned = self._capture_ruling(w, net, f"route {destination}")
+        if refused is not None or warned is not None:
+            return refused, warned
         if _within(net, _LINK_LOCAL):
             return None, f"route {destination} leads into link-local space through {w.ifname}"
         for r in self.foreign_routes:
@@ -228,16 +412,16 @@ class _Judge:
         best = min(theirs, key=lambda r: _metric(family, r.metric))
         if mine <= (their := _metric(family, best.metric)):
             via = _via(best, self.state)
-            return (
-                f"default route with metric {mine} would take over from {via} (metric {their})",
-                None,
-            )
+            why = f"default route with metric {mine} would take over from {via} (metric {their})"
+            if w.primary:
+                return None, f"{why}: allowed, its hint sets network.primary"
+            return f"{why}; {_ALLOW}", None
         return None, f"a default route through {w.ifname}, behind {_via(best, self.state)}"
 
 
-def judge(wanted: Sequence[Wanted], state: NetState) -> list[Ruling]:
+def judge(wanted: Sequence[Wanted], state: NetState, guard: Guard | None = None) -> list[Ruling]:
     """The policy's ruling on each wanted device, in order (see the module docstring)."""
-    judging = _Judge(wanted, state)
+    judging = _Judge(wanted, state, guard or Guard())
     out = []
     for w in wanted:
         refused: list[str] = []

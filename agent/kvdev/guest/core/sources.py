@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
+from typing import Final
 
 from kvdev.errors import Problem
 from kvdev.guest.core.check import check_raw, hint_clashes
@@ -28,8 +30,10 @@ from kvdev.guest.core.observed import RawFile
 from kvdev.schema import ConfigDriveMetadata, FileResult, GuestHints, Role
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice
-from kvdev.schema.hints import DeviceHint
+from kvdev.schema.hints import DeviceHint, ProtectedNic
 from kvdev.schema.reading import DeviceMetadata
+
+MAX_WARNINGS: Final = 100  # upstream-invalid values shown in the status
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,15 @@ class Sources:
             for h in r.document.devices
         )
 
+    def protected(self) -> tuple[tuple[str, ProtectedNic], ...]:
+        """The NICs the GuestHints content in force protects: (where, the entry)."""
+        return tuple(
+            (f"hints {r.source} protectedNICs[{i}]", p)
+            for r in self._used(Role.GUEST_HINTS)
+            if isinstance(r.document, GuestHints)
+            for i, p in enumerate(r.document.protected_nics or ())
+        )
+
     def tagged(self) -> tuple[TaggedDevice, ...]:
         """The tagged devices of the config-drive content in force."""
         return tuple(
@@ -113,6 +126,22 @@ class Sources:
     def errors(self) -> dict[str, tuple[Problem, ...]]:
         """Per file (path order), why its current content is not used; only files with errors."""
         return {e.source: e.problems for e in self.entries if e.rejected is not None}
+
+    def upstream_warnings(self) -> tuple[Problem, ...]:
+        """The values of the content in force that no conforming writer writes.
+
+        Names that are no DNS label or subdomain among them (upstream's API server would refuse
+        such a claim, request, driver, pool or device), at most ``MAX_WARNINGS``, in path order:
+        warnings only, nothing is refused for them.
+        """
+        found = (
+            p
+            for e in self.entries
+            if e.used is not None
+            for p in e.used.warnings
+            if p.upstream_invalid
+        )
+        return tuple(islice(found, MAX_WARNINGS))
 
     def hint_conflicts(self) -> tuple[Problem, ...]:
         """Hints of two GuestHints files in force that clash (``check.hint_clashes``)."""

@@ -83,10 +83,15 @@ class ClaimStatus:
 
 @dataclass(frozen=True, slots=True)
 class MetadataState:
-    """What the agent knows of its input files: the claims in force, and the files in error."""
+    """What the agent knows of its input files: the claims in force, and the files in error.
+
+    ``warnings``: values in force no conforming writer writes (e.g. a name that is no DNS
+    label); shown, never refused.
+    """
 
     errors: tuple[Problem, ...] = ()
     claims: tuple[ClaimStatus, ...] = ()
+    warnings: tuple[Problem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,7 @@ class Status:
     dry_run: bool = False
     claims: tuple[ClaimStatus, ...] = ()
     conditions: tuple[Condition, ...] = ()
+    file_warnings: tuple[Problem, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -242,6 +248,7 @@ def summarize(  # noqa: PLR0913 - one value per output of a pass
         dry_run,
         metadata.claims,
         tuple(conditions),
+        metadata.warnings,
     )
 
 

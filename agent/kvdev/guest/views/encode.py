@@ -134,6 +134,7 @@ def status_json(status: Status) -> dict[str, Any]:
         "devices": [device_json(d) for d in status.devices],
         "unmanaged": list(status.unmanaged),
         "metadataErrors": [str(p) for p in status.file_errors],
+        "metadataWarnings": [str(p) for p in status.file_warnings],
         "conditions": [
             {"type": c.type, "severity": c.severity.value.capitalize(), "message": c.message}
             for c in status.conditions

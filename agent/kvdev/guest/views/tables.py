@@ -7,20 +7,29 @@ answer them and ``encode`` makes them), text out. It owns the human renderings o
 name, altname, MAC, guest PCI address or bare device name. Every device table is drawn from
 one set of columns (``COLUMNS``), so a header is spelled, and a cell computed, one way
 everywhere. Missing or null fields print as ``-``: the API may add fields and an older agent
-may lack some.
+may lack some. Every string the API answered is escaped (``kvdev.printable``) before it is
+laid out, so a name in a metadata file cannot drive the terminal; JSON and YAML output never
+comes here.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
+
+from kvdev.printable import escape_tree
 
 PHASE_ORDER: Final = ("Configured", "Pending", "Missing", "Ambiguous", "Error", "Unmanaged")
 _PHASE_COLOR: Final = {"Configured": "32", "Pending": "33", "Missing": "31", "Ambiguous": "31"}
 _SHORT_PCI = re.compile(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 Json = Mapping[str, Any]
+
+
+def _safe(body: Json) -> Json:
+    """``body`` with every string in it escaped for a terminal."""
+    return cast("Json", escape_tree(body))
 
 
 def paint(code: str, text: str, color: bool) -> str:
@@ -103,6 +112,7 @@ def human_duration(seconds: object) -> str:
 
 def counts_text(counts: Mapping[str, int], color: bool = False) -> str:
     """``2 Configured, 1 Missing`` in phase order; ``no devices described`` when empty."""
+    counts = cast("Mapping[str, int]", escape_tree(counts))
     order = sorted(counts, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
     return ", ".join(f"{counts[p]} {_phase(p, color)}" for p in order) or "no devices described"
 
@@ -131,9 +141,11 @@ def _condition(c: Json, color: bool) -> str:
 
 def status_text(body: Json, color: bool = False) -> str:
     """``kvdev status``: the agent's state in labelled lines, then the claims in force."""
+    body = _safe(body)
     converged = paint("32", "yes", color) if body.get("converged") else paint("1;31", "no", color)
     agent = body.get("agent") or {}
     errors = body.get("metadataErrors") or []
+    warned = body.get("metadataWarnings") or []
     conditions = body.get("conditions") or []
     pairs = [
         ("converged", f"{converged}, since {_s(body.get('since'))}"),
@@ -146,6 +158,8 @@ def status_text(body: Json, color: bool = False) -> str:
         ("unmanaged", _s(body.get("unmanaged"))),
         ("metadata errors", str(len(errors)) if errors else "none"),
         *(("", paint("31", str(e), color)) for e in errors),
+        ("warnings", str(len(warned)) if warned else "none"),
+        *(("", paint("33", f"[upstream] {w}", color)) for w in warned),
         ("conditions", str(len(conditions)) if conditions else "none"),
         *(("", _condition(c, color)) for c in conditions),
         ("last error", _s(body.get("lastError"))),
@@ -226,6 +240,7 @@ def devices_table(
     """One aligned row per described device, in ``columns`` (``kvdev devices``' by default)."""
     if not items:
         return "no devices described\n"
+    items = [_safe(d) for d in items]
     rows: list[tuple[str, ...]] = [tuple(columns)]
     rows.extend(tuple(COLUMNS[c](d) for c in columns) for d in items)
     colors: dict[int, list[str]] = {}
@@ -253,11 +268,13 @@ def short_refs(items: Sequence[Json]) -> list[Json]:
 
 def pass_text(body: Json, color: bool = False) -> str:
     """``kvdev-agent --once``: the devices after the pass, what was left alone, the summary."""
+    body = _safe(body)
     devices = body.get("devices") or []
     lines = devices_table(devices, color, PASS_COLUMNS).splitlines() if devices else []
     if body.get("unmanaged"):
         lines.append(f"unmanaged (never touched): {', '.join(body['unmanaged'])}")
     lines.extend(f"metadata error: {e}" for e in body.get("metadataErrors") or [])
+    lines.extend(f"metadata warning: [upstream] {w}" for w in body.get("metadataWarnings") or [])
     lines.extend(f"condition: {_condition(c, color)}" for c in body.get("conditions") or [])
     lines.append(("dry run: " if body.get("dryRun") else "") + _s(body.get("summary")))
     return "\n".join(lines) + "\n"
@@ -322,6 +339,7 @@ _VERDICT: Final = {
 
 def step_line(step: Json) -> str:
     """One applied step as the agent logs it: ``dpci0: SetMtu mtu 1400 (MTU is 1500)``."""
+    step = _safe(step)
     kind, ifname, what, why = _step_text(step)
     return f"{ifname}: {kind} {what} ({why})" if what != "-" else f"{ifname}: {kind} ({why})"
 
@@ -389,6 +407,7 @@ def _guest_text(g: Json) -> str:
 
 def explain_text(d: Json, color: bool = False) -> str:
     """``kvdev explain``: why a device matched or did not, and what is left to do."""
+    d = _safe(d)
     phase = str(d.get("phase"))
     claim = f"{_s(d.get('claim'))} (pod claim {_s(d.get('podClaimName'))})"
     pairs = [
@@ -431,6 +450,7 @@ def explain_text(d: Json, color: bool = False) -> str:
 
 def plan_text(body: Json, color: bool = False) -> str:
     """``kvdev plan``: the steps a pass would apply now, grouped by device, then what is blocked."""
+    body = _safe(body)
     steps = body.get("steps") or []
     blocked = body.get("blocked") or []
     if not steps and not blocked:

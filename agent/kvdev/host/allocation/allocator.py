@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from kvdev.host.allocation.cel import interruptible
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.plans import AllocationFailedError, Selection
 from kvdev.host.allocation.pools import (
@@ -126,11 +127,13 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
         shortcuts=shortcuts,
     )
     try:
-        search.prepare(
-            claims,
-            classes if isinstance(classes, Mapping) else {c.metadata.name: c for c in classes},
-        )
-        found = search.run()
+        # The filter timeout holds inside one CEL evaluation too (cel.interruptible).
+        with interruptible(search.check_deadline):
+            search.prepare(
+                claims,
+                classes if isinstance(classes, Mapping) else {c.metadata.name: c for c in classes},
+            )
+            found = search.run()
     except AllocationFailedError as e:
         return Failed(e.keyword, e.message, tuple(search.notes))
     notes = tuple(search.notes)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from kvdev.host.allocation.cel import interruptible
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.plans import AllocationFailedError, Selection
 from kvdev.host.allocation.pools import (
@@ -29,7 +30,7 @@ from kvdev.host.allocation.pools import (
     gather_pools,
     slice_visible,
 )
-from kvdev.host.allocation.search import Search
+from kvdev.host.allocation.search import Clock, Search
 from kvdev.host.k8s.claim import ResourceClaim
 from kvdev.host.k8s.quantity import parse_quantity
 from kvdev.host.k8s.resource import DeviceClass, ResourceSlice
@@ -83,7 +84,7 @@ class RequestReport:
         return self.fitting >= (self.wanted or 1)
 
 
-def explain(
+def explain(  # noqa: PLR0913 - allocate()'s inputs, keyword-only
     node: NodeLike,
     claims: Sequence[ResourceClaim],
     *,
@@ -92,8 +93,12 @@ def explain(
     allocated_devices: Iterable[DeviceID] = (),
     allocated_capacity: Mapping[DeviceID, Mapping[str, str | Fraction]] | None = None,
     features: Features | None = None,
+    clock: Clock | None = None,
 ) -> list[RequestReport]:
     """One report per claim and request alternative, in claim and request order.
+
+    ``clock``: the filter timeout of each claim's pass (inside every CEL evaluation too); a
+    device judged past it is a ``selector-error`` naming the timeout.
 
     Claims that cannot be planned (unknown class, invalid constraint, an ``All`` request
     meeting an incomplete pool...) are skipped: the allocator reports those as errors.
@@ -117,25 +122,40 @@ def explain(
             features=feats,
             selection=selection,
             node=node.name,
+            clock=clock,
         )
-        try:
-            search.prepare([claim], by_name)
-        except AllocationFailedError:
-            continue
-        for slot in search.plans[0].slots:
-            for alt in slot.alternatives:
-                verdicts = [
-                    *(_verdict(search, alt, pos) for pos in range(len(search.candidates))),
-                    *rejected,
-                ]
-                reports.append(
-                    RequestReport(
-                        claim=claim.metadata.name,
-                        request=alt.name,
-                        wanted=None if alt.all_mode else alt.count,
-                        devices=tuple(verdicts),
-                    )
+        with interruptible(search.check_deadline):
+            reports += _claim_reports(search, claim, by_name=by_name, rejected=rejected)
+    return reports
+
+
+def _claim_reports(
+    search: Search,
+    claim: ResourceClaim,
+    *,
+    by_name: Mapping[str, DeviceClass],
+    rejected: list[DeviceVerdict],
+) -> list[RequestReport]:
+    """The reports of one claim (none when it cannot be planned)."""
+    reports: list[RequestReport] = []
+    try:
+        search.prepare([claim], by_name)
+    except AllocationFailedError:
+        return reports
+    for slot in search.plans[0].slots:
+        for alt in slot.alternatives:
+            verdicts = [
+                *(_verdict(search, alt, pos) for pos in range(len(search.candidates))),
+                *rejected,
+            ]
+            reports.append(
+                RequestReport(
+                    claim=claim.metadata.name,
+                    request=alt.name,
+                    wanted=None if alt.all_mode else alt.count,
+                    devices=tuple(verdicts),
                 )
+            )
     return reports
 
 

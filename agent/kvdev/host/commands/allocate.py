@@ -300,6 +300,7 @@ def run_allocate(  # noqa: PLR0913 - the command's options, keyword-only
     if isinstance(outcome, Failed):
         err.write(_notes(outcome.notes))
         return _fail(outcome.keyword, outcome.message, output, out, err, EXIT_INVALID)
+    inputs["clock"] = clock  # the explanation's pass is bounded as the allocation was
     reports = _reports(state, inputs) if explain_ else None
     if reports is not None:
         err.write(_explanation(reports))

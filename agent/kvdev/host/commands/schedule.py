@@ -53,6 +53,7 @@ from kvdev.host.scheduling import (
     schedule,
 )
 from kvdev.host.scheduling.events import EVENT_TYPES
+from kvdev.printable import unescaped
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -187,10 +188,13 @@ class _Loading:
 
 
 class _Bar:
-    """A one-line progress bar, redrawn at most every 1/20 of the run."""
+    """A one-line progress bar, redrawn at most every 1/20 of the run.
+
+    It draws only figures, so its carriage returns go to the terminal as they are.
+    """
 
     def __init__(self, err: TextIO) -> None:
-        self.err = err
+        self.err = unescaped(err)
         self.last = -1
 
     def __call__(self, done: int, total: int) -> None:

@@ -16,6 +16,12 @@ Owns the mapping from KubeVirt's VMI spec to hints, one per claimed device:
   named ``claimName`` has ``resourceClaimName: X``, else ``{podClaimName: claimName}`` (a
   template claim: the directory upstream's tree uses is the pod's claim name).
 
+The VMI's own interfaces (each ``spec.networks[]`` without ``resourceClaim``: the pod
+network, a multus network) become ``protectedNICs``, NICs the agent never touches: by the MAC
+KubeVirt reports in ``status.interfaces[]`` (else the interface's ``macAddress``) and the
+interface's ``pciAddress``. That is the evidence the guest lacks at first boot, before any lease
+or configuration names its own NIC.
+
 A hint that would say nothing is not written. A value kvdev cannot use (a MAC or PCI address
 that does not parse, an unknown claim entry, a second hint for the same request) costs only
 that value or that hint, with a warning naming the VMI and the field. Pure: no I/O.
@@ -30,7 +36,14 @@ from pydantic import ValidationError
 
 from kvdev.errors import Problem, Severity
 from kvdev.host.k8s.kubevirt import ClaimedDevice, VirtualMachineInstance
-from kvdev.schema.hints import KIND, V1ALPHA1, DeviceHint, GuestHints, GuestLocation
+from kvdev.schema.hints import (
+    KIND,
+    V1ALPHA1,
+    DeviceHint,
+    GuestHints,
+    GuestLocation,
+    ProtectedNic,
+)
 
 _GUEST_FIELDS = {"mac_address": "macAddress", "pci_address": "pciAddress", "tag": "tag"}
 
@@ -118,6 +131,42 @@ def _guest(use: _Use, subject: str, warnings: list[Problem]) -> dict[str, str]:
     return out
 
 
+def _protected(vmi: VirtualMachineInstance, warnings: list[Problem]) -> list[dict[str, str]]:
+    """The VMI's own interfaces (no ``resourceClaim``), as ``protectedNICs`` entries."""
+    subject = what(vmi)
+    statuses = vmi.status.interfaces if vmi.status is not None else None
+    macs = {i.name: i.mac for i in statuses or [] if i.name and i.mac}
+    interfaces = {i.name: (n, i) for n, i in enumerate(vmi.devices.interfaces or [])}
+    out: list[dict[str, str]] = []
+    for network in vmi.spec.networks or []:
+        found = interfaces.get(network.name)
+        if network.resource_claim is not None or found is None:
+            continue
+        index, interface = found
+        at = f"spec.domain.devices.interfaces[{index}]"
+        values = {
+            "macAddress": (
+                (macs[network.name], f"status.interfaces[name={network.name}].mac")
+                if network.name in macs
+                else (interface.mac_address, f"{at}.macAddress")
+            ),
+            "pciAddress": (interface.pci_address, f"{at}.pciAddress"),
+        }
+        entry: dict[str, str] = {}
+        for key, (value, path) in values.items():
+            if not value:
+                continue
+            try:
+                entry.update(ProtectedNic.model_validate({key: value}).to_json_dict())
+            except ValidationError as e:
+                reason = "; ".join(err["msg"] for err in e.errors())
+                message = f"{subject}: {value!r} cannot be a protectedNICs {key} ({reason})"
+                warnings.append(Problem(message, path=path, severity=Severity.WARNING))
+        if entry:
+            out.append(entry)
+    return out
+
+
 def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, ...]]:
     """The VMI's hints (``metadata.generation`` 0: the caller sets it) and the warnings."""
     subject = what(vmi)
@@ -155,12 +204,13 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
             continue
         seen[key] = use.path
         hints.append(hint)
-    document = GuestHints.model_validate(
-        {
-            "apiVersion": V1ALPHA1,
-            "kind": KIND,
-            "metadata": {"name": vmi.metadata.name, "generation": 0},
-            "devices": [h.to_json_dict() for h in hints],
-        }
-    )
+    document_body: dict[str, object] = {
+        "apiVersion": V1ALPHA1,
+        "kind": KIND,
+        "metadata": {"name": vmi.metadata.name, "generation": 0},
+        "devices": [h.to_json_dict() for h in hints],
+    }
+    if protected := _protected(vmi, warnings):
+        document_body["protectedNICs"] = protected
+    document = GuestHints.model_validate(document_body)
     return document, tuple(warnings)

@@ -5,8 +5,9 @@ Owns, from KubeVirt's API types (``staging/src/kubevirt.io/api/core/v1``): the V
 (``spec.networks[].resourceClaim``, ``spec.domain.devices.gpus[]`` / ``hostDevices[]`` with
 ``claimName`` + ``requestName``), what the guest is told about an interface (``macAddress``,
 ``pciAddress``, ``tag`` of ``spec.domain.devices.interfaces[]``), the shares
-(``spec.volumes[].configMap``, ``spec.domain.devices.filesystems[]``) and the node it runs on
-(``status.nodeName``). Every other field is ignored, as for every kvdev model.
+(``spec.volumes[].configMap``, ``spec.domain.devices.filesystems[]``), the node it runs on
+(``status.nodeName``) and the MAC each of its interfaces has (``status.interfaces[]``). Every
+other field is ignored, as for every kvdev model.
 
 Values KubeVirt itself checks (MAC and PCI syntax) are kept as strings here: what kvdev cannot
 use costs only that value (see ``kvdev.host.controller.hints``), never the VMI.
@@ -36,7 +37,7 @@ class ClaimRequest(Model):
 
 
 class Network(Model):
-    """``spec.networks[]``: a DRA NIC has ``resourceClaim`` (pod and multus are not read)."""
+    """``spec.networks[]``: a DRA NIC has ``resourceClaim``; others (pod, multus): the VM's own."""
 
     name: str
     resource_claim: ClaimRequest | None = None
@@ -125,11 +126,19 @@ class VmiSpec(Model):
     volumes: list[Volume] | None = None
 
 
+class InterfaceStatus(Model):
+    """``status.interfaces[]``: the MAC of the guest NIC of the network ``name``."""
+
+    name: str | None = None
+    mac: str | None = None
+
+
 class VmiStatus(Model):
-    """``status``: the node the VMI runs on."""
+    """``status``: the node the VMI runs on, its interfaces' MACs."""
 
     node_name: str | None = None
     phase: str | None = None
+    interfaces: list[InterfaceStatus] | None = None
 
 
 class VirtualMachineInstance(Document):

@@ -14,8 +14,16 @@ from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
 from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
 from kvdev.host.allocation.cel._fast import shortcut
 from kvdev.host.allocation.cel._functions import FUNCTIONS
+from kvdev.host.allocation.cel._interrupt import take_interruption
 from kvdev.host.allocation.cel._native import native
-from kvdev.host.allocation.cel._tokens import matching_brackets, tokenize, top_level_commas
+from kvdev.host.allocation.cel._regex import compile_constant
+from kvdev.host.allocation.cel._regex import rewrite as rewrite_matches
+from kvdev.host.allocation.cel._tokens import (
+    Token,
+    matching_brackets,
+    tokenize,
+    top_level_commas,
+)
 from kvdev.host.allocation.cel._values import as_quantity, as_semver, type_name
 
 if TYPE_CHECKING:
@@ -105,8 +113,13 @@ class Selector:
 
     @property
     def estimated_cost(self) -> int:
-        """The static worst-case cost estimate (compared with :data:`COST_LIMIT`)."""
+        """Upstream's estimated cost (compared with :data:`COST_LIMIT`; ``_estimate``)."""
         return self._analysis.cost
+
+    @property
+    def copy_bound(self) -> int:
+        """The values the library may copy (kvdev's own limit, also :data:`COST_LIMIT`)."""
+        return self._analysis.copies
 
     def _execute(self, device: DeviceView) -> object:
         if self._analysis.cost > COST_LIMIT:
@@ -114,11 +127,24 @@ class Selector:
                 f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
                 f"(estimated cost {self._analysis.cost} > {COST_LIMIT})"
             )
+        if self._analysis.copies > COST_LIMIT:
+            raise CelCostLimitError(
+                f"CEL runtime error: {_quote(self.expression)}: actual cost limit exceeded "
+                f"(estimated copies {self._analysis.copies} > {COST_LIMIT}: the evaluator "
+                "copies the lists a literal or map() holds; a limit of kvdev's, not upstream's)"
+            )
         try:
             ctx = device.context(self._analysis.domains)
-            return self._program.execute(ctx)
+            result = self._program.execute(ctx)
         except Exception as exc:  # whatever the library raises is an evaluation failure
+            stopped = take_interruption()
+            if stopped is not None:
+                raise stopped from None
             raise CelRuntimeError(_runtime_message(self.expression, exc)) from exc
+        stopped = take_interruption()
+        if stopped is not None:
+            raise stopped
+        return result
 
     def value(self, device: DeviceView) -> object:
         """Evaluate to whatever the expression yields (module docstring of the package).
@@ -126,6 +152,7 @@ class Selector:
         Raises:
             CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
             CelRuntimeError: evaluation failed.
+            BaseException: whatever the check of :func:`interruptible` raised.
         """
         return _pythonic(self._execute(device))
 
@@ -135,6 +162,7 @@ class Selector:
         Raises:
             CelCostLimitError: the expression's estimated cost exceeds :data:`COST_LIMIT`.
             CelRuntimeError: evaluation failed or did not produce a bool.
+            BaseException: whatever the check of :func:`interruptible` raised.
         """
         if self._fast is not None:
             said = self._fast(device)
@@ -213,12 +241,16 @@ def compile_uncached(expression: str) -> Selector:
         )
     source = _rewrite_bind(expression)
     try:
-        program = native.compile(source)
+        program = native.compile(source)  # the library's parse errors name the text as written
+        tokens = tokenize(source)
+        if any(t.kind == "id" and t.text == "matches" for t in tokens):
+            program = native.compile(rewrite_matches(source, tokens))
     except (ValueError, RuntimeError) as exc:
         raise CelCompileError(
             f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"
         ) from exc
-    analysis = analyze(tokenize(source))
+    _compile_patterns(tokens)
+    analysis = analyze(tokens, tokenize(expression))
     allowed = {"device", *analysis.bound_vars, *_TYPE_NAMES}
     undeclared = [v for v in program.variables() if v not in allowed]
     undeclared += [
@@ -232,6 +264,20 @@ def compile_uncached(expression: str) -> Selector:
             f"undeclared reference to {', '.join(undeclared)}"
         )
     return Selector(expression, program, analysis)
+
+
+def _compile_patterns(tokens: list[Token]) -> None:
+    """Compile each constant ``matches`` pattern now, as upstream does (a bad one is an error)."""
+    for k in range(len(tokens) - 3):
+        if (
+            tokens[k].text == "matches"
+            and tokens[k + 1].text == "("
+            and tokens[k + 2].kind == "str"
+            and tokens[k + 3].text == ")"
+        ):
+            pattern = native.compile(tokens[k + 2].text).execute(native.Context())
+            if isinstance(pattern, str):
+                compile_constant(pattern)
 
 
 def reads_device(expression: str) -> bool:

@@ -1,7 +1,12 @@
-"""Static analysis of a selector: worst-case cost estimate, bound variables, literal domains.
+"""Static analysis of a selector: cost estimate, copy bound, bound variables, literal domains.
 
-The library has no cost budget, so each expression gets an upper-bound cost estimate when
-compiled (see the package docstring, "Cost limit"), compared with :data:`COST_LIMIT`.
+The cost estimate is upstream's (:mod:`._estimate`), compared with :data:`COST_LIMIT` as the
+API server compares it. The copy bound is kvdev's own: the library copies a list or map each
+time a literal or ``map`` holds it (``[v, v]`` nested by ``cel.bind`` doubles per level: 2**22
+copies take seconds), where upstream's shares it, so each expression also gets a bound on the
+values it can copy (:func:`_grown`), compared with the same limit. When :mod:`._estimate`
+cannot parse the expression, the cost is the older token-based worst case (:func:`_estimate`,
+see the package docstring, "Cost limit").
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev.host.allocation.cel._estimate import estimate
 from kvdev.host.allocation.cel._tokens import Token, matching_brackets, top_level_commas
 from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX
 
@@ -23,7 +29,9 @@ _DYNAMIC_CAP: Final = COST_LIMIT * 1000
 class Analysis:
     bound_vars: frozenset[str]
     domains: frozenset[str]
-    cost: int
+    cost: int  # upstream's estimate (or the token bound when ``upstream`` is false)
+    copies: int  # the library's copy bound (kvdev's own)
+    upstream: bool = True
 
 
 def _literal_string(text: str) -> str | None:
@@ -38,7 +46,8 @@ def _literal_string(text: str) -> str | None:
     return inner
 
 
-def analyze(tokens: list[Token]) -> Analysis:
+def analyze(tokens: list[Token], written: list[Token]) -> Analysis:
+    """The analysis of ``tokens`` (the source after rewriting); ``written``: as written."""
     match = matching_brackets(tokens)
     bound: set[str] = set()
     domains: set[str] = set()
@@ -70,11 +79,14 @@ def analyze(tokens: list[Token]) -> Analysis:
                 domains.add(literal)
         if t.kind == "op" and t.text in "[{" and _is_literal_open(tokens, k):
             largest = max(largest, _element_count(tokens, match, k))
-    dynamic = max(ATTRIBUTE_VALUES_MAX, _ATTRIBUTES_AND_CAPACITIES_MAX, largest)
-    dynamic <<= min(plus, 64)
-    dynamic = _grown(tokens, match, dynamic)
+    base = max(ATTRIBUTE_VALUES_MAX, _ATTRIBUTES_AND_CAPACITIES_MAX, largest)
+    copies = _grown(tokens, match, base)
+    upstream = estimate(written)
+    if upstream is not None:
+        return Analysis(frozenset(bound), frozenset(domains), upstream, copies)
+    dynamic = _grown(tokens, match, base << min(plus, 64))
     cost = _estimate(tokens, match, 0, len(tokens), dynamic)
-    return Analysis(frozenset(bound), frozenset(domains), cost)
+    return Analysis(frozenset(bound), frozenset(domains), cost, copies, upstream=False)
 
 
 def _grown(tokens: list[Token], match: dict[int, int], dynamic: int) -> int:

@@ -2,7 +2,8 @@
 
 The library calls a registered function for ``x.f(a)`` as ``f(x, a)``, so the Kubernetes
 semver/quantity methods are plain Python functions over the tagged values of
-:mod:`kvdev.host.allocation.cel._values`. Also drops the library's log of exceptions those
+:mod:`kvdev.host.allocation.cel._values`; ``matches`` is :mod:`._regex`'s. Each is a
+checkpoint of :mod:`._interrupt`. Also drops the library's log of exceptions those
 functions raise.
 """
 
@@ -14,6 +15,9 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Final
 
+from kvdev.host.allocation.cel._interrupt import checkpoint
+from kvdev.host.allocation.cel._regex import FUNCTION as MATCHES_FUNCTION
+from kvdev.host.allocation.cel._regex import matches
 from kvdev.host.allocation.cel._values import (
     QUANTITY_TAG,
     Semver,
@@ -175,7 +179,18 @@ def _fn_includes(a: object, x: object) -> bool:
     return _cel_equal(a, x)
 
 
-FUNCTIONS: Final[Mapping[str, Callable[..., object]]] = {
+def _checkpointed(fn: Callable[..., object]) -> Callable[..., object]:
+    """``fn`` after a checkpoint of :mod:`._interrupt` (each of our functions is one)."""
+
+    @functools.wraps(fn)
+    def call(*args: object) -> object:
+        checkpoint()
+        return fn(*args)
+
+    return call
+
+
+_PLAIN: Final[Mapping[str, Callable[..., object]]] = {
     "semver": _fn_semver,
     "isSemver": _fn_is_semver,
     "quantity": _fn_quantity,
@@ -192,4 +207,8 @@ FUNCTIONS: Final[Mapping[str, Callable[..., object]]] = {
     "asApproximateFloat": _fn_as_approximate_float,
     "sign": _fn_sign,
     "includes": _fn_includes,
+}
+FUNCTIONS: Final[Mapping[str, Callable[..., object]]] = {
+    **{name: _checkpointed(fn) for name, fn in _PLAIN.items()},
+    MATCHES_FUNCTION: matches,  # checkpoints itself
 }
