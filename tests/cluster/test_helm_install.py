@@ -88,7 +88,13 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     assert {d["kind"] for d in docs} >= {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     }
+    (binding,) = by_kind(docs, "MutatingAdmissionPolicyBinding")
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]
+    assert selector == {"matchLabels": {"kvdev.io/wire-vmis": "true"}}
+    assert "--workers=4" in controller["containers"][0]["args"]
     for doc in docs:
         labels = doc["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "Helm", doc["kind"]
@@ -124,14 +130,23 @@ def check_two_drivers(docs: list[dict[str, Any]]) -> None:
 
 def check_no_node_restriction(docs: list[dict[str, Any]]) -> None:
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
-        assert [d["metadata"]["name"] for d in by_kind(docs, kind)] == [
-            "kvdev-dry-host-relay-kvdev-dry-node"
-        ]
+        names = [d["metadata"]["name"] for d in by_kind(docs, kind)]
+        assert "kvdev-dry-host-relay-kvdev-dry-node" in names  # the relay's own stays
+        assert not [x for x in names if x.endswith("-node") and "-relay-" not in x], names
 
 
 def check_no_relay(docs: list[dict[str, Any]]) -> None:
     assert [d["metadata"]["name"] for d in by_kind(docs, "DaemonSet")] == ["kvdev-dry-host-plugin"]
     assert not [d for d in docs if "host-relay" in d["metadata"]["name"]]
+
+
+def check_no_vmi_wiring(docs: list[dict[str, Any]]) -> None:
+    assert not by_kind(docs, "MutatingAdmissionPolicy")
+    assert not by_kind(docs, "MutatingAdmissionPolicyBinding")
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        names = [d["metadata"]["name"] for d in by_kind(docs, kind)]
+        assert names  # the plugin's own stays
+        assert all(name.endswith("-node") for name in names), names
 
 
 def check_no_pdb(docs: list[dict[str, Any]]) -> None:
@@ -170,6 +185,7 @@ VALUES: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, Any]]], None]]
     "no-node-restriction": (("plugin.nodeRestriction=false",), check_no_node_restriction),
     "no-pdb": (("controller.podDisruptionBudget.enabled=false",), check_no_pdb),
     "no-relay": (("relay.enabled=false",), check_no_relay),
+    "no-vmi-wiring": (("vmiWiring.enabled=false",), check_no_vmi_wiring),
     "tuned": (
         (
             "logging.format=json",
@@ -256,7 +272,10 @@ def test_helm_install_creates_the_objects_and_uninstall_removes_them(cluster, ku
             (d["apiVersion"], d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
             for d in docs
         ]
-        assert len(refs) == 21  # the defaults: 8 of the controller, 7 of the plugin, 6 relay
+        # the defaults: 8 of the controller, 7 of the plugin, 6 of the relay, 4 of the wiring
+        assert len(refs) == 25
+        wiring = f"kvdev-inst-{namespace}-vmi-wiring"
+        assert ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", wiring, None) in refs
         apps = client.AppsV1Api(kube)
         deployment = apps.read_namespaced_deployment("kvdev-inst-host-controller", namespace)
         assert deployment.metadata.labels["app.kubernetes.io/instance"] == release

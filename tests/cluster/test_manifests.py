@@ -15,8 +15,9 @@ def test_every_shipped_object_is_accepted(shipped):
     assert ("Deployment", "kvdev-host-controller") in shipped
     assert ("DaemonSet", "kvdev-host-plugin") in shipped
     assert ("DaemonSet", "kvdev-host-relay") in shipped
-    # controller.yaml: 9 objects, plugin.yaml: 7, relay.yaml: 6 (helm template)
-    assert len(shipped) == 22
+    assert ("MutatingAdmissionPolicy", "kvdev-kvdev-system-vmi-wiring") in shipped
+    # controller.yaml: 13 objects, plugin.yaml: 7, relay.yaml: 6 (helm template)
+    assert len(shipped) == 26
 
 
 def test_the_example_vmi_and_claims_are_accepted(kube, shipped):
@@ -30,8 +31,9 @@ def test_the_example_vmi_and_claims_are_accepted(kube, shipped):
         "ResourceClaim",
         "ResourceClaimTemplate",
         "VirtualMachineInstance",
+        "VirtualMachineInstance",  # vm1-sriov: KubeVirt <= v1.9's shape
     ]
-    vmi = made[-1]
+    vmi = made[2]
     # The CRD is structural: what kvdev reads survives, typed.
     assert vmi.spec.networks[1].resourceClaim.requestName == "nic-1"
 

@@ -45,6 +45,7 @@ from kvdev.host.commands.common import (
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
 from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
+from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
@@ -175,6 +176,14 @@ def register(commands: Commands) -> None:
         default=600.0,
         metavar="SECONDS",
         help="live: render every VMI again this often, writing only changes (default: 600)",
+    )
+    sub.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        metavar="N",
+        help="live: sync this many VMIs at once, never one VMI twice at once; all share "
+        f"--kube-api-qps (default: {WORKERS})",
     )
     sub.add_argument(
         "--lease-duration",
@@ -353,6 +362,8 @@ def _settings_error(args: argparse.Namespace) -> str | None:
     """A usage error in the live settings, naming the flag."""
     if args.resync <= 0:
         return "--resync must be positive"
+    if args.workers < 1:
+        return f"--workers must be at least 1, not {args.workers}"
     timing = _lease_timing(args)
     if timing is not None:
         return timing
@@ -376,7 +387,9 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     identity = _identity(args)
     try:
         elector = lease_elector(args, identity)
-        api = KubeApi.connect(args.kubeconfig, bucket_from(args))
+        # one connection per watched kind, per worker, the Event sender and a spare
+        connections = len(Kind) + args.workers + 2
+        api = KubeApi.connect(args.kubeconfig, bucket_from(args), connections=connections)
     except KvdevError as e:
         err.write(f"kvdev-host controller: {e}\n")
         return EXIT_INVALID
@@ -462,6 +475,7 @@ def _assemble(
     controller = Controller(
         api,
         resync=args.resync,
+        workers=args.workers,
         metrics=metrics,
         recorder=recorder,
         relay_namespace=_relay_namespace(args),

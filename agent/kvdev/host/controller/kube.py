@@ -87,16 +87,19 @@ class KubeApi:
         kubeconfig: Path | None = None,
         bucket: TokenBucket | None = None,
         timeout: float = 30.0,
+        connections: int | None = None,
     ) -> KubeApi:
         """A client for the in-cluster service account, ``kubeconfig``, or the default one.
 
         With ``bucket``, every request waits for its token (the client-side rate limit);
-        ``timeout``: seconds a request may take.
+        ``timeout``: seconds a request may take; ``connections``: at least that many kept open
+        (one per watch, worker and the Event sender: none opened and dropped per request).
 
         Raises:
             PermanentError: no configuration can be loaded.
         """
-        return cls(kubeclient.api_client(kubeconfig, bucket), timeout=timeout, bucket=bucket)
+        client = kubeclient.api_client(kubeconfig, bucket, connections)
+        return cls(client, timeout=timeout, bucket=bucket)
 
     # ------------------------------------------------------------------ the APIs
 
