@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -243,17 +244,19 @@ class ApiDouble:
         return None
 
 
-def _matches(obj: Mapping[str, Any] | None, namespace: str, selector: dict[str, str]) -> bool:
+def _matches(
+    obj: Mapping[str, Any] | None, namespace: str, selector: dict[str, frozenset[str]]
+) -> bool:
     if obj is None:
         return False
     meta = obj.get("metadata") or {}
     if namespace and meta.get("namespace") != namespace:
         return False
     labels = meta.get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
+    return all(labels.get(k) in v for k, v in selector.items())
 
 
-def _seen_as(event: _Event, namespace: str, selector: dict[str, str]) -> str | None:
+def _seen_as(event: _Event, namespace: str, selector: dict[str, frozenset[str]]) -> str | None:
     """The event a watch with this namespace and selector sees, if any."""
     was = _matches(event.old, namespace, selector)
     if event.type == "DELETED" or not _matches(event.new, namespace, selector):
@@ -261,11 +264,16 @@ def _seen_as(event: _Event, namespace: str, selector: dict[str, str]) -> str | N
     return "MODIFIED" if was else "ADDED"
 
 
-def _selector(text: str) -> dict[str, str]:
+_TERM = re.compile(r"\s*([^,=\s]+)\s*(?:=\s*([^,]*)|\s+in\s*\(([^)]*)\))\s*(?:,|\Z)")
+
+
+def _selector(text: str) -> dict[str, frozenset[str]]:
+    """``k=v`` and ``k in (a,b)`` terms, comma-separated (what the controller and relay send)."""
     out = {}
-    for part in filter(None, text.split(",")):
-        key, _, value = part.partition("=")
-        out[key.strip()] = value.strip()
+    for m in _TERM.finditer(text):
+        key, value, values = m.groups()
+        chosen = [value] if values is None else values.split(",")
+        out[key] = frozenset(v.strip() for v in chosen)
     return out
 
 
@@ -434,7 +442,7 @@ class _Handler(BaseHTTPRequestHandler):
         self,
         plural: str,
         namespace: str,
-        selector: dict[str, str],
+        selector: dict[str, frozenset[str]],
         since: int,
         epoch: int,
         timeout: float,

@@ -5,7 +5,7 @@
 _kvdev_host()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-    local commands="allocate schedule prepare update unprepare status bundle serve controller"
+    local commands="allocate schedule prepare update unprepare status bundle serve controller relay"
     local command="" i
     for ((i = 1; i < COMP_CWORD; i++)); do
         [[ ${COMP_WORDS[i]} != -* ]] && { command=${COMP_WORDS[i]}; break; }
@@ -58,11 +58,14 @@ _kvdev_host()
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
                            --lease-duration --renew-deadline --retry-period --http-address
-                           --log-level" ;;
+                           --relay-namespace --log-level" ;;
+        relay) words="--once --node-name --cdi-dir --namespace --interval --kubeconfig
+                      -o --output --json" ;;
         *) return ;;
     esac
     # every command: --log-format --log-level; those that talk to the API server: the rate limit
-    [[ $command == serve || $command == controller ]] && words="$words --kube-api-qps --kube-api-burst"
+    [[ $command == serve || $command == controller || $command == relay ]] &&
+        words="$words --kube-api-qps --kube-api-burst"
     COMPREPLY=($(compgen -W "$words --log-format --log-level --help" -- "$cur"))
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders packaging/kubernetes/controller.yaml and plugin.yaml: `helm template` of the chart's
+# Renders packaging/kubernetes/controller.yaml, plugin.yaml and relay.yaml: `helm template` of the chart's
 # default values (release kvdev, namespace kvdev-system, the Namespace object included), each
 # with a header saying so. `make manifests` runs it; tests/cluster/test_helm_install.py renders
 # into a temporary directory and compares, so the plain manifests never drift from the chart.
@@ -34,8 +34,10 @@ kvdev-<vmi> (owned by the VMI) holding the VMI's guest bundle. kubectl apply -f 
 Least privilege: it reads VMIs, virt-launcher pods, ResourceClaims and ResourceSlices, writes
 ConfigMaps (create and update only: garbage collection deletes them with their VMI) and
 Events, and holds a Lease in its own namespace (leader election: more than one replica may
-run). Image: build packaging/container/Containerfile and push it where your nodes pull from."
-    render namespace.yaml controller-rbac.yaml controller.yaml
+run). Image: build packaging/container/Containerfile and push it where your nodes pull from.
+No per-VM wiring: a MutatingAdmissionPolicy adds the ConfigMap volume and the virtiofs
+filesystem kvdev-metadata to new DRA VMIs in namespaces labelled kvdev.io/wire-vmis=true."
+    render namespace.yaml controller-rbac.yaml controller.yaml vmi-wiring.yaml
 } >"$out/controller.yaml"
 
 {
@@ -47,4 +49,14 @@ this node can see, and may write only the status of claims allocated on its own 
 and the ValidatingAdmissionPolicy). It needs root for the host directories, not privileges."
     render plugin-rbac.yaml plugin.yaml
 } >"$out/plugin.yaml"
-echo "packaging/helm/manifests.sh: wrote $out/controller.yaml $out/plugin.yaml"
+
+{
+    header "kvdev-host relay on every node: finds the KEP-5304 metadata files any DRA driver wrote
+there (through its '<driver>/metadata' CDI specs in /etc/cdi and /var/run/cdi) and publishes
+each claim's files unchanged as a relay record (a ConfigMap in kvdev-system); the controller
+copies them into the ConfigMaps of the VMIs on that node that use the claim, in place of its
+reconstruction. It may write only records naming its own node (RBAC: ConfigMaps of its own
+namespace; the ValidatingAdmissionPolicy: the node in its token). Host directories read-only."
+    render relay-rbac.yaml relay.yaml
+} >"$out/relay.yaml"
+echo "packaging/helm/manifests.sh: wrote $out/controller.yaml $out/plugin.yaml $out/relay.yaml"

@@ -1,7 +1,10 @@
 """``kvdev-host controller`` against the real v1.37.2 API server: 1,000 and 10,000 VMIs.
 
 Reports, never asserts: ``.venv/bin/python tests/bench/bench_controller_cluster.py
-[--sizes 1000,10000] [--changes 100]`` (``make bench-controller``).
+[--sizes 1000,10000] [--changes 100] [--workers N] [--baseline TREE]``
+(``make bench-controller``). With ``--baseline TREE`` (a checkout, e.g. a worktree of main)
+each size is measured first with TREE's controller (its ``agent/`` first on ``PYTHONPATH``),
+then with this tree's, each on a fresh control plane: side by side on the same machine.
 
 For each size N, on a fresh control plane (``tests/cluster/controlplane.py``): one Node, N
 ResourceClaims each allocated one VF (the allocation written as the scheduler would, through
@@ -14,7 +17,11 @@ the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming i
   p99, max;
 * **requests per change**: the API server's own ``apiserver_request_total`` for configmaps
   (every verb but WATCH), before and after the changes, over the number of changes;
-* **RSS** of the controller process (``VmRSS``) once every ConfigMap is written.
+* **RSS** of the controller process (``VmRSS``) once every ConfigMap is written;
+* **syncs**: the controller's own ``kvdev_controller_configmap_renders_total`` and its
+  ``configmap_writes_total{result="unchanged"}`` when every ConfigMap is written and after the
+  changes (how much work was still queued when the ConfigMaps were all there);
+* **load**: the machine's 1-minute load average when the start began and when it ended.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -119,10 +127,18 @@ class Follower:
         self.seen: dict[str, float] = {}
         self.cond = threading.Condition()
         self.stream = watch.Watch()
+        self.stopped = False
         self.rv = core.list_namespaced_config_map(NS, limit=1).metadata.resource_version
         threading.Thread(target=self._follow, daemon=True).start()
 
     def _follow(self) -> None:
+        try:
+            self._events()
+        except Exception:  # the stream is cut when the bench stops it
+            if not self.stopped:
+                raise
+
+    def _events(self) -> None:
         for event in self.stream.stream(
             self.core.list_namespaced_config_map,
             NS,
@@ -162,7 +178,35 @@ def configmap_requests(cluster: Cluster) -> int:
     return total
 
 
-def measure(n: int, changes: int, root: Path) -> dict[str, Any]:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def controller_metrics(port: int) -> dict[str, float]:
+    """renders and unchanged writes, from the controller's own /metrics."""
+    import urllib.request  # noqa: PLC0415
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    out = {"renders": 0.0, "unchanged": 0.0}
+    for line in text.splitlines():
+        if line.startswith("kvdev_controller_configmap_renders_total "):
+            out["renders"] = float(line.split()[-1])
+        elif line.startswith('kvdev_controller_configmap_writes_total{result="unchanged"}'):
+            out["unchanged"] = float(line.split()[-1])
+    return out
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def measure(
+    n: int, changes: int, root: Path, tree: Path | None = None, workers: int | None = None
+) -> dict[str, Any]:
+    """One size on a fresh control plane; ``tree``: the controller from that checkout."""
     cluster = Cluster(root).start()
     try:
         install(cluster.kubeconfig)
@@ -172,6 +216,10 @@ def measure(n: int, changes: int, root: Path) -> dict[str, Any]:
         client, api = _client(cluster)
         core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
         log = (root / "controller.log").open("wb")
+        port = _free_port()
+        env = dict(os.environ)
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree / "agent")
         args = [
             str(KVDEV_HOST),
             "controller",
@@ -179,25 +227,36 @@ def measure(n: int, changes: int, root: Path) -> dict[str, Any]:
             str(cluster.kubeconfig),
             "--log-level=warning",
             "--kube-api-qps=-1",  # measure the controller, not client-go's default 5 QPS
+            f"--http-address=127.0.0.1:{port}",
+            *([f"--workers={workers}"] if workers is not None else []),
         ]
         follower = Follower(core)
+        load_before = _load()
         started = time.monotonic()
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             if not follower.wait(lambda f: len(f.names) >= n):
                 raise RuntimeError((root / "controller.log").read_text()[-3000:])
             start_s = time.monotonic() - started
+            load_after = _load()
             rss = rss_mib(proc.pid)
+            at_start = controller_metrics(port)
             latencies = change_latencies(follower, resource, n, changes, cluster)
             rss_after = rss_mib(proc.pid)
+            after = controller_metrics(port)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
             log.close()
         return {
+            "controller": "baseline" if tree is not None else "this tree",
+            "workers": workers if workers is not None else ("1" if tree is not None else "default"),
             "vmis": n,
             "populate_s": round(populated, 1),
             "start_to_all_written_s": round(start_s, 1),
+            "load_start_end": f"{load_before}-{load_after}",
+            "syncs_at_all_written": int(at_start["renders"]),
+            "unchanged_syncs_during_changes": int(after["unchanged"] - at_start["unchanged"]),
             "rss_mib": round(rss, 1),
             "rss_after_changes_mib": round(rss_after, 1),
             **latencies,
@@ -233,8 +292,10 @@ def change_latencies(
             raise RuntimeError(f"no ConfigMap update for {ip}")
         out.append((follower.seen[ip] - sent) * 1000)
     requests = configmap_requests(cluster) - before
+    follower.stopped = True
     follower.stream.stop()
     slowest = max(range(len(out)), key=out.__getitem__)
+    first = out[0]
     out.sort()
     return {
         "changes": changes,
@@ -242,6 +303,7 @@ def change_latencies(
         "p99_ms": round(out[min(len(out) - 1, int(len(out) * 0.99))], 1),
         "max_ms": round(out[-1], 1),
         "max_at_change": slowest + 1,
+        "first_change_ms": round(first, 1),
         "configmap_requests_per_change": round(requests / changes, 2),
     }
 
@@ -250,14 +312,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--workers", type=int, help="this tree's controller: --workers N")
+    parser.add_argument(
+        "--baseline", type=Path, metavar="TREE", help="also measure TREE's controller, first"
+    )
     args = parser.parse_args()
     build()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
-        with tempfile.TemporaryDirectory(prefix="kvdev-bench-cluster-") as tmp:
-            row = measure(n, args.changes, Path(tmp))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        runs: list[tuple[Path | None, int | None]] = [(None, args.workers)]
+        if args.baseline is not None:
+            runs.insert(0, (args.baseline.resolve(), None))
+        for tree, workers in runs:
+            with tempfile.TemporaryDirectory(prefix="kvdev-bench-cluster-") as tmp:
+                row = measure(n, args.changes, Path(tmp), tree, workers)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     print(
         f"\nmeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores"
     )

@@ -78,8 +78,9 @@ def namespace(kube: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def shipped(cluster: Cluster, kube: Any) -> set[tuple[str, str]]:
-    """controller.yaml and plugin.yaml applied as they are (dry run first, each object)."""
-    made = apply(kube, documents("controller.yaml") + documents("plugin.yaml"))
+    """controller.yaml, plugin.yaml and relay.yaml applied as they are (dry run first, each)."""
+    shipped = ("controller.yaml", "plugin.yaml", "relay.yaml")
+    made = apply(kube, [d for name in shipped for d in documents(name)])
     return {(m.kind, m.metadata.name) for m in made}
 
 

@@ -8,8 +8,9 @@ exactly those args as local processes, authenticated as the ServiceAccount the c
 (a token bound to a Pod of that account on a Node, as kubelet's projected token is), so that
 the chart's RBAC and its admission policy are what is exercised. Then: the controller answers
 ``/healthz`` and ``/readyz`` with 200 and ``/metrics`` has ``kvdev_controller_`` metrics; the
-plugin's gRPC health service says SERVING on the health port; each process's stderr has JSON
-lines with ``ts``, ``level``, ``msg`` and ``component``.
+plugin's gRPC health service says SERVING on the health port; the relay publishes the record
+of a metadata file its CDI spec mounts, past its admission policy; each process's stderr has
+JSON lines with ``ts``, ``level``, ``msg`` and ``component``.
 
 Needs the controller's ``--http-address``/leader-election durations and ``serve``'s
 ``--health-port``/``--metrics-address`` (issue 26, built on other branches): until they are
@@ -40,6 +41,7 @@ from kvdev.host.cli import build_parser
 RELEASE = NAMESPACE = "kvdev-run"
 CONTROLLER = f"{RELEASE}-host-controller"
 PLUGIN = f"{RELEASE}-host-plugin"
+RELAY = f"{RELEASE}-host-relay"
 NODE = "kvdev-run-node"
 DRIVER = "sriov.example.com"  # the chart's default plugin.drivers
 
@@ -69,6 +71,9 @@ def values(ports: dict[str, int], dirs: dict[str, Path]) -> list[str]:
         f"plugin.kubeletPluginsDir={dirs['plugins']}",
         f"plugin.kubeletRegistryDir={dirs['plugins_registry']}",
         f"plugin.cdiDir={dirs['cdi']}",
+        f"relay.cdiDirs={{{dirs['cdi']}}}",
+        f"relay.hostDirs={{{dirs['plugins']}}}",
+        "relay.interval=1",
     ]
 
 
@@ -160,7 +165,7 @@ def test_the_rendered_args_are_options_kvdev_host_has(chart_docs):
     for doc in chart_docs:
         if doc["kind"] in {"Deployment", "DaemonSet"}:
             for container in doc["spec"]["template"]["spec"]["containers"]:
-                env = {"NODE_NAME": "node-a", "POD_UID": "u-1"}
+                env = {"NODE_NAME": "node-a", "POD_UID": "u-1", "POD_NAMESPACE": "kvdev-run"}
                 parser.parse_args(expand(container["args"], env))  # a usage error raises
 
 
@@ -283,3 +288,40 @@ def test_the_plugin_runs_as_rendered_and_is_serving(
         client.ResourceV1Api(kube).delete_resource_slice(f"{NODE}-vfs")
     assert status == 0, program.text()
     assert 'forbidden: User "' not in program.text()
+
+
+def test_the_relay_runs_as_rendered_and_publishes_its_nodes_file(
+    cluster, kube, release, kubelet_dirs, tmp_path
+):
+    from kvdev.host.publish.cdi import metadata_spec  # noqa: PLC0415
+    from kvdev.host.publish.relayed import node_selector  # noqa: PLC0415
+
+    uid = "5e0c1d2f-0000-4000-8000-00000000000a"
+    file = kubelet_dirs["plugins"] / "relay-test" / "metadata.json"
+    file.parent.mkdir()
+    file.write_bytes(b'{"apiVersion":"metadata.resource.k8s.io/v1alpha1"}')
+    made = metadata_spec(DRIVER, uid, "nic", host_path=str(file), claim_name="vm1-nic")
+    spec = kubelet_dirs["cdi"] / made.file_name
+    spec.write_bytes(made.to_bytes())
+    program, args = run_as(cluster, kube, "DaemonSet", RELAY, tmp_path)
+    core = client.CoreV1Api(kube)
+    try:
+        assert f"--node-name={NODE}" in args
+        assert f"--cdi-dir={kubelet_dirs['cdi']}" in args
+
+        def published() -> Any:
+            assert program.alive(), program.text()
+            selector = f"{node_selector(NODE)},kvdev.io/claim-uid={uid}"
+            return core.list_namespaced_config_map(NAMESPACE, label_selector=selector).items
+
+        (record,) = wait_for("the relay's record of the file", published)
+        assert record.metadata.annotations["kvdev.io/node"] == NODE
+        assert record.data == {f"nic.{DRIVER}-metadata.json": file.read_text()}
+        line = wait_for("a JSON log line of the relay", lambda: json_line(program))
+        assert line["component"] == "kvdev-host-relay"
+    finally:
+        status = program.stop()
+        spec.unlink()
+        shutil.rmtree(file.parent)
+    assert status == 0, program.text()
+    assert "forbidden" not in program.text()

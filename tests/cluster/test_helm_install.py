@@ -54,8 +54,14 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-def pod_spec(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (workload,) = by_kind(docs, kind)
+def pod_spec(docs: list[dict[str, Any]], kind: str, component: str = "") -> dict[str, Any]:
+    """The pod spec of the one ``kind`` (a DaemonSet: the plugin's, unless ``component``)."""
+    component = component or ("plugin" if kind == "DaemonSet" else "")
+    (workload,) = [
+        d
+        for d in by_kind(docs, kind)
+        if not component or d["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
     return dict(workload["spec"]["template"]["spec"])
 
 
@@ -71,13 +77,24 @@ def check_defaults(docs: list[dict[str, Any]]) -> None:
     assert selector["app.kubernetes.io/component"] == "controller"
     assert controller["priorityClassName"] == "system-cluster-critical"
     assert plugin["priorityClassName"] == "system-node-critical"
-    for spec in (controller, plugin):
+    relay = pod_spec(docs, "DaemonSet", "relay")
+    (container,) = relay["containers"]
+    assert {"--cdi-dir=/etc/cdi", "--cdi-dir=/var/run/cdi"} <= set(container["args"])
+    assert all(m["readOnly"] for m in container["volumeMounts"])
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for spec in (controller, plugin, relay):
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert "imagePullSecrets" not in spec
     assert {d["kind"] for d in docs} >= {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     }
+    (binding,) = by_kind(docs, "MutatingAdmissionPolicyBinding")
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]
+    assert selector == {"matchLabels": {"kvdev.io/wire-vmis": "true"}}
+    assert "--workers=4" in controller["containers"][0]["args"]
     for doc in docs:
         labels = doc["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "Helm", doc["kind"]
@@ -112,8 +129,24 @@ def check_two_drivers(docs: list[dict[str, Any]]) -> None:
 
 
 def check_no_node_restriction(docs: list[dict[str, Any]]) -> None:
-    assert not by_kind(docs, "ValidatingAdmissionPolicy")
-    assert not by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        names = [d["metadata"]["name"] for d in by_kind(docs, kind)]
+        assert "kvdev-dry-host-relay-kvdev-dry-node" in names  # the relay's own stays
+        assert not [x for x in names if x.endswith("-node") and "-relay-" not in x], names
+
+
+def check_no_relay(docs: list[dict[str, Any]]) -> None:
+    assert [d["metadata"]["name"] for d in by_kind(docs, "DaemonSet")] == ["kvdev-dry-host-plugin"]
+    assert not [d for d in docs if "host-relay" in d["metadata"]["name"]]
+
+
+def check_no_vmi_wiring(docs: list[dict[str, Any]]) -> None:
+    assert not by_kind(docs, "MutatingAdmissionPolicy")
+    assert not by_kind(docs, "MutatingAdmissionPolicyBinding")
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        names = [d["metadata"]["name"] for d in by_kind(docs, kind)]
+        assert names  # the plugin's own stays
+        assert all(name.endswith("-node") for name in names), names
 
 
 def check_no_pdb(docs: list[dict[str, Any]]) -> None:
@@ -151,6 +184,8 @@ VALUES: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, Any]]], None]]
     "two-drivers": (("plugin.drivers={a.example.com,b.example.com}",), check_two_drivers),
     "no-node-restriction": (("plugin.nodeRestriction=false",), check_no_node_restriction),
     "no-pdb": (("controller.podDisruptionBudget.enabled=false",), check_no_pdb),
+    "no-relay": (("relay.enabled=false",), check_no_relay),
+    "no-vmi-wiring": (("vmiWiring.enabled=false",), check_no_vmi_wiring),
     "tuned": (
         (
             "logging.format=json",
@@ -182,6 +217,7 @@ def test_every_rendered_object_is_accepted_by_the_api_server(kube, dry_namespace
     assert len(accepted) == len(docs)
     assert "Deployment/kvdev-dry-host-controller" in accepted
     assert "DaemonSet/kvdev-dry-host-plugin" in accepted
+    assert ("DaemonSet/kvdev-dry-host-relay" in accepted) == (name != "no-relay")
     check(docs)
 
 
@@ -208,7 +244,7 @@ def test_a_misspelled_or_mistyped_value_is_refused_naming_it(chart_helm):
 def test_the_plain_manifests_are_helm_template_of_the_defaults(chart_helm, tmp_path):
     script = REPO / "packaging" / "helm" / "manifests.sh"
     subprocess.run([script, tmp_path], check=True, capture_output=True)
-    for name in ("controller.yaml", "plugin.yaml"):
+    for name in ("controller.yaml", "plugin.yaml", "relay.yaml"):
         shipped = (REPO / "packaging" / "kubernetes" / name).read_text()
         assert shipped == (tmp_path / name).read_text(), f"{name}: run make manifests"
         assert shipped.startswith("# GENERATED by packaging/helm/manifests.sh (make manifests)")
@@ -236,7 +272,10 @@ def test_helm_install_creates_the_objects_and_uninstall_removes_them(cluster, ku
             (d["apiVersion"], d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
             for d in docs
         ]
-        assert len(refs) == 15  # the defaults: 8 of the controller, 7 of the plugin
+        # the defaults: 8 of the controller, 7 of the plugin, 6 of the relay, 4 of the wiring
+        assert len(refs) == 25
+        wiring = f"kvdev-inst-{namespace}-vmi-wiring"
+        assert ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", wiring, None) in refs
         apps = client.AppsV1Api(kube)
         deployment = apps.read_namespaced_deployment("kvdev-inst-host-controller", namespace)
         assert deployment.metadata.labels["app.kubernetes.io/instance"] == release

@@ -14,7 +14,10 @@ def test_every_shipped_object_is_accepted(shipped):
     assert ("ClusterRole", "kvdev-host-controller") in shipped
     assert ("Deployment", "kvdev-host-controller") in shipped
     assert ("DaemonSet", "kvdev-host-plugin") in shipped
-    assert len(shipped) == 16  # controller.yaml: 9 objects, plugin.yaml: 7 (helm template)
+    assert ("DaemonSet", "kvdev-host-relay") in shipped
+    assert ("MutatingAdmissionPolicy", "kvdev-kvdev-system-vmi-wiring") in shipped
+    # controller.yaml: 13 objects, plugin.yaml: 7, relay.yaml: 6 (helm template)
+    assert len(shipped) == 26
 
 
 def test_the_example_vmi_and_claims_are_accepted(kube, shipped):
@@ -28,8 +31,9 @@ def test_the_example_vmi_and_claims_are_accepted(kube, shipped):
         "ResourceClaim",
         "ResourceClaimTemplate",
         "VirtualMachineInstance",
+        "VirtualMachineInstance",  # vm1-sriov: KubeVirt <= v1.9's shape
     ]
-    vmi = made[-1]
+    vmi = made[2]
     # The CRD is structural: what kvdev reads survives, typed.
     assert vmi.spec.networks[1].resourceClaim.requestName == "nic-1"
 

@@ -38,6 +38,11 @@ MODELS = {
         "admissionregistration.k8s.io/v1",
         "ValidatingAdmissionPolicyBinding",
     ): "V1ValidatingAdmissionPolicyBinding",
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "V1MutatingAdmissionPolicy",
+    (
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicyBinding",
+    ): "V1MutatingAdmissionPolicyBinding",
     ("resource.k8s.io/v1", "ResourceClaim"): "ResourceV1ResourceClaim",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "V1ResourceClaimTemplate",
 }
@@ -109,6 +114,7 @@ def test_every_manifest_parses_and_names_its_namespace():
         assert kind in MODELS or kind == ("kubevirt.io/v1", "VirtualMachineInstance"), kind
         cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
         cluster_scoped |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+        cluster_scoped |= {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
         if doc["kind"] in cluster_scoped:
             assert "namespace" not in doc["metadata"]
         else:
@@ -220,11 +226,13 @@ VMI_FIELDS = {
         "masquerade",
         "bridge",
         "sriov",
+        "binding",
         "macAddress",
         "pciAddress",
         "tag",
         "model",
     },
+    "spec.domain.devices.interfaces[].binding": {"name"},
     "spec.domain.devices.gpus[]": {"name", "deviceName", "claimName", "requestName", "tag"},
     "spec.domain.devices.filesystems[]": {"name", "virtiofs"},
     "spec.volumes[]": {"name", "containerDisk", "configMap"},
@@ -253,15 +261,16 @@ def closed(value, path=""):
         closed(item, f"{path}.{key}")
 
 
-def test_the_example_vmi_uses_only_kubevirt_fields_with_their_types():
-    vmi = by_kind("VirtualMachineInstance", "vm1")
+@pytest.mark.parametrize("name", ["vm1", "vm1-sriov"])
+def test_the_example_vmi_uses_only_kubevirt_fields_with_their_types(name):
+    vmi = by_kind("VirtualMachineInstance", name)
     closed(vmi)
     walk(vmi["metadata"], "V1ObjectMeta", "metadata")
     for i, claim in enumerate(vmi["spec"]["resourceClaims"]):  # core/v1 PodResourceClaim
         walk(claim, "V1PodResourceClaim", f"spec.resourceClaims[{i}]")
     walk(vmi["spec"]["domain"]["resources"]["requests"], "dict(str, str)", "requests")
     model = VirtualMachineInstance.model_validate(vmi, strict=True)
-    assert model.metadata.name == "vm1"
+    assert model.metadata.name == name
     for iface in model.devices.interfaces or []:
         for value in (iface.mac_address, iface.pci_address, iface.tag):
             assert value is None or isinstance(value, str)
@@ -270,13 +279,14 @@ def test_the_example_vmi_uses_only_kubevirt_fields_with_their_types():
             assert re.fullmatch(r"[\da-f]{4}:[\da-f]{2}:[\da-f]{2}\.[0-7]", iface["pciAddress"])
 
 
-def test_the_example_vmi_shares_its_configmap_as_kvdev_metadata_over_virtiofs():
-    vmi = by_kind("VirtualMachineInstance", "vm1")
+@pytest.mark.parametrize("name", ["vm1", "vm1-sriov"])
+def test_the_example_vmi_shares_its_configmap_as_kvdev_metadata_over_virtiofs(name):
+    vmi = by_kind("VirtualMachineInstance", name)
     spec = vmi["spec"]
     devices = spec["domain"]["devices"]
     assert {"name": "kvdev-metadata", "virtiofs": {}} in devices["filesystems"]
     volume = next(v for v in spec["volumes"] if v["name"] == "kvdev-metadata")
-    assert volume["configMap"] == {"name": configmap_name("vm1")}
+    assert volume["configMap"] == {"name": configmap_name(name)}
     assert "items" not in volume["configMap"]  # KubeVirt's ConfigMap volume has none
     # every volume is used by exactly one disk or filesystem
     used = [d["name"] for d in devices["disks"]] + [f["name"] for f in devices["filesystems"]]
@@ -290,11 +300,25 @@ def test_the_example_vmi_shares_its_configmap_as_kvdev_metadata_over_virtiofs():
         "fast-nic": {r["name"] for r in template["spec"]["spec"]["devices"]["requests"]},
     }
     refs = [n["resourceClaim"] for n in spec["networks"] if "resourceClaim" in n]
-    refs += list(devices["gpus"])
+    refs += list(devices.get("gpus", []))
     for ref in refs:
         assert ref["claimName"] in entries
         assert ref["requestName"] in requests[ref["claimName"]]
     assert {i["name"] for i in devices["interfaces"]} == {n["name"] for n in spec["networks"]}
+
+
+def test_dra_nics_come_through_a_binding_plugin_and_sriov_only_in_the_v1_9_example():
+    """KubeVirt main refuses a DRA network on an `sriov: {}` interface; v1.9 still takes it."""
+    for name, shape in (("vm1", "binding"), ("vm1-sriov", "sriov")):
+        spec = by_kind("VirtualMachineInstance", name)["spec"]
+        dra = {n["name"] for n in spec["networks"] if "resourceClaim" in n}
+        interfaces = [i for i in spec["domain"]["devices"]["interfaces"] if i["name"] in dra]
+        assert interfaces
+        assert all(shape in i for i in interfaces)
+        if shape == "binding":  # KubeVirt sets the MAC: the hint's macAddress is the guest's
+            assert all(i["binding"]["name"] and "macAddress" in i for i in interfaces)
+    text = (MANIFESTS / "vmi-example.yaml").read_text()
+    assert "KubeVirt <= v1.9, alpha" in text
 
 
 def test_the_example_vmi_is_the_one_the_controller_example_renders():

@@ -62,7 +62,10 @@ from kvdev.guest.core.steps import (
     WriteLinkFile,
 )
 from kvdev.guest.views import encode, tables
+from kvdev.schema.origins import SOURCES_KEY, Origins
+from kvdev.schema.origins import parse as parse_origins
 from kvdev.schema.reading import DeviceMetadata
+from kvdev.schema.tree import Role
 
 log = logging.getLogger("kvdev.agent")
 J = TypeVar("J", dict[int, str], dict[int, frozenset[str]])  # a journal, as its module keeps it
@@ -140,6 +143,7 @@ class Reconciler:
     _journal: dict[int, str] | None = None  # the rename journal; None until first read
     _limits: tuple[Problem, ...] = ()  # what the last read of the metadata tree left out
     _unavailable: tuple[str, ...] = ()  # why the last read could not read the metadata at all
+    _origins: Origins = field(default_factory=Origins)  # a ConfigMap's streams: driver or rebuilt
     _unsaved: dict[str, str] = field(default_factory=dict)  # what could not be saved, and why
     _journal_error: KvdevError | None = None  # the last failure to save the rename journal
     _marked: frozenset[str] | None = None  # the marks on disk after the last sync
@@ -195,7 +199,12 @@ class Reconciler:
             matching,
             the_plan,
             results,
-            MetadataState(tuple(errors), tuple(self._claims()), self.belief.upstream_warnings()),
+            MetadataState(
+                tuple(errors),
+                tuple(self._claims()),
+                self.belief.upstream_warnings(),
+                self._origins,
+            ),
             reconcile=self.passes,
             dry_run=cfg.dry_run,
             state=self._state if not results else None,
@@ -262,7 +271,7 @@ class Reconciler:
 
         def read() -> tuple[list[RawFile], bool]:  # on the reads' thread when there is one
             self.before_pass()
-            return files.read_sources(
+            raws, complete = files.read_sources(
                 cfg.metadata_root,
                 cfg.hints_path,
                 cfg.config_drive,
@@ -271,6 +280,12 @@ class Reconciler:
                 root_expected=expected,
                 on_unavailable=unavailable.append,
             )
+            index = str(cfg.metadata_root / SOURCES_KEY)
+            if files.is_configmap_volume(cfg.metadata_root) and all(
+                r.source != index for r in raws
+            ):
+                raws.append(RawFile(index, None, Role.UNRELATED, b""))  # a volume, no index
+            return raws, complete
 
         result = read() if self.reads is None else self.reads.run(read)
         self._lap("read")
@@ -280,6 +295,7 @@ class Reconciler:
         else:
             self._limits, self._unavailable = tuple(limits), tuple(unavailable)
             self.belief = sources.update(self.belief, result[0], listing_complete=result[1])
+            self._origins = _origins_of(result[0])
         self._lap("parse")
         if self.stale_links:
             self._state = self.net.read_state()
@@ -544,6 +560,7 @@ class Reconciler:
                         entry.source,
                         entry.used.api_version,
                         entry.used.fallback,
+                        self._origins.label(entry.source.rsplit("/", 1)[-1]),
                     )
                 )
         return out
@@ -625,6 +642,24 @@ class Reconciler:
             linkfiles.apply(s) for s in steps if isinstance(s, WriteLinkFile | RemoveLinkFile)
         )
         return results
+
+
+def _origins_of(raws: list[RawFile]) -> Origins:
+    """The streams' origins a ConfigMap volume's index says (read as data: ``schema/origins``).
+
+    No index entry (a tree, not a ConfigMap volume): not known. An index that does not parse
+    is logged; the origins are then not known either.
+    """
+    index = next((r for r in raws if r.source.rsplit("/", 1)[-1] == SOURCES_KEY), None)
+    if index is None or index.data is None:
+        return Origins()
+    if not index.data:
+        return Origins(configmap=True)
+    found, problem = parse_origins(index.data, index.source)
+    if problem is not None:
+        log.warning("%s", problem)
+        return Origins()
+    return Origins(configmap=True, sources=found)
 
 
 def _fields(step: Step) -> dict[str, str]:

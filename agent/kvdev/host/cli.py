@@ -32,6 +32,7 @@ _COMMANDS = {
     "bundle": "bundle",
     "serve": "serve",
     "controller": "controller",
+    "relay": "relay",
 }
 
 _MAIN_EPILOG = """\
@@ -42,6 +43,7 @@ the round trip:
   bundle                turn the container-side tree into what the guest's kvdev-agent reads
   serve                 run as a kubelet DRA plugin (gRPC) that does prepare/unprepare
   controller            keep each KubeVirt VMI's guest bundle in a ConfigMap (--once: print it)
+  relay                 relay the drivers' own metadata files of a node to the controller
 
 examples:
   kvdev-host allocate -f state.yaml --node node-a

@@ -18,15 +18,23 @@ from kvdev.errors import PermanentError
 from kvdev.host.ratelimit import TokenBucket
 
 
-def api_client(kubeconfig: Path | None, bucket: TokenBucket | None = None) -> Any:  # noqa: ANN401 - the client is untyped
+def api_client(
+    kubeconfig: Path | None, bucket: TokenBucket | None = None, connections: int | None = None
+) -> Any:  # noqa: ANN401 - the client is untyped
     """A ``kubernetes.client.ApiClient``; with ``bucket``, every request waits for a token.
+
+    ``connections``: keep at least that many connections to the API server open for reuse
+    (the client's default is 5 per CPU; a busy pool past it opens and drops connections).
 
     Raises:
         PermanentError: no configuration can be loaded (see ``configuration``).
     """
     from kubernetes import client  # noqa: PLC0415
 
-    api = client.ApiClient(configuration(kubeconfig))
+    loaded = configuration(kubeconfig)
+    if connections is not None:
+        loaded.connection_pool_maxsize = max(loaded.connection_pool_maxsize, connections)
+    api = client.ApiClient(loaded)
     if bucket is not None:
         throttle(api, bucket)
     return api

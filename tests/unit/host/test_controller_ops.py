@@ -3,6 +3,7 @@ the Event correlator (de-duplication keys, the spam filter's token bucket, bound
 names), which notes a render gives, the health/readiness/leader answers, ``--http-address``
 and the lease-timing flags, and the HTTP endpoints on a loopback port."""
 
+import threading
 import urllib.error
 import urllib.request
 
@@ -23,10 +24,12 @@ from kvdev.host.controller.events import (
     TokenBucket,
     event_name,
 )
+from kvdev.host.controller.index import Kind, parse
 from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.metrics import Metrics
-from kvdev.host.controller.render import Inputs, Rendered, Verb
+from kvdev.host.controller.reflector import Upsert
+from kvdev.host.controller.render import MANAGED_BY, MANAGER, VMI_LABEL, Inputs, Rendered, Verb
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
 VMI = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1", "uid-1")
@@ -213,14 +216,16 @@ def test_healthz_fails_naming_a_watch_silent_past_the_bound(controller):
 def test_healthz_fails_when_the_leaders_worker_stops_turning(controller):
     for reflector in controller.reflectors:
         reflector.progressed = 1000.0
-    controller._beat = 1000.0
+    controller._beats.update({-1: 1000.0 + 661, 0: 1000.0 + 600, 1: 1000.0})
     controller.test_clock.now = 1000.0 + 661
     for reflector in controller.reflectors:  # the watches are fine
         reflector.progressed = controller.test_clock.now
     assert controller.healthz() == (True, "ok")  # a standby's worker does not turn
     controller.leading.set()
     ok, text = controller.healthz()
-    assert (ok, "the worker has not turned for 661 s" in text) == (False, True)
+    assert (ok, "worker 1 has not turned for 661 s" in text) == (False, True)
+    assert "worker 0" not in text
+    assert "main loop" not in text
 
 
 def test_leader_and_the_leader_gauge_follow_the_lease(controller):
@@ -346,3 +351,51 @@ def test_the_endpoints_answer_with_the_probes_status_codes():
 def test_bad_live_settings_are_usage_errors_naming_the_flags(flags, message, capsys):
     assert cli.main(["controller", "--leader-elect", "--lease-namespace=x", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- echoes
+
+
+def _configmap(version, data, owner="vm1"):
+    return {
+        "metadata": {
+            "name": f"kvdev-{owner}",
+            "namespace": "vms",
+            "resourceVersion": version,
+            "labels": {MANAGED_BY: MANAGER, VMI_LABEL: owner},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachineInstance",
+                    "name": owner,
+                    "uid": f"uid-{owner}",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": data,
+    }
+
+
+def _written(raw):
+    body = {k: v for k, v in raw.items() if k != "metadata"}
+    meta = {k: v for k, v in raw["metadata"].items() if k != "resourceVersion"}
+    name, namespace = meta["name"], meta["namespace"]
+    return Rendered("vms/vm1", namespace, name, Verb.CREATE, body={**body, "metadata": meta})
+
+
+def test_the_echo_of_a_write_still_out_queues_nothing_anything_else_does(controller):
+    """A create's watch event that beats its answer is not a change to sync again."""
+    echo = _configmap("7", {"guest-hints.json": "{}"})
+    with controller._in_flight(_written(echo)):
+        controller.observe(Upsert(Kind.CONFIGMAP, parse(Kind.CONFIGMAP, echo)))
+        assert len(controller._queue) == 0
+        edited = _configmap("8", {"guest-hints.json": "{} "})  # someone else's, meanwhile
+        controller.observe(Upsert(Kind.CONFIGMAP, parse(Kind.CONFIGMAP, edited)))
+        assert len(controller._queue) == 1
+    controller._queue.get(threading.Event(), 0)
+    # with no write out, the same content is a change like any other (the cache moved)
+    controller.observe(Upsert(Kind.CONFIGMAP, parse(Kind.CONFIGMAP, _configmap("9", echo["data"]))))
+    assert len(controller._queue) == 1
+    assert controller._writing == {}

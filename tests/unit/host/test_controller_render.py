@@ -101,6 +101,18 @@ def test_the_object_is_owned_by_the_vmi_and_labelled():
         "name": "kvdev-vm1",
         "namespace": "vms",
         "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller", "kvdev.io/vmi": "vm1"},
+        "annotations": {
+            # no node relay's record: every stream is the controller's reconstruction
+            "kvdev.io/sources": json.dumps(
+                {
+                    "fast-nic.nic.dra.net-metadata.json": "reconstructed",
+                    "vm1-devices.gpu.gpu.nvidia.com-metadata.json": "reconstructed",
+                    "vm1-devices.nic-1.sriov.example.com-metadata.json": "reconstructed",
+                    "vm1-devices.nic-2.sriov.example.com-metadata.json": "reconstructed",
+                },
+                separators=(",", ":"),
+            )
+        },
         "ownerReferences": [
             {
                 "apiVersion": "kubevirt.io/v1",
@@ -125,6 +137,7 @@ def test_hints_come_from_the_vmi_spec():
             "claim": {"resourceClaimName": "vm1-devices"},
             "request": "nic-1",
             "guest": {
+                "macAddress": "02:00:00:3b:02:01",
                 "pciAddress": "0000:07:00.0",
                 "tag": "dra:vm1-devices/nic-1/0",
             },
@@ -133,6 +146,7 @@ def test_hints_come_from_the_vmi_spec():
             "claim": {"resourceClaimName": "vm1-devices"},
             "request": "nic-2",
             "guest": {
+                "macAddress": "02:00:00:3b:02:02",
                 "pciAddress": "0000:08:00.0",
                 "tag": "dra:vm1-devices/nic-2/0",
             },
@@ -140,7 +154,11 @@ def test_hints_come_from_the_vmi_spec():
         {
             "claim": {"podClaimName": "fast-nic"},
             "request": "nic",
-            "guest": {"pciAddress": "0000:0a:00.0", "tag": "dra:fast-nic/nic/0"},
+            "guest": {
+                "macAddress": "0c:42:a1:5e:00:01",
+                "pciAddress": "0000:0a:00.0",
+                "tag": "dra:fast-nic/nic/0",
+            },
         },
         {
             "claim": {"resourceClaimName": "vm1-devices"},
@@ -159,10 +177,18 @@ def _with_binding_plugin(vmi, index, mac):
     return vmi
 
 
+def _with_sriov(vmi, index, mac):
+    """Interface ``index`` as a DRA SR-IOV interface (KubeVirt <= v1.9), with ``mac``."""
+    interface = vmi["spec"]["domain"]["devices"]["interfaces"][index]
+    interface.pop("binding", None)
+    interface["sriov"] = {}
+    interface["macAddress"] = mac
+    return vmi
+
+
 def test_a_dra_sriov_interfaces_mac_is_not_the_guests_and_stays_out_of_the_hint():
     """KubeVirt's CreateDRAHostDevices gives a DRA SR-IOV VF no MAC: the driver's is the one."""
-    vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
-    vmi["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = "52:54:00:00:00:01"
+    vmi = _with_sriov(by_kind(docs(), "VirtualMachineInstance", "vm1"), 1, "52:54:00:00:00:01")
     hints, warnings = vmi_hints(VirtualMachineInstance.model_validate(vmi))
     nic = hints.devices[0].to_json_dict()
     assert nic["request"] == "nic-1"
@@ -175,8 +201,7 @@ def test_a_dra_sriov_interfaces_mac_is_not_the_guests_and_stays_out_of_the_hint(
 def test_a_refused_mac_is_a_hint_refused_note_and_a_clean_vmi_has_none():
     assert rendered(docs()).notes == ()
     objects = docs()
-    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
-    vmi["spec"]["domain"]["devices"]["interfaces"][1]["macAddress"] = "52:54:00:00:00:01"
+    _with_sriov(by_kind(objects, "VirtualMachineInstance", "vm1"), 1, "52:54:00:00:00:01")
     (note,) = rendered(objects).notes
     assert note.reason is Reason.HINT_REFUSED
     assert note.message.startswith("spec.domain.devices.interfaces[1].macAddress: KubeVirt does")

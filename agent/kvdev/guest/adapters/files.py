@@ -44,6 +44,7 @@ from kvdev.guest.adapters.resolve import real_path, real_path_or
 from kvdev.guest.adapters.watch import Watcher
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import sniff_role
+from kvdev.schema.origins import SOURCES_KEY
 from kvdev.schema.stream import MAX_STREAM_BYTES
 from kvdev.schema.tree import (
     CONFIGMAP_MAX_KEYS,
@@ -61,6 +62,7 @@ __all__ = [
     "RawFile",
     "Settle",
     "Watcher",
+    "is_configmap_volume",
     "read_path",
     "read_sources",
     "read_tree",
@@ -452,6 +454,11 @@ def _read_configmap_volume(
 _ONCE = Settle(rereads=0)  # a ConfigMap version never changes: each key is read once
 
 
+def is_configmap_volume(root: Path) -> bool:
+    """``root`` is a ConfigMap volume (kubelet's ``..data`` link is there)."""
+    return (root / CONFIGMAP_DATA).is_symlink()
+
+
 def _read_configmap(root: Path, version: Path, budget: Budget) -> tuple[list[RawFile], bool, int]:
     """The keys of one version of a ConfigMap volume; (files, listing complete, keys there)."""
     if version.parent != Path(real_path(root)):
@@ -463,8 +470,9 @@ def _read_configmap(root: Path, version: Path, budget: Budget) -> tuple[list[Raw
     raws = []
     for name in names[:CONFIGMAP_MAX_KEYS]:
         path = version / name
+        role = Role.UNRELATED if name == SOURCES_KEY else None  # the index: data, no stream
         if not path.is_symlink() and path.is_file():  # kubelet writes regular files only
-            raws.append(_load(str(root / name), path, None, None, _ONCE, budget))
+            raws.append(_load(str(root / name), path, None, role, _ONCE, budget))
     return raws, len(names) <= CONFIGMAP_MAX_KEYS, len(names)
 
 

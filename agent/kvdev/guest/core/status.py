@@ -20,13 +20,14 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvdev.errors import Problem, Severity
 from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
 from kvdev.guest.core.observed import GuestDevice, Link, NetState, Route
 from kvdev.guest.core.planning import Desired, Plan
 from kvdev.guest.core.steps import Step, StepResult
+from kvdev.schema.origins import Origins, stream_key
 
 
 class Phase(enum.Enum):
@@ -66,6 +67,7 @@ class DeviceStatus:
     observed_routes: tuple[Route, ...] = ()  # main-table routes through the bound NIC
     pod_claim_name: str | None = None
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
+    origin: str = ""  # its stream's origin (schema/origins: driver, reconstructed; "" unknown)
     mdev_uuid: str | None = None  # a mediated device's UUID, as its metadata says
 
 
@@ -80,6 +82,7 @@ class ClaimStatus:
     source: str
     api_version: str | None = None  # the version read
     fallback: str = ""  # why a newer version in the file was not used ("" when none was)
+    origin: str = ""  # driver, reconstructed from claim status and slices, or "" (not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,7 @@ class MetadataState:
     errors: tuple[Problem, ...] = ()
     claims: tuple[ClaimStatus, ...] = ()
     warnings: tuple[Problem, ...] = ()
+    origins: Origins = field(default_factory=Origins)  # of a ConfigMap volume's streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,7 @@ class _ByDevice:
     failures: dict[str, list[StepResult]]
     blocked: dict[str, list[str]]
     warnings: dict[str, list[str]]
+    origins: Origins
 
 
 def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool) -> DeviceStatus:
@@ -201,6 +206,7 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         guest=b.guest,
         observed=state.link(nic.ifindex) if state is not None and nic is not None else None,
         pod_claim_name=d.pod_claim_name,
+        origin=by.origins.label(stream_key(d.claim, d.pod_claim_name, d.request, d.driver)),
         observed_addresses=tuple(
             a.address
             for a in (state.addresses if state else ())
@@ -240,7 +246,7 @@ def summarize(  # noqa: PLR0913 - one value per output of a pass
     warned: dict[str, list[str]] = {}
     for w in plan.warnings:
         warned.setdefault(w.device, []).append(w.reason)
-    by = _ByDevice(desired, steps, failures, blocked, warned)
+    by = _ByDevice(desired, steps, failures, blocked, warned, metadata.origins)
     devices = tuple(_device(b, by, state, dry_run=dry_run) for b in matching.bindings)
     unmanaged = tuple(nic.ifname for g in matching.unmanaged for nic in g.nics)
     return Status(

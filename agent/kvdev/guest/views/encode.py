@@ -46,6 +46,8 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         "reason": d.reason,
         "warnings": list(d.warnings),
     }
+    if d.origin:
+        out["origin"] = d.origin
     if d.mdev_uuid is not None:
         out["mdevUUID"] = d.mdev_uuid
     if d.desired is not None:
@@ -119,6 +121,7 @@ def claims_json(status: Status) -> list[dict[str, Any]]:
             "apiVersion": c.api_version,
         }
         | ({"fallback": c.fallback} if c.fallback else {})
+        | ({"origin": c.origin} if c.origin else {})
         for c in status.claims
     ]
 

@@ -182,6 +182,10 @@ def status_text(body: Json, color: bool = False) -> str:
         rows.extend(
             (*(_s(c.get(k)) for k in keys), _version(c), _s(c.get("source"))) for c in claims
         )
+        if any(c.get("origin") for c in claims):  # a ConfigMap's: the driver's, or rebuilt
+            rows = [(*rows[0], "FROM")] + [
+                (*r, _s(c.get("origin"))) for r, c in zip(rows[1:], claims, strict=True)
+            ]
         lines.append("claims:")
         lines.extend("  " + line for line in table(rows).splitlines())
         lines.extend(
@@ -420,6 +424,8 @@ def explain_text(d: Json, color: bool = False) -> str:
         ("evidence" if i == 0 else "", f"{e.get('kind')}: {e.get('detail')}")
         for i, e in enumerate(evidence)
     )
+    if d.get("origin"):  # where its stream came from: the driver's file, or rebuilt
+        pairs.append(("source", _s(d.get("origin"))))
     pairs += [("candidates", _s(d.get("candidates"))), ("reason", _s(d.get("reason")))]
     pairs.extend(
         ("warnings" if i == 0 else "", paint("33", str(w), color))

@@ -17,6 +17,7 @@ tree). Owns this I/O only; what the files mean is ``kvdev.host.bundle.build``'s 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -27,17 +28,31 @@ from kvdev.errors import Problem, SchemaError, TransientReadError
 from kvdev.schema.stream import MAX_STREAM_BYTES
 from kvdev.schema.tree import ROOT, Role, role_of
 
-_CDI_SUFFIXES = (".json", ".yaml", ".yml")
+CDI_SUFFIXES = (".json", ".yaml", ".yml")
 
 
-def _read(path: Path) -> bytes:
+def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES) -> bytes:
+    """A regular file's bytes, at most ``limit``; a FIFO or device is refused, never waited on.
+
+    Raises:
+        TransientReadError: it cannot be opened or read.
+        SchemaError: it is not a regular file, or larger than ``limit``.
+    """
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_STREAM_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise TransientReadError(f"{path}: cannot read: {e.strerror or e}") from e
-    if len(data) > MAX_STREAM_BYTES:
-        raise SchemaError([Problem(f"larger than {MAX_STREAM_BYTES} bytes", str(path))])
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SchemaError([Problem("not a regular file; not read", str(path))])
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise TransientReadError(f"{path}: cannot read: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SchemaError([Problem(f"larger than {limit} bytes", str(path))])
     return data
 
 
@@ -67,7 +82,7 @@ def read_tree_dir(root: Path) -> dict[str, bytes]:
             if not path.resolve().is_relative_to(real_root):
                 msg = "symbolic link points outside the tree; not read"
                 raise SchemaError([Problem(msg, str(path))])
-            out[rel] = _read(path)
+            out[rel] = read_bounded(path)
     return out
 
 
@@ -87,8 +102,12 @@ def _mounts(
             yield i, mount
 
 
-def _place(mount: object, spec: Path, where: str) -> tuple[str, bytes] | None:
-    """(relative path in the tree, content) of one mount; None when it is outside the tree."""
+def mount_place(mount: object, spec: Path, where: str) -> tuple[str, str] | None:
+    """(relative path in the tree, hostPath) of one mount; None when it is no metadata file.
+
+    Raises:
+        SchemaError: the mount lacks a path, or its containerPath leaves the tree.
+    """
     container = mount.get("containerPath") if isinstance(mount, dict) else None
     host = mount.get("hostPath") if isinstance(mount, dict) else None
     if not isinstance(container, str) or not isinstance(host, str):
@@ -102,7 +121,16 @@ def _place(mount: object, spec: Path, where: str) -> tuple[str, bytes] | None:
         raise SchemaError([Problem(msg, str(spec), None, where)])
     if role_of(rel) is not Role.DEVICE_METADATA:
         return None  # only metadata files are ever read into a bundle
-    return rel, _read(Path(host))
+    return rel, host
+
+
+def _place(mount: object, spec: Path, where: str) -> tuple[str, bytes] | None:
+    """(relative path in the tree, content) of one mount; None when it is outside the tree."""
+    placed = mount_place(mount, spec, where)
+    if placed is None:
+        return None
+    rel, host = placed
+    return rel, read_bounded(Path(host))
 
 
 def read_cdi_dir(cdi_dir: Path, claim_uids: Iterable[str] = ()) -> dict[str, bytes]:
@@ -119,9 +147,9 @@ def read_cdi_dir(cdi_dir: Path, claim_uids: Iterable[str] = ()) -> dict[str, byt
     out: dict[str, bytes] = {}
     origin: dict[str, str] = {}
     errors: list[Problem] = []
-    for path in sorted(p for p in cdi_dir.iterdir() if p.suffix in _CDI_SUFFIXES):
+    for path in sorted(p for p in cdi_dir.iterdir() if p.suffix in CDI_SUFFIXES):
         try:
-            spec = yaml.safe_load(_read(path))
+            spec = yaml.safe_load(read_bounded(path))
         except yaml.YAMLError as e:
             errors.append(Problem(f"not valid JSON or YAML: {e}", str(path)))
             continue

@@ -14,6 +14,7 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypeAlias
 
 import yaml
@@ -185,3 +186,16 @@ def print_objects(objects: Sequence[dict[str, Any]], output: str, out: TextIO) -
         out.write(json.dumps(items, indent=2) + "\n")
     elif objects:
         out.write(yaml.safe_dump_all(objects, sort_keys=False))
+
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace(given: str | None, default: str) -> str:
+    """``given``, else the pod's service account's namespace, else ``default``."""
+    if given:
+        return given
+    try:
+        return SA_NAMESPACE_FILE.read_text(encoding="utf-8").strip() or default
+    except OSError:
+        return default

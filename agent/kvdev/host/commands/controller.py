@@ -39,11 +39,13 @@ from kvdev.host.commands.common import (
     add_logging_arguments,
     add_output_argument,
     bucket_from,
+    own_namespace,
     print_objects,
 )
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
 from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
+from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 
 EXIT_NOT_RENDERED = 1
 EXIT_CANNOT_RUN = 1
+DEFAULT_RELAY_NAMESPACE = "kvdev-system"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 _EPILOG = f"""\
@@ -72,11 +75,18 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
                                            host devices)
   Written only when something changed; metadata.generation of each stream goes up by one
   when its content changes.
+  A driver's own file, relayed by its node (kvdev-host relay: a ConfigMap labelled
+  app.kubernetes.io/managed-by=kvdev-host-relay in --relay-namespace, whose kvdev.io/node is
+  the VMI's node and whose claim UID is one the VMI uses) wins over the reconstruction: its
+  bytes are copied unchanged, generation included. Annotation kvdev.io/sources: JSON, each
+  stream's key -> "driver" or "reconstructed" (from claim status and slices); the same as
+  key kvdev-sources.json for the guest (kvdev status/explain), when some stream is a driver's.
 
---once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and existing
-  ConfigMaps ('kubectl get -o yaml' shapes) from -f files; print the ConfigMaps it would
-  create or update (-o yaml: one document each; -o json: a v1 List), and on stderr one line
-  per VMI (create, update, unchanged, refused) with the reasons. Nothing is changed.
+--once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, existing
+  ConfigMaps and relay records ('kubectl get -o yaml' shapes) from -f files; print the
+  ConfigMaps it would create or update (-o yaml: one document each; -o json: a v1 List),
+  and on stderr one line per VMI (create, update, unchanged, refused) with the reasons.
+  Nothing is changed.
 
 live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
   with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
@@ -146,6 +156,13 @@ def register(commands: Commands) -> None:
         default=os.environ.get("POD_NAMESPACE") or None,
         help="the Lease's namespace (default: $POD_NAMESPACE, else the service account's)",
     )
+    sub.add_argument(
+        "--relay-namespace",
+        metavar="NS",
+        default=os.environ.get("POD_NAMESPACE") or None,
+        help="where the node relays' records are trusted (default: $POD_NAMESPACE, else the "
+        f"service account's, else {DEFAULT_RELAY_NAMESPACE}); records elsewhere are ignored",
+    )
     sub.add_argument("--lease-name", default=MANAGER, metavar="NAME", help=f"(default: {MANAGER})")
     sub.add_argument(
         "--identity",
@@ -159,6 +176,14 @@ def register(commands: Commands) -> None:
         default=600.0,
         metavar="SECONDS",
         help="live: render every VMI again this often, writing only changes (default: 600)",
+    )
+    sub.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        metavar="N",
+        help="live: sync this many VMIs at once, never one VMI twice at once; all share "
+        f"--kube-api-qps (default: {WORKERS})",
     )
     sub.add_argument(
         "--lease-duration",
@@ -198,7 +223,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not args.files:
             err.write("kvdev-host controller: --once needs -f FILE\n")
             return EXIT_INVALID
-        return run_once(args.files, args.output, out, err)
+        return run_once(args.files, args.output, out, err, _relay_namespace(args))
     if args.files:
         err.write("kvdev-host controller: -f needs --once\n")
         return EXIT_INVALID
@@ -208,7 +233,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # --------------------------------------------------------------------------- --once
 
 
-def index_of_files(files: Sequence[str], err: TextIO) -> Index:
+def _relay_namespace(args: argparse.Namespace) -> str:
+    return own_namespace(args.relay_namespace, DEFAULT_RELAY_NAMESPACE)
+
+
+def index_of_files(
+    files: Sequence[str], err: TextIO, relay_namespace: str = DEFAULT_RELAY_NAMESPACE
+) -> Index:
     """The controller's index filled from object files (other kinds warned about).
 
     Raises:
@@ -225,7 +256,7 @@ def index_of_files(files: Sequence[str], err: TextIO) -> Index:
         (ResourceSlice, Kind.SLICE),
         (ConfigMap, Kind.CONFIGMAP),
     ]
-    index = Index()
+    index = Index(relay_namespace)
     for model, kind in kinds:
         items = [Stored(o, o.to_json_dict()) for o in objects if isinstance(o, model)]
         index.replace(kind, items)
@@ -270,11 +301,17 @@ def print_configmaps(bodies: Sequence[dict[str, Any]], output: str, out: TextIO)
         out.write(yaml.dump_all(bodies, Dumper=_LiteralDumper, sort_keys=False, width=1 << 16))
 
 
-def run_once(files: Sequence[str], output: str, out: TextIO, err: TextIO) -> int:
+def run_once(
+    files: Sequence[str],
+    output: str,
+    out: TextIO,
+    err: TextIO,
+    relay_namespace: str = DEFAULT_RELAY_NAMESPACE,
+) -> int:
     """``--once``: render every VMI of the files; print what would be applied."""
     prefix = "kvdev-host controller"
     try:
-        index = index_of_files(files, err)
+        index = index_of_files(files, err, relay_namespace)
         if index.count(Kind.VMI) == 0:
             raise SchemaError([Problem("no VirtualMachineInstance in the input files")])
     except KvdevError as e:
@@ -325,6 +362,8 @@ def _settings_error(args: argparse.Namespace) -> str | None:
     """A usage error in the live settings, naming the flag."""
     if args.resync <= 0:
         return "--resync must be positive"
+    if args.workers < 1:
+        return f"--workers must be at least 1, not {args.workers}"
     timing = _lease_timing(args)
     if timing is not None:
         return timing
@@ -348,7 +387,9 @@ def _run_live(args: argparse.Namespace, err: TextIO) -> int:
     identity = _identity(args)
     try:
         elector = lease_elector(args, identity)
-        api = KubeApi.connect(args.kubeconfig, bucket_from(args))
+        # one connection per watched kind, per worker, the Event sender and a spare
+        connections = len(Kind) + args.workers + 2
+        api = KubeApi.connect(args.kubeconfig, bucket_from(args), connections=connections)
     except KvdevError as e:
         err.write(f"kvdev-host controller: {e}\n")
         return EXIT_INVALID
@@ -431,7 +472,14 @@ def _assemble(
 
     metrics = Metrics()
     recorder = Recorder(api, Correlator(MANAGER, identity), metrics)
-    controller = Controller(api, resync=args.resync, metrics=metrics, recorder=recorder)
+    controller = Controller(
+        api,
+        resync=args.resync,
+        workers=args.workers,
+        metrics=metrics,
+        recorder=recorder,
+        relay_namespace=_relay_namespace(args),
+    )
     address = parse_address(args.http_address)
     if address is None:
         return controller, None

@@ -6,8 +6,11 @@ holding the parsed model and the JSON it came from; the parsing of API JSON into
 (``parse``: list items come without apiVersion and kind); and the join: ``affected`` VMIs of a
 change (a VMI itself; the VMI controlling a pod, in the pod's namespace; every VMI using a
 claim, directly or through a pod's ``status.resourceClaimStatuses``; every VMI with a device in
-a slice's pool; the VMI a ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names) and
-``inputs`` for ``render``.
+a slice's pool; the VMI a ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names;
+every VMI using the claim a node relay's record names, by the claim's UID) and ``inputs`` for
+``render``. Relay records (``publish/relayed``) are ConfigMaps too, cached with the others,
+but only those in the relay's namespace (``relay_namespace``) are records: a ConfigMap with
+the relay's label anywhere else is nobody's record.
 
 The joins (VMI -> its claim names, claim -> its VMIs, driver and pool -> allocated claims,
 driver -> slices) are kept as objects change, so no event looks at every cached VMI. An object
@@ -33,6 +36,7 @@ from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.resource import API_VERSION as RESOURCE_API_VERSION
+from kvdev.host.publish.relayed import Record, read_record
 from kvdev.host.schema.base import Document, problems_from
 
 Key = tuple[str, str]
@@ -114,8 +118,11 @@ def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stor
 class Index:
     """The caches, and the join from a changed object to the VMIs it concerns."""
 
-    def __init__(self) -> None:
+    def __init__(self, relay_namespace: str | None = None) -> None:
+        self.relay_namespace = relay_namespace
         self._objects: dict[Kind, dict[Key, Stored]] = {kind: {} for kind in Kind}
+        self._claim_by_uid: dict[str, Key] = {}  # claim UID -> the claim's key
+        self._records_of: dict[str, dict[Key, Record]] = {}  # claim UID -> relay records
         # The joins, kept as objects change, so that no event scans every VMI:
         self._pods_of: dict[Key, set[Key]] = {}  # (namespace, VMI uid) -> its pods' keys
         self._claims_of: dict[Key, set[str]] = {}  # VMI -> the claim names it uses
@@ -190,13 +197,25 @@ class Index:
             for d in drivers
         }
         existing = self._objects[Kind.CONFIGMAP].get((namespace, configmap_name(key[1])))
+        relayed = [
+            r
+            for c in claims.values()
+            for _, r in sorted(self._records_of.get((c.metadata.uid or "").lower(), {}).items())
+        ]
         return Inputs(
             vmi=vmi,
             pods=tuple(pods),
             claims=claims,
             slices={d: tuple(v) for d, v in slices.items()},
             existing=existing.raw if existing is not None else None,
+            relayed=tuple(relayed),
         )
+
+    def record(self, stored: Stored) -> Record | None:
+        """The relay record a cached ConfigMap is (only in the relay's namespace)."""
+        if self.relay_namespace is None or stored.key[0] != self.relay_namespace:
+            return None
+        return read_record(stored.raw)
 
     # ------------------------------------------------------------------ the join
 
@@ -206,6 +225,9 @@ class Index:
             return {stored.key} if uses_dra(stored.model) else set()
         if kind is Kind.POD:
             return {(namespace, o.name) for o in _vmi_owners(stored.model)}
+        if kind is Kind.CONFIGMAP and (record := self.record(stored)) is not None:
+            claim = self._claim_by_uid.get(record.claim_uid)
+            return set(self._users_of.get(claim, ())) if claim is not None else set()
         if kind is Kind.CONFIGMAP:
             # the owner's name: the label holds a cut name for a VMI name longer than 63
             owners = {(namespace, o.name) for o in _vmi_owners(stored.model)}
@@ -240,8 +262,28 @@ class Index:
         elif kind is Kind.CLAIM:
             self._pool_claims(before, add=False)
             self._pool_claims(after, add=True)
+            self._claim_uid(before, after)
+        elif kind is Kind.CONFIGMAP:
+            self._relink_record(before, after)
         elif kind is Kind.SLICE:
             self._driver_slices(before, after)
+
+    def _claim_uid(self, before: Stored | None, after: Stored | None) -> None:
+        if before is not None:
+            self._claim_by_uid.pop((before.model.metadata.uid or "").lower(), None)
+        if after is not None and after.model.metadata.uid:
+            self._claim_by_uid[after.model.metadata.uid.lower()] = after.key
+
+    def _relink_record(self, before: Stored | None, after: Stored | None) -> None:
+        old = self.record(before) if before is not None else None
+        if old is not None and before is not None:
+            records = self._records_of.get(old.claim_uid, {})
+            records.pop(before.key, None)
+            if not records:
+                self._records_of.pop(old.claim_uid, None)
+        new = self.record(after) if after is not None else None
+        if new is not None and after is not None:
+            self._records_of.setdefault(new.claim_uid, {})[after.key] = new
 
     def _pool_claims(self, claim: Stored | None, *, add: bool) -> None:
         if claim is None:

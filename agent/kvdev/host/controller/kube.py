@@ -33,6 +33,7 @@ from kvdev.host import kubeclient
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.render import MANAGED_BY, MANAGER
 from kvdev.host.k8s.kubevirt import GROUP, PLURAL
+from kvdev.host.publish.relayed import RELAY_MANAGER
 from kvdev.host.ratelimit import TokenBucket
 
 _CONFLICT: Final = 409
@@ -40,7 +41,9 @@ _GONE: Final = 410
 _NOT_FOUND: Final = 404
 _RETRYABLE_CLIENT_ERRORS: Final = (408, 429)
 LAUNCHER_SELECTOR: Final = "kubevirt.io=virt-launcher"
-OWN_SELECTOR: Final = f"{MANAGED_BY}={MANAGER}"
+# The controller's own ConfigMaps and the node relays' records (which the index keeps only in
+# the relay's namespace): one watch for both.
+OWN_SELECTOR: Final = f"{MANAGED_BY} in ({MANAGER},{RELAY_MANAGER})"
 
 
 class ConflictError(RetryableError):
@@ -84,16 +87,19 @@ class KubeApi:
         kubeconfig: Path | None = None,
         bucket: TokenBucket | None = None,
         timeout: float = 30.0,
+        connections: int | None = None,
     ) -> KubeApi:
         """A client for the in-cluster service account, ``kubeconfig``, or the default one.
 
         With ``bucket``, every request waits for its token (the client-side rate limit);
-        ``timeout``: seconds a request may take.
+        ``timeout``: seconds a request may take; ``connections``: at least that many kept open
+        (one per watch, worker and the Event sender: none opened and dropped per request).
 
         Raises:
             PermanentError: no configuration can be loaded.
         """
-        return cls(kubeclient.api_client(kubeconfig, bucket), timeout=timeout, bucket=bucket)
+        client = kubeclient.api_client(kubeconfig, bucket, connections)
+        return cls(client, timeout=timeout, bucket=bucket)
 
     # ------------------------------------------------------------------ the APIs
 

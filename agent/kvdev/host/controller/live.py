@@ -2,11 +2,14 @@
 
 One reflector thread per watched kind (VMIs, virt-launcher pods, ResourceClaims,
 ResourceSlices, the controller's own ConfigMaps) feeds the ``Index`` under one lock; every
-change queues the VMIs it concerns. One worker, once every kind has been listed, takes VMIs
-off the queue and syncs each: ``render`` from the index, then POST (create) or PUT (update),
-or nothing when nothing changed. A 409 (someone else wrote first, the object already exists)
-or a 404 on an update is retried from a fresh GET, deciding again (at most
-``CONFLICT_TRIES`` times in one sync). A retryable failure puts the VMI back after a per-VMI
+change queues the VMIs it concerns. Once every kind has been listed, ``workers`` threads take
+VMIs off one ``KeyedQueue`` (``workqueue``: a VMI is never synced by two workers at once; a
+change during its sync queues it again for afterwards) and sync each: ``render`` from the
+index, then POST (create) or PUT (update), or nothing when nothing changed. Several workers
+overlap the API server's round trips (each write waits ~10 ms for it); the client's
+``--kube-api-qps`` still bounds them all together. A 409 (someone else wrote first, the
+object already exists) or a 404 on an update is retried from a fresh GET, deciding again (at
+most ``CONFLICT_TRIES`` times in one sync). A retryable failure puts the VMI back after a per-VMI
 back-off; a permanent one waits for the next change. Every ``resync`` seconds every VMI is
 queued again (writes still happen only on change). With an elector, the reflectors list and
 watch at once (a standby's caches are warm, and it is ready when they are synced, as a
@@ -22,10 +25,11 @@ Measured, per sync: API calls (``api.calls``) and the reconcile count (``stats``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,12 +44,24 @@ from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
 from kvdev.host.controller.reflector import Change, Delete, Reflector, Replace, Upsert
 from kvdev.host.controller.render import MANAGED_BY, MANAGER, Inputs, Rendered, Verb, render
+from kvdev.host.controller.workqueue import WORKERS, KeyedQueue
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
 _VMI = "VirtualMachineInstance"
+
+
+def _same_content(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """The stored ConfigMap holds what ``body`` writes: data, labels and owners alike."""
+    meta, sent = stored.get("metadata") or {}, body.get("metadata") or {}
+    return (
+        (stored.get("data") or {}) == (body.get("data") or {})
+        and (stored.get("binaryData") or {}) == (body.get("binaryData") or {})
+        and (meta.get("labels") or {}) == (sent.get("labels") or {})
+        and (meta.get("ownerReferences") or []) == (sent.get("ownerReferences") or [])
+    )
 
 
 def _about(result: Rendered) -> dict[str, Any]:
@@ -67,55 +83,12 @@ class Stats:
     conflicts: int = 0
     failures: int = 0
     last: dict[Key, Rendered] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-
-class _Queue:
-    """VMIs to sync: each key once, ready now or after a delay."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._ready: dict[Key, None] = {}
-        self._later: dict[Key, float] = {}
-        self._cond = threading.Condition()
-
-    def add(self, keys: set[Key] | list[Key], delay: float = 0.0) -> None:
-        with self._cond:
-            due = self._clock() + delay
-            for key in keys:
-                if delay <= 0:
-                    self._later.pop(key, None)
-                    self._ready[key] = None
-                elif key not in self._ready:
-                    self._later[key] = min(self._later.get(key, due), due)
-            self._cond.notify_all()
-
-    def get(self, stop: threading.Event, timeout: float) -> Key | None:
-        """The next ready key, or None after ``timeout`` or when ``stop`` is set."""
-        end = self._clock() + timeout
-        with self._cond:
-            while not stop.is_set():
-                now = self._clock()
-                for key, due in list(self._later.items()):
-                    if due <= now:
-                        del self._later[key]
-                        self._ready[key] = None
-                if self._ready:
-                    key = next(iter(self._ready))
-                    del self._ready[key]
-                    return key
-                wait = min([end - now, *(d - now for d in self._later.values())])
-                if wait <= 0 and end <= now:
-                    return None
-                self._cond.wait(max(wait, 0.01))
-        return None
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._ready) + len(self._later)
+    def count(self, what: str) -> None:
+        """One more of ``what`` (a field's name), safe from several workers at once."""
+        with self._lock:
+            setattr(self, what, getattr(self, what) + 1)
 
 
 class Controller:
@@ -128,14 +101,19 @@ class Controller:
         resync: float = 600.0,
         watch_seconds: int = 300,
         page_size: int = 500,
+        workers: int = WORKERS,
         clock: Callable[[], float] = time.monotonic,
         backoff: Callable[[], Backoff] = Backoff,
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
+        relay_namespace: str | None = None,
     ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
         self.api = api
         self.resync = resync
-        self.index = Index()
+        self.workers = workers
+        self.index = Index(relay_namespace)
         self.stats = Stats()
         self.clock = clock
         self.metrics = metrics or Metrics()
@@ -144,10 +122,12 @@ class Controller:
         # long is wedged: a healthy one ends by its timeout and is opened again.
         self.stale_after = 2.0 * (watch_seconds + api.timeout)
         self._since: dict[Key, float] = {}  # the first change not yet written, per VMI
-        self._beat: float | None = None  # the worker's last turn
+        self._writing: dict[Key, Mapping[str, Any]] = {}  # ConfigMap key -> body being written
+        self._beats: dict[int, float] = {}  # each worker's last turn (and the main loop's: -1)
         self._noted: dict[Key, frozenset[Note]] = {}  # each VMI's notes at its last sync
         self._lock = threading.Lock()
-        self._queue = _Queue(clock)
+        self.idle = threading.Event()  # synced and nothing queued or being synced
+        self._queue: KeyedQueue[Key] = KeyedQueue(clock, self.idle)
         self._backoff = backoff
         self._failures: dict[Key, Backoff] = {}
         self._stop = threading.Event()
@@ -166,7 +146,6 @@ class Controller:
             for kind in Kind
         ]
         self.synced = threading.Event()  # every kind listed once
-        self.idle = threading.Event()  # synced and nothing queued
         self.leading = threading.Event()  # holds the Lease, or runs without one
         self.metrics.watch_state(self.state)
 
@@ -179,6 +158,10 @@ class Controller:
                 touched = self.index.replace(change.kind, change.items)
             elif isinstance(change, Upsert):
                 touched = self.index.upsert(change.kind, change.stored)
+                if touched and change.kind is Kind.CONFIGMAP:
+                    writing = self._writing.get(change.stored.key)
+                    if writing is not None and _same_content(change.stored.raw, writing):
+                        touched = set()  # our own write's echo, ahead of its answer
             else:
                 assert isinstance(change, Delete)
                 touched = self.index.remove(change.kind, change.key)
@@ -187,7 +170,6 @@ class Controller:
             with self._lock:
                 for key in touched:
                     self._since.setdefault(key, now)
-            self.idle.clear()
             self._queue.add(touched)
 
     def _known(self, kind: Kind, key: Key, version: str) -> bool:
@@ -212,14 +194,14 @@ class Controller:
         if inputs is None:
             self._noted.pop(key, None)
             return None
-        self.stats.syncs += 1
+        self.stats.count("syncs")
         self.metrics.renders.inc()
         for _ in range(CONFLICT_TRIES):
             result = render(inputs)
             try:
                 written = self._write(result)
             except ConflictError as e:
-                self.stats.conflicts += 1
+                self.stats.count("conflicts")
                 self.metrics.conflicts.inc()
                 log.info("%s: %s: reading it again", result.vmi, e, extra=_about(result))
                 fresh = self.api.get_configmap(result.namespace, result.name)
@@ -273,8 +255,9 @@ class Controller:
             log.warning("%s: %s", result.vmi, problem, extra=_about(result))
         if result.verb is Verb.CREATE:
             assert result.body is not None
-            self._remember(self.api.create_configmap(result.namespace, result.body))
-            self.stats.creates += 1
+            with self._in_flight(result):
+                self._remember(self.api.create_configmap(result.namespace, result.body))
+            self.stats.count("creates")
             self.metrics.writes.labels("created").inc()
             log.info(
                 "%s: created ConfigMap %s (%d streams)",
@@ -283,8 +266,9 @@ class Controller:
             )
         elif result.verb is Verb.UPDATE:
             assert result.body is not None
-            self._remember(self.api.replace_configmap(result.namespace, result.body))
-            self.stats.updates += 1
+            with self._in_flight(result):
+                self._remember(self.api.replace_configmap(result.namespace, result.body))
+            self.stats.count("updates")
             self.metrics.writes.labels("updated").inc()
             log.info(
                 "%s: updated ConfigMap %s (%d streams)",
@@ -292,12 +276,30 @@ class Controller:
                 extra=_about(result),
             )
         elif result.verb is Verb.REFUSE:
-            self.stats.refused += 1
+            self.stats.count("refused")
             self.metrics.errors.labels("refused").inc()
         else:
-            self.stats.unchanged += 1
+            self.stats.count("unchanged")
             self.metrics.writes.labels("unchanged").inc()
         return result
+
+    @contextlib.contextmanager
+    def _in_flight(self, result: Rendered) -> Iterator[None]:
+        """While a write is out: its watch event, if it comes before the answer, queues nothing.
+
+        The echo of a create or update can reach the ConfigMap watch before the worker has the
+        answer and ``_remember``s it; without this, it would queue the VMI again for a sync that
+        finds nothing to do, behind which a real change waits.
+        """
+        assert result.body is not None
+        key = (result.namespace, result.name)
+        with self._lock:
+            self._writing[key] = result.body
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writing.pop(key, None)
 
     def _remember(self, stored: dict[str, Any] | None) -> None:
         """Our own write (or a fresh read) into the cache at once; the watch confirms it."""
@@ -366,38 +368,63 @@ class Controller:
         return threads
 
     def _work(self, stop: threading.Event, lost: threading.Event) -> None:
+        """Once synced: the workers sync what is queued; this thread queues every resync."""
         while not (stop.is_set() or lost.is_set()):
-            self._beat = self.clock()
+            self._beats[-1] = self.clock()
             if all(r.synced.is_set() for r in self.reflectors):
                 break
             stop.wait(0.05)
         else:
             return
         self.synced.set()
-        log.info("caches synced: %d VMIs", self.index.count(Kind.VMI))
+        log.info("caches synced: %d VMIs (%d workers)", self.index.count(Kind.VMI), self.workers)
         with self._lock:
             self._queue.add(self.index.vmis())
-        next_resync = self.clock() + self.resync
-        while not (stop.is_set() or lost.is_set()):
-            self._beat = self.clock()
-            key = self._queue.get(stop, timeout=min(1.0, max(next_resync - self.clock(), 0.01)))
-            if key is None:
-                if len(self._queue) == 0:
-                    self.idle.set()
+        done = threading.Event()
+        workers = [
+            threading.Thread(
+                target=self._worker, args=(n, stop, lost, done), name=f"kvdev-sync-{n}", daemon=True
+            )
+            for n in range(self.workers)
+        ]
+        for worker in workers:
+            worker.start()
+        try:
+            next_resync = self.clock() + self.resync
+            while not (stop.is_set() or lost.is_set()):
+                self._beats[-1] = self.clock()
                 if self.clock() >= next_resync:
                     with self._lock:
                         self._queue.add(self.index.vmis())
                     next_resync = self.clock() + self.resync
+                stop.wait(min(1.0, max(next_resync - self.clock(), 0.01)))
+        finally:
+            done.set()
+            self._queue.wake()
+            for worker in workers:
+                worker.join(timeout=5)
+
+    def _worker(
+        self, n: int, stop: threading.Event, lost: threading.Event, done: threading.Event
+    ) -> None:
+        """One worker: the next VMI no other worker holds, synced, until told to stop."""
+        while not (stop.is_set() or lost.is_set() or done.is_set()):
+            self._beats[n] = self.clock()
+            key = self._queue.get(done, timeout=1.0)
+            if key is None:
+                self._queue.settle()
                 continue
-            self._sync_one(key)
-            if len(self._queue) == 0:
-                self.idle.set()
+            try:
+                self._sync_one(key)
+            finally:
+                self._queue.done(key)
+            self._queue.settle()
 
     def _sync_one(self, key: Key) -> None:
         try:
             result = self.sync(key)
         except KvdevError as e:
-            self.stats.failures += 1
+            self.stats.count("failures")
             self.metrics.errors.labels("retryable" if e.retryable else "permanent").inc()
             backoff = self._failures.setdefault(key, self._backoff())
             if e.retryable:
@@ -432,9 +459,11 @@ class Controller:
             for r in self.reflectors
             if r.progressed is not None and now - r.progressed > self.stale_after
         ]
-        beat = self._beat
-        if self.leading.is_set() and beat is not None and now - beat > self.stale_after:
-            wedged.append(f"the worker has not turned for {now - beat:.0f} s")
+        beats = dict(self._beats)
+        for n, beat in sorted(beats.items()):
+            if self.leading.is_set() and now - beat > self.stale_after:
+                who = "the main loop" if n < 0 else f"worker {n}"
+                wedged.append(f"{who} has not turned for {now - beat:.0f} s")
         if wedged:
             return False, f"wedged (more than {self.stale_after:.0f} s): " + "; ".join(wedged)
         return True, "ok"

@@ -13,6 +13,11 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
   claim generated from a template), ``<request>`` the base request; the value is exactly the
   bytes the host writer writes (``publish.metadata.build_metadata`` + ``encode_stream``);
 * ``guest-hints.json``: the kvdev GuestHints stream derived from the VMI spec (``hints``);
+* a stream of a claim that the node relay's record (``publish/relayed``) of the VMI's node
+  holds is the driver's own file, its bytes unchanged; where there is none, the stream is
+  rebuilt from the claim's status and the slices. Annotation ``kvdev.io/sources`` (JSON, key
+  -> ``driver`` | ``reconstructed``) says which, always; the key ``kvdev-sources.json``
+  (``schema/origins``) says it to the guest, written only when some stream is the driver's;
 * ``metadata.generation`` of each stream: 1 for a new key, kept while the content is the same,
   + 1 when it changes, 1 again for a claim with a new UID (``publish.files.next_generation``).
 
@@ -31,9 +36,10 @@ from __future__ import annotations
 import copy
 import enum
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -48,7 +54,9 @@ from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
+from kvdev.host.publish.relayed import Record, for_node
 from kvdev.host.schema.hints import GuestHints
+from kvdev.schema.origins import SOURCES_KEY, index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
 from kvdev.schema.tree import CONFIGMAP_MAX_KEYS
 
@@ -57,6 +65,9 @@ MANAGER: Final = "kvdev-host-controller"
 VMI_LABEL: Final = "kvdev.io/vmi"
 NAME_PREFIX: Final = "kvdev-"
 HINTS_KEY: Final = "guest-hints.json"
+SOURCES_ANNOTATION: Final = "kvdev.io/sources"
+DRIVER: Final = "driver"
+RECONSTRUCTED: Final = "reconstructed"
 METADATA_SUFFIX: Final = "-metadata.json"
 CONFIGMAP_BYTES_MAX: Final = 1024 * 1024  # the API server's limit on data + binaryData
 NAME_MAX: Final = 253
@@ -82,7 +93,8 @@ class Inputs:
 
     ``pods``: the virt-launcher pods the VMI owns; ``claims``: the claims of the VMI's
     namespace it may use, by name; ``slices``: ResourceSlices by driver; ``existing``: the
-    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one.
+    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one; ``relayed``: the
+    node relays' records of those claims (any node: only the VMI's node's are used).
     """
 
     vmi: VirtualMachineInstance
@@ -90,6 +102,7 @@ class Inputs:
     claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
     slices: Mapping[str, Sequence[ResourceSlice]] = field(default_factory=dict)
     existing: Mapping[str, Any] | None = None
+    relayed: Sequence[Record] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +127,7 @@ class Rendered:
     @property
     def streams(self) -> int:
         """How many metadata streams the data holds."""
-        return sum(1 for k in self.data if k != HINTS_KEY)
+        return sum(1 for k in self.data if k not in (HINTS_KEY, SOURCES_KEY))
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -245,6 +258,28 @@ def _old_uid(value: str) -> str | None:
     return OnDisk.read(value.encode()).uid
 
 
+def _directory(claim: ResourceClaim) -> str:
+    """The key's ``<dir>``: the pod's claim name of a generated claim, else the claim's."""
+    ident = claim_identity(claim)
+    return ident.pod_claim_name or ident.name
+
+
+def _relayed_streams(
+    claim: ResourceClaim, record: Record, problems: list[Problem]
+) -> dict[str, str]:
+    """The driver's own files of the claim, by key: the bytes as the node relayed them."""
+    directory = _directory(claim)
+    out = {}
+    for (request, driver), text in sorted(record.files.items()):
+        key = f"{directory}.{request}.{driver}{METADATA_SUFFIX}"
+        if len(key) > NAME_MAX or not _KEY.match(key):
+            message = f"relayed key {key!r} is not a valid key (at most {NAME_MAX} characters)"
+            problems.append(Problem(message, f"ConfigMap/{record.name}", severity=Severity.WARNING))
+            continue
+        out[key] = text
+    return out
+
+
 def _claim_streams(
     claim: ResourceClaim,
     inputs: Inputs,
@@ -256,7 +291,7 @@ def _claim_streams(
         SchemaError: the claim's metadata cannot be built (names, a device in no slice).
     """
     ident = claim_identity(claim)
-    directory = ident.pod_claim_name or ident.name
+    directory = _directory(claim)
     allocation = claim.status.allocation if claim.status else None
     results = allocation.devices.results if allocation and allocation.devices else None
     drivers = list(dict.fromkeys(r.driver for r in results or []))
@@ -279,14 +314,53 @@ def _claim_streams(
     return out
 
 
+def _rebuilt(
+    claim: ResourceClaim,
+    inputs: Inputs,
+    old: Mapping[str, str],
+    problems: list[Problem],
+    *,
+    driven: bool,
+) -> dict[str, str]:
+    """The claim's reconstructed streams; when they cannot be built, the stored ones.
+
+    With the driver's own files (``driven``) what could not be rebuilt is only a warning.
+    """
+    try:
+        return _claim_streams(claim, inputs, old)
+    except SchemaError as e:
+        if driven:
+            problems.extend(replace(p, severity=Severity.WARNING) for p in e.problems)
+            return {}
+        problems.extend(e.problems)
+    uid = claim.metadata.uid
+    kept = {k: v for k, v in old.items() if k != HINTS_KEY and _old_uid(v) == uid}
+    if kept:
+        claim_what = f"ResourceClaim/{claim.metadata.namespace}/{claim.metadata.name}"
+        message = f"{claim_what}: its {len(kept)} stored key(s) are kept as they are"
+        problems.append(Problem(message, severity=Severity.WARNING))
+    return kept
+
+
+def _node(inputs: Inputs) -> str | None:
+    """The VMI's node: its status, else its live launcher pod's."""
+    node = inputs.vmi.status.node_name if inputs.vmi.status else None
+    if node:
+        return node
+    nodes = {p.spec.node_name for p in _launcher(inputs) if p.spec.node_name}
+    return next(iter(nodes)) if len(nodes) == 1 else None
+
+
 def _streams(
     inputs: Inputs,
     subject: str,
     old: Mapping[str, str],
     problems: list[Problem],
     notes: list[Note],
+    sources: dict[str, str],
 ) -> dict[str, str]:
     namespace = inputs.vmi.metadata.namespace
+    records = for_node(inputs.relayed, _node(inputs))
     data: dict[str, str] = {}
     for ref in _resolve(inputs, subject, problems, notes):
         if ref.claim_name is None:
@@ -311,22 +385,16 @@ def _streams(
                 f"not the VMI's claim name {ref.entry!r}: the keys follow the claim"
             )
             problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
-        try:
-            streams = _claim_streams(claim, inputs, old)
-        except SchemaError as e:
-            problems.extend(e.problems)
-            uid = claim.metadata.uid
-            kept = {k: v for k, v in old.items() if k != HINTS_KEY and _old_uid(v) == uid}
-            if kept:
-                message = f"{claim_what}: its {len(kept)} stored key(s) are kept as they are"
-                problems.append(Problem(message, severity=Severity.WARNING))
-            streams = kept
-        for key, value in streams.items():
+        record = records.get((claim.metadata.uid or "").lower())
+        driven = _relayed_streams(claim, record, problems) if record is not None else {}
+        streams = _rebuilt(claim, inputs, old, problems, driven=bool(driven))
+        for key, value in {**streams, **driven}.items():
             if key in data:
                 message = f"{claim_what}: key {key!r} is also another claim's; the first is kept"
                 problems.append(Problem(message, path=ref.path))
                 continue
             data[key] = value
+            sources[key] = DRIVER if key in driven else RECONSTRUCTED
     return data
 
 
@@ -428,17 +496,28 @@ def _precheck(inputs: Inputs, base: dict[str, Any]) -> Rendered | ConfigMap | No
     return stored
 
 
+def sources_annotation(sources: Mapping[str, str]) -> str:
+    """The ``kvdev.io/sources`` annotation: JSON, each stream's key -> driver | reconstructed."""
+    return json.dumps(dict(sorted(sources.items())), separators=(",", ":"))
+
+
 def _data(
-    inputs: Inputs, old: Mapping[str, str], problems: list[Problem], notes: list[Note]
+    inputs: Inputs,
+    old: Mapping[str, str],
+    problems: list[Problem],
+    notes: list[Note],
+    sources: dict[str, str],
 ) -> dict[str, str]:
-    """Every key the ConfigMap should hold, sorted."""
+    """Every key the ConfigMap should hold, sorted; each stream's source into ``sources``."""
     subject = what(inputs.vmi)
-    data = _streams(inputs, subject, old, problems, notes)
+    data = _streams(inputs, subject, old, problems, notes, sources)
     hints, warnings = vmi_hints(inputs.vmi)
     problems.extend(warnings)
     notes.extend(_note(Reason.HINT_REFUSED, w, subject) for w in warnings)
     hints = _hints_generation(hints, old.get(HINTS_KEY))
     data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
+    if DRIVER in sources.values():  # only then: an agent older than the index never sees it
+        data[SOURCES_KEY] = index_json(sources)
     return {k: data[k] for k in sorted(data)}
 
 
@@ -461,7 +540,9 @@ def render(inputs: Inputs) -> Rendered:
     old = dict(stored.data or {}) if stored is not None else {}
     problems: list[Problem] = []
     notes: list[Note] = []
-    data = _data(inputs, old, problems, notes)
+    sources: dict[str, str] = {}
+    data = _data(inputs, old, problems, notes, sources)
+    annotations = {SOURCES_ANNOTATION: sources_annotation(sources)}
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     too_big = None
     if size > CONFIGMAP_BYTES_MAX:
@@ -493,27 +574,32 @@ def render(inputs: Inputs) -> Rendered:
                 "name": name,
                 "namespace": namespace,
                 "labels": labels(vmi),
+                "annotations": annotations,
                 "ownerReferences": [owner_reference(vmi)],
             },
             "data": data,
         }
         return Rendered(**result, verb=Verb.CREATE, body=body)
-    return _update(inputs.existing, vmi, old, result, stored.metadata.resource_version)
+    version = stored.metadata.resource_version
+    return _update(inputs.existing, vmi, old, (result, annotations), version)
 
 
 def _update(
     existing: Mapping[str, Any],
     vmi: VirtualMachineInstance,
     old: Mapping[str, str],
-    result: dict[str, Any],
+    wanted: tuple[dict[str, Any], Mapping[str, str]],
     version: str | None,
 ) -> Rendered:
     """Nothing when the stored object already says it all; else the stored object, updated."""
+    result, annotations = wanted
     data = result["data"]
     meta = existing.get("metadata") or {}
     current_labels = dict(meta.get("labels") or {})
+    current_annotations = dict(meta.get("annotations") or {})
     same = (
         old == data
+        and all(current_annotations.get(k) == v for k, v in annotations.items())
         and not existing.get("binaryData")
         and all(current_labels.get(k) == v for k, v in labels(vmi).items())
         and list(meta.get("ownerReferences") or []) == [owner_reference(vmi)]
@@ -526,6 +612,7 @@ def _update(
     body["metadata"] = {
         **copy.deepcopy(dict(meta)),
         "labels": {**current_labels, **labels(vmi)},
+        "annotations": {**current_annotations, **annotations},
         "ownerReferences": [owner_reference(vmi)],
     }
     return Rendered(**result, verb=Verb.UPDATE, body=body, resource_version=version)
@@ -537,6 +624,7 @@ __all__ = [
     "MANAGED_BY",
     "MANAGER",
     "NAME_PREFIX",
+    "SOURCES_ANNOTATION",
     "VMI_LABEL",
     "Inputs",
     "Rendered",
@@ -545,6 +633,7 @@ __all__ = [
     "labels",
     "owner_reference",
     "render",
+    "sources_annotation",
     "uses_dra",
     "vmi_label",
 ]

@@ -18,6 +18,7 @@
 
 {{- define "kvdev.controller" -}}{{ include "kvdev.fullname" . }}-host-controller{{- end -}}
 {{- define "kvdev.plugin" -}}{{ include "kvdev.fullname" . }}-host-plugin{{- end -}}
+{{- define "kvdev.relay" -}}{{ include "kvdev.fullname" . }}-host-relay{{- end -}}
 
 {{/* The namespace everything goes to; `default` is refused. */}}
 {{- define "kvdev.namespace" -}}

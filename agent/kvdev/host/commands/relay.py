@@ -1,0 +1,172 @@
+"""``kvdev-host relay``: relay the drivers' own metadata files of this node to the controller.
+
+Reads the ``<driver>/metadata`` CDI specs (``relay.finder``), makes one relay record per claim
+(``publish.relayed``) and keeps this node's records in the API server (``relay.live``); with
+``--once`` prints them instead. The controller copies a record's bytes into the ConfigMap of
+a VMI on this node that uses the claim (``controller/render``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from kvdev.errors import KvdevError
+from kvdev.host.commands.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_kube_api_arguments,
+    add_logging_arguments,
+    add_output_argument,
+    bucket_from,
+    own_namespace,
+)
+from kvdev.host.publish.relayed import RELAY_MANAGER
+
+EXIT_LEFT_OUT = 1
+DEFAULT_NAMESPACE = "kvdev-system"
+
+_EPILOG = f"""\
+what it reads (the standard way a container gets a driver's KEP-5304 metadata file):
+  every CDI spec (*.json, *.yaml) of kind '<driver>/metadata' in the --cdi-dir directories
+  (default /etc/cdi and /var/run/cdi); for each device '<claimUID>_<request>', the file its
+  mount's hostPath names, when the mount's containerPath is that driver's and request's place
+  under /var/run/kubernetes.io/dra-device-attributes. At most 4096 specs per directory;
+  specs up to 4 MiB, files up to 960 KiB, regular files only (a FIFO is never waited on).
+  A bad spec or file is skipped and named (stderr, log); it affects no other claim.
+
+what it writes (one relay record per claim on this node):
+  ConfigMap kvdev-relay-<claimUID>-<node hash> in --namespace, labels
+  app.kubernetes.io/managed-by={RELAY_MANAGER}, kvdev.io/claim-uid, kvdev.io/relay-node;
+  annotation kvdev.io/node=<node>; data '<request>.<driver>-metadata.json' = the driver's bytes,
+  unchanged (its generation included). Records of claims with no file any more are deleted.
+  The controller copies them into the kvdev-<vmi> ConfigMap of a VMI running on this node
+  whose claim it is; the chart's admission policy lets a relay write only records whose
+  kvdev.io/node is the node in its own token.
+
+--once: read the directories, print the records (-o yaml|json|name), change nothing; feed
+  them to 'kvdev-host controller --once -f' with the VMIs, pods, claims and slices.
+live: in-cluster service account, --kubeconfig FILE, or the default kubeconfig; a pass every
+  --interval seconds writes only what changed.
+
+examples:
+  kvdev-host relay --once --node-name node-a --cdi-dir ./cdi -o json > records.json
+  kvdev-host controller --once -f vms.yaml -f slices.yaml -f records.json
+  kvdev-host relay --node-name "$NODE_NAME" --interval 2
+
+exit status: 0 ok (live: stopped by SIGTERM/SIGINT), 1 (--once) a spec or file was left out
+  (the others are still printed), 2 usage error.
+"""
+
+
+def register(commands: Commands) -> None:
+    """Add ``relay`` to the ``kvdev-host`` sub-parsers."""
+    p: Parser = commands.add_parser(
+        "relay",
+        help="relay the drivers' own metadata files on this node (from CDI specs) to the "
+        "controller",
+        description="Find every KEP-5304 metadata file the DRA drivers wrote on this node,\n"
+        "through their CDI specs, and publish each claim's files unchanged as a relay record.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--once", action="store_true", help="print the records, change nothing")
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or None,
+        metavar="NODE",
+        help="this node's name (default: $NODE_NAME)",
+    )
+    p.add_argument(
+        "--cdi-dir",
+        action="append",
+        metavar="DIR",
+        help="a CDI spec directory (repeatable; default: /etc/cdi and /var/run/cdi)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE") or None,
+        metavar="NS",
+        help="the records' namespace (default: $POD_NAMESPACE, else the service account's, "
+        f"else {DEFAULT_NAMESPACE})",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="live: read the directories this often (default: 2)",
+    )
+    p.add_argument("--kubeconfig", type=Path, metavar="FILE", help="live: this kubeconfig file")
+    add_output_argument(p)
+    add_kube_api_arguments(p)
+    add_logging_arguments(p, "relay")
+    p.set_defaults(run=_run)
+
+
+def _namespace(args: argparse.Namespace) -> str:
+    return own_namespace(args.namespace, DEFAULT_NAMESPACE)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from kvdev.host.relay.finder import cdi_dirs  # noqa: PLC0415
+    from kvdev.host.relay.live import Relay  # noqa: PLC0415
+
+    if not args.node_name:
+        err.write("kvdev-host relay: --node-name (or $NODE_NAME) is needed\n")
+        return EXIT_INVALID
+    if args.interval <= 0:
+        err.write("kvdev-host relay: --interval must be positive\n")
+        return EXIT_INVALID
+    dirs = cdi_dirs(args.cdi_dir)
+    namespace = _namespace(args)
+    if args.once:
+        from kvdev.host.commands.controller import print_configmaps  # noqa: PLC0415
+
+        bodies, problems = Relay(_NoApi(), args.node_name, namespace, dirs).desired()
+        err.writelines(f"kvdev-host relay: not relayed: {p}\n" for p in problems)
+        print_configmaps(bodies, args.output, out)
+        return EXIT_LEFT_OUT if problems else EXIT_OK
+    from kvdev.host.relay.kube import RelayApi  # noqa: PLC0415
+
+    try:
+        api = RelayApi.connect(args.kubeconfig, bucket_from(args))
+    except KvdevError as e:
+        err.write(f"kvdev-host relay: {e}\n")
+        return EXIT_INVALID
+    stop = threading.Event()
+    log = logging.getLogger("kvdev.host.relay")
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    log.info("relaying node %s's metadata files into %s", args.node_name, namespace)
+    Relay(api, args.node_name, namespace, dirs).run(stop, args.interval)
+    return EXIT_OK
+
+
+class _NoApi:
+    """--once writes nothing: the loop's API is never called."""
+
+    def list(self, namespace: str, selector: str) -> list[dict[str, object]]:
+        raise AssertionError(namespace, selector)
+
+    def create(self, namespace: str, body: object) -> dict[str, object]:
+        raise AssertionError(namespace, body)
+
+    def replace(self, namespace: str, body: object) -> dict[str, object]:
+        raise AssertionError(namespace, body)
+
+    def delete(self, namespace: str, name: str) -> None:
+        raise AssertionError(namespace, name)

@@ -1,0 +1,205 @@
+"""The node relay's loop: keep this node's relay records equal to the drivers' files (I/O).
+
+Each pass reads the CDI spec directories (``finder.find``), makes the records
+(``publish.relayed.records``), lists this node's records in the API server (by its label) and
+creates, replaces or deletes the difference: a record whose claim has no file any more is
+deleted, so the controller falls back to its reconstruction. A pass that changes nothing writes
+nothing. A failed write is logged and tried again next pass; a bad spec is logged (named) and
+never keeps another claim's files from being relayed. The directories are read on one worker
+thread, waited for at most ``read_deadline`` (30 s): a read that never returns (a hung file
+system) costs passes that change nothing, and one stuck thread, never the process.
+
+Passes run every ``interval`` seconds (the directories are polled: CDI specs are few and small,
+and a poll sees a rewrite that an inotify watch on a bind-mounted directory can miss). The
+records are listed at the first pass, after a failed request and every ``relist`` passes; in
+between the loop keeps what its own writes returned, so a node whose files do not change
+sends no request at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kvdev.errors import KvdevError, Problem
+from kvdev.host.publish.relayed import DriverFile, node_selector, records
+from kvdev.host.relay.finder import find as find_files
+
+Found = tuple[list[DriverFile], list[Problem]]
+
+log = logging.getLogger("kvdev.host.relay")
+
+
+class Api(Protocol):
+    """What the loop needs of the API server (``kube.RelayApi``)."""
+
+    def list(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The ConfigMaps of ``namespace`` that ``selector`` selects."""
+
+    def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a ConfigMap; the stored object."""
+
+    def replace(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT a ConfigMap (with its resourceVersion); the stored object."""
+
+    def delete(self, namespace: str, name: str) -> None:
+        """DELETE a ConfigMap."""
+
+
+@dataclass
+class Pass:
+    """What one pass did."""
+
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _same(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    meta, want = stored.get("metadata") or {}, body["metadata"]
+    return (
+        (stored.get("data") or {}) == body["data"]
+        and not stored.get("binaryData")
+        and all((meta.get("labels") or {}).get(k) == v for k, v in want["labels"].items())
+        and all((meta.get("annotations") or {}).get(k) == v for k, v in want["annotations"].items())
+    )
+
+
+@dataclass
+class Relay:
+    """One node's relay: its name, the records' namespace, the CDI spec directories."""
+
+    api: Api
+    node: str
+    namespace: str
+    cdi_dirs: Sequence[Path]
+    relist: int = 150  # passes between two lists (every 5 min at the default 2 s)
+    read_deadline: float = 30.0  # seconds a pass waits for its read of the directories
+    finder: Callable[[Sequence[Path]], Found] = find_files
+    _reading: Future[Found] | None = field(default=None, repr=False)
+    _stored: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    _passes: int = 0
+
+    def desired(self) -> tuple[list[dict[str, Any]], list[Problem]]:
+        """The records this node's files make, and the specs or files left out."""
+        files, problems = self.finder(self.cdi_dirs)
+        bodies, left_out = records(self.node, self.namespace, files)
+        return bodies, problems + left_out
+
+    def _read(self) -> Found | None:
+        """The finder's answer, read on one worker and waited for at most ``read_deadline``.
+
+        A read that does not return (a hung file system under a hostPath) leaves this pass
+        without an answer (None: nothing is written, nothing deleted); the next passes wait for
+        that same read, so at most one worker is ever stuck.
+        """
+        if self._reading is None:
+            self._reading = self._start_read()
+        try:
+            found = self._reading.result(timeout=self.read_deadline)
+        except FutureTimeout:
+            log.warning(
+                "reading %s did not finish within %g s: this pass changes nothing",
+                ", ".join(map(str, self.cdi_dirs)),
+                self.read_deadline,
+            )
+            return None
+        finally:
+            if self._reading is not None and self._reading.done():
+                self._reading = None
+        return found
+
+    def _start_read(self) -> Future[Found]:
+        """The finder on a daemon thread (a stuck one never keeps the process from exiting)."""
+        future: Future[Found] = Future()
+
+        def work() -> None:
+            try:
+                future.set_result(self.finder(self.cdi_dirs))
+            except BaseException as e:  # noqa: BLE001 - handed to the pass that waits
+                future.set_exception(e)
+
+        threading.Thread(target=work, name="relay-read", daemon=True).start()
+        return future
+
+    def sync(self) -> Pass:
+        """One pass (see the module docstring)."""
+        found = self._read()
+        if found is None:
+            return Pass(failed=1)
+        bodies, problems = records(self.node, self.namespace, found[0])
+        problems = found[1] + problems
+        done = Pass(problems=problems)
+        for problem in problems:
+            log.warning("not relayed: %s", problem)
+        self._passes += 1
+        if self._stored is None or self._passes % self.relist == 0:
+            try:
+                listed = self.api.list(self.namespace, node_selector(self.node))
+            except KvdevError as e:
+                log.warning("%s", e)
+                done.failed += 1
+                self._stored = None
+                return done
+            self._stored = {o["metadata"]["name"]: o for o in listed}
+        stored = self._stored
+        gone = set(stored) - {b["metadata"]["name"] for b in bodies}
+        for body in bodies:
+            self._write(body, stored, done)
+        for name in sorted(gone):
+            try:
+                self.api.delete(self.namespace, name)
+                done.deleted += 1
+                del stored[name]
+            except KvdevError as e:
+                log.warning("%s", e)
+                done.failed += 1
+        if done.failed:
+            self._stored = None  # list again next pass: what is stored is not known
+        if done.created or done.updated or done.deleted or done.failed:
+            log.info(
+                "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d failed",
+                done.created,
+                done.updated,
+                done.deleted,
+                done.unchanged,
+                done.failed,
+            )
+        return done
+
+    def _write(self, body: dict[str, Any], stored: dict[str, dict[str, Any]], done: Pass) -> None:
+        """Create or replace one record unless the stored one is the same."""
+        name = body["metadata"]["name"]
+        before = stored.get(name)
+        try:
+            if before is None:
+                stored[name] = self.api.create(self.namespace, body)
+                done.created += 1
+            elif _same(before, body):
+                done.unchanged += 1
+            else:
+                version = (before.get("metadata") or {}).get("resourceVersion")
+                body["metadata"]["resourceVersion"] = version
+                stored[name] = self.api.replace(self.namespace, body)
+                done.updated += 1
+        except KvdevError as e:
+            log.warning("%s", e)
+            done.failed += 1
+
+    def run(self, stop: threading.Event, interval: float) -> None:
+        """Passes every ``interval`` seconds until ``stop`` is set."""
+        while not stop.is_set():
+            self.sync()
+            stop.wait(interval)
+
+
+__all__ = ["Api", "Pass", "Relay"]

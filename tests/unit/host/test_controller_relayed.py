@@ -1,0 +1,72 @@
+"""The live controller and the node relay's records: a record of the VMI's node wins, at once.
+
+A record appearing, changing and going away (on the API double, through the real client and
+the controller's one ConfigMap watch) moves the VMI's key to the driver's bytes, to the new
+bytes, and back to the reconstruction; a record of another node, or outside the relay's
+namespace, never reaches the VMI.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_controller_live import NIC1, Running, configmap, example_objects, kubeconfig, until
+
+from apidouble import ApiDouble
+from kvdev.host.controller.kube import KubeApi
+from kvdev.host.publish.relayed import records
+from kvdev.host.relay.finder import DriverFile
+
+CLAIM_UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"  # vm1-devices, the example's
+DRIVER_BYTES = '{"apiVersion":"metadata.resource.k8s.io/v1alpha1","kind":"DeviceMetadata"}'
+
+
+@pytest.fixture
+def double():
+    api = ApiDouble(bookmark_seconds=0.1)
+    api.start()
+    for obj in example_objects():
+        api.put(obj)
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def api(double, tmp_path):
+    return KubeApi.connect(kubeconfig(tmp_path / "kubeconfig", double.url))
+
+
+def record(node, namespace="kvdev-system", text=DRIVER_BYTES):
+    f = DriverFile(CLAIM_UID, "nic-1", "sriov.example.com", text.encode(), "/etc/cdi/x.json")
+    (body,), _ = records(node, namespace, [f])
+    return body
+
+
+def sources(cm):
+    return json.loads(cm["metadata"]["annotations"]["kvdev.io/sources"])
+
+
+def test_a_record_of_the_vmis_node_wins_and_its_removal_restores_the_reconstruction(double, api):
+    with Running(api, resync=3600, relay_namespace="kvdev-system") as controller:
+        until(lambda: configmap(double) is not None, "the ConfigMap exists")
+        until(controller.idle.is_set, "idle")
+        rebuilt = configmap(double)["data"][NIC1]
+        assert sources(configmap(double))[NIC1] == "reconstructed"
+
+        for foreign in (record("node-b"), record("node-a", namespace="vms")):
+            double.put(foreign)
+        own = double.put(record("node-a"))
+        until(lambda: configmap(double)["data"][NIC1] == DRIVER_BYTES, "the driver's bytes")
+        assert sources(configmap(double))[NIC1] == "driver"
+        assert "kvdev-sources.json" in configmap(double)["data"]  # for the guest, too
+
+        changed = record("node-a", text=DRIVER_BYTES + "\n")
+        changed["metadata"]["resourceVersion"] = own["metadata"]["resourceVersion"]
+        double.put(changed)
+        until(lambda: configmap(double)["data"][NIC1] == DRIVER_BYTES + "\n", "the new bytes")
+
+        double.delete("v1", "ConfigMap", "kvdev-system", own["metadata"]["name"])
+        until(lambda: configmap(double)["data"][NIC1] == rebuilt, "the reconstruction again")
+        assert sources(configmap(double))[NIC1] == "reconstructed"
+        assert "kvdev-sources.json" not in configmap(double)["data"]
