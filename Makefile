@@ -139,10 +139,12 @@ robustness-long: $(STAMP)  ## (root) the same, long: 10,000 fuzz inputs, five AP
 virtiofsd:  ## the Rust virtiofsd KubeVirt runs, from crates.io (cached by version in /var/cache/kvdev-e2e)
 	tests/e2e/build-virtiofsd.sh
 
-vm-image:  ## (root) the e2e guest image: Debian trixie via mmdebstrap, cached by recipe hash
-	packaging/vm/build-image.sh
+vm-image:  ## (root) the e2e guest images: Debian 13 and 12 via mmdebstrap, cached by recipe hash
+	packaging/vm/build-image.sh --suite trixie
+	packaging/vm/build-image.sh --suite bookworm
 
-# The package make deb just built in the trixie chroot (KVDEV_E2E_DEB=other.deb tests another).
+# The package make deb just built in the trixie chroot (KVDEV_E2E_DEB=other.deb tests another);
+# the same .deb boots in the Debian 13 guests and the Debian 12 one (test_vm_bookworm.py).
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' agent/kvdev/__init__.py)
 KVDEV_E2E_DEB ?= $(CURDIR)/dist/kvdev_$(VERSION)_all.deb
 
@@ -162,15 +164,16 @@ deb-chroot:  ## (root) only that build chroot: mmdebstrap, build deps preinstall
 deb-host: $(STAMP)  ## a developer .deb built on this host, no root (Debian 12: no build tests, units in /lib)
 	packaging/pkg/deb-host.sh
 
-rpm: $(STAMP)  ## dist/kvdev-<version>-1.noarch.rpm (a smoke build off Fedora), rpmlint-checked
+rpm: $(STAMP)  ## dist/kvdev-<version>-1.noarch.rpm and dist/el9/ (smoke builds off Fedora), rpmlint
 	packaging/pkg/rpm.sh
+	packaging/pkg/rpm.sh --el9
 
 packages: check-units deb rpm  ## the unit checks and both packages
 
 check-units: $(STAMP)  ## systemd-analyze verify + security (exposure <= 1.6) of systemd/*
 	$(BIN)/pytest -q tests/packaging/test_units.py
 
-test-compat: $(STAMP)  ## (root) guest tests on Debian 13's versions and on the pyproject floor
+test-compat: $(STAMP)  ## (root) guest tests at each supported distribution's versions (COMPAT_LEGS=)
 	tests/packaging/test_compat.sh
 
 clean:  ## remove the virtualenv and caches

@@ -47,10 +47,12 @@ class BaseImage:
         return self.path / "initrd.img"
 
 
-def base_image() -> BaseImage:
-    """Build the base guest image, or reuse the cached one (same recipe, same machine)."""
+def base_image(suite: str = "trixie") -> BaseImage:
+    """Build the base guest image of Debian ``suite``, or reuse the cached one (same recipe)."""
     start = time.monotonic()
-    done = subprocess.run([str(VM / "build-image.sh")], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(VM / "build-image.sh"), "--suite", suite], capture_output=True, text=True, check=False
+    )
     seconds = time.monotonic() - start
     if done.returncode != 0:
         raise RuntimeError(

@@ -22,7 +22,7 @@ from typing import Any
 
 import e2e_host
 import pytest
-from e2e_qemu import Vm, tail
+from e2e_qemu import Guest, Nic, Vm, tail
 
 BOOT_TIMEOUT = 420.0  # QEMU start to the first report, TCG on 2 busy cores
 PHASE_TIMEOUT = 120.0  # how long the guest keeps looking for a phase's state
@@ -144,16 +144,33 @@ def summarize(r: Run, out: list[str], rows: Sequence[tuple[str, str]]) -> None:
 
 
 def agent_rss(r: Run) -> list[str]:
-    """The agent's resident memory in the guest (``VmRSS`` of its main pid) when each phase held.
+    """The agent's resident memory in the guest (``VmRSS`` of its main pid) when each phase held,
+    and its start -> READY=1 by systemd's own timestamps (the main process's exec to the unit
+    becoming active, which a Type=notify unit does at READY=1).
 
-    A figure for the README (issue 25: the idle agent's RSS in the Debian guest), not a bound:
-    the agent is idle then but for the guest check's ``kvdev status`` once a second.
+    Figures for the docs, not bounds: the agent is idle when a phase holds but for the guest
+    check's ``kvdev status`` once a second, and READY depends on how busy the host is.
     """
     out = []
     for n, report in sorted(r.reports.items()):
         rss = report["snapshot"]["service"].get("proc", {}).get("VmRSS")
         out.append(f"{f'agent RSS in the guest, phase {n} held':46} {rss or '-'}")
+    if r.reports:
+        ready = ready_ms(r.reports[min(r.reports)]["snapshot"]["service"]["properties"])
+        out.append(f"{'agent start -> READY=1 (systemd timestamps)':46} {ready or '-'}")
     return out
+
+
+def ready_ms(props: dict[str, str]) -> str | None:
+    """``ActiveEnter - ExecMainStart`` (monotonic microseconds) as milliseconds; None if unknown."""
+    try:
+        start = int(props["ExecMainStartTimestampMonotonic"])
+        active = int(props["ActiveEnterTimestampMonotonic"])
+    except (KeyError, ValueError):
+        return None
+    if not start or active < start:  # restarted since it became active, or never started
+        return None
+    return f"{(active - start) / 1000:.1f} ms"
 
 
 def status_lines(snap: dict[str, Any]) -> list[str]:
@@ -213,3 +230,50 @@ def running(r: Run, t0: float, out: list[str], rows: Sequence[tuple[str, str]]) 
         r.times["vm"] = time.monotonic() - r.vm.started
         r.times["total"] = time.monotonic() - t0
         summarize(r, out, rows)
+
+
+@contextlib.contextmanager
+def bundle_boot(
+    out: list[str],
+    rows: Sequence[tuple[str, str]],
+    nics: Sequence[Nic],
+    *,
+    suite: str = "trixie",
+    label: str = "",
+) -> Iterator[Run]:
+    """One boot of a Debian ``suite`` guest with the fresh .deb and the 9p bundle (plan.yaml).
+
+    The image is built or reused, the run's disk made with the .deb, the bundle published with
+    kvdev-host, QEMU started with ``nics``; the run is yielded, then shut down and summarized
+    (``rows``; lines prefixed with ``label``).
+    """
+    t0 = time.monotonic()
+    artifacts = artifacts_dir(f"-{suite}" if suite != "trixie" else "")
+    share = make_share(artifacts)
+    out.append(f"{label}artifacts: {artifacts}")
+    base = e2e_host.base_image(suite)
+    times = {"image": base.seconds}
+    out.append(
+        f"{label}image: {'built' if base.built else 'cached'} in {base.seconds:.1f} s ({base.path})"
+    )
+    deb = e2e_host.find_deb()
+    host = e2e_host.HostSide(artifacts, share / "bundle")
+    host.prepare("plan.yaml")
+    with scratch_disk() as disk:
+        t = time.monotonic()
+        installed = e2e_host.run_disk(base, deb, disk, e2e_host.GUEST_SHARE / "bundle" / "current")
+        times["disk"] = time.monotonic() - t
+        out.append(f"{label}package: {deb.name} installed in the guest as '{installed}'")
+        guest = Guest(
+            kernel=base.kernel,
+            initrd=base.initrd,
+            disk=disk,
+            nics=list(nics),
+            share=share,
+            workdir=artifacts,
+        )
+        vm = Vm(guest)
+        out.append(f"{label}accelerator: {vm.accel}")
+        r = Run(vm, share, artifacts, host, e2e_host.package_name(deb), times)
+        with running(r, t0, out, rows):
+            yield r

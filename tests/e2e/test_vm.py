@@ -29,8 +29,7 @@ from typing import Any
 import e2e_host
 import pytest
 from e2e_nics import BOOT_NICS, CLAIM, NIC_HOT, NIC_MAC, NIC_PCI, NIC_SPARE, REQUEST, device, link
-from e2e_qemu import Guest, Vm
-from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
+from e2e_run import Run, bundle_boot
 
 pytestmark = pytest.mark.e2e
 
@@ -61,38 +60,8 @@ UNMANAGED = {
 @pytest.fixture(scope="module")
 def run(e2e_summary) -> Iterator[Run]:
     """Build/reuse the image, make the disk with the .deb, publish the bundle, boot the guest."""
-    t0 = time.monotonic()
-    artifacts = artifacts_dir()
-    share = make_share(artifacts)
-    e2e_summary.append(f"artifacts: {artifacts}")
-
-    base = e2e_host.base_image()
-    times = {"image": base.seconds}
-    e2e_summary.append(
-        f"image: {'built' if base.built else 'cached'} in {base.seconds:.1f} s ({base.path})"
-    )
-    deb = e2e_host.find_deb()
-    host = e2e_host.HostSide(artifacts, share / "bundle")
-    host.prepare("plan.yaml")
-
-    with scratch_disk() as disk:
-        t = time.monotonic()
-        installed = e2e_host.run_disk(base, deb, disk, e2e_host.GUEST_SHARE / "bundle" / "current")
-        times["disk"] = time.monotonic() - t
-        e2e_summary.append(f"package: {deb.name} installed in the guest as '{installed}'")
-        guest = Guest(
-            kernel=base.kernel,
-            initrd=base.initrd,
-            disk=disk,
-            nics=BOOT_NICS,
-            share=share,
-            workdir=artifacts,
-        )
-        vm = Vm(guest)
-        e2e_summary.append(f"accelerator: {vm.accel}")
-        r = Run(vm, share, artifacts, host, e2e_host.package_name(deb), times)
-        with running(r, t0, e2e_summary, ROWS):
-            yield r
+    with bundle_boot(e2e_summary, ROWS, BOOT_NICS) as r:
+        yield r
 
 
 def _first_object(path: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ The agent runs as a real process inside the namespace (``ip netns exec``), again
 the bundled example tree; every assertion reads the kernel with ``ip -j``.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -209,7 +210,11 @@ def test_local_api_answers_curl(served):
         "vm1-devices",
         "virt-launcher-vm1-fast-nic-q7w2x",
     }
-    assert status["agent"]["rssBytes"] > 0
+    if importlib.util.find_spec("psutil") is not None:
+        assert status["agent"]["rssBytes"] > 0
+    else:  # EL9's python3.11 (test-compat's el9 leg): the pid alone
+        assert "rssBytes" not in status["agent"]
+        assert status["agent"]["pid"] > 0
 
     def vf1():
         return next(d for d in curl(work, "/v1/devices")["items"] if d["device"] == "vf-1")

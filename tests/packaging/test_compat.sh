@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# make test-compat: the guest's netlink, watching, agent and schema tests on old dependency
-# versions.
-#   trixie: Python 3.13 with Debian 13's versions (compat-trixie.txt), what the .deb runs on
-#   floor:  Python 3.11 with every lower bound in pyproject.toml's dependencies, pinned exactly
-# Each leg gets a virtualenv in build/compat/<leg>, rebuilt only when its pins change. Needs
-# root: the netlink and agent tests run on real links in network namespaces (and would
-# otherwise skip, proving nothing), so a non-root run outside CI skips the whole target.
+# make test-compat: the guest's netlink, watching, API, agent and schema tests at the versions
+# each supported distribution ships (docs/reference/distributions.md), one leg per row:
+# tests/packaging/compat/<row>.txt names the row's Python ("python: X.Y") and pins its
+# packages; a dependency of pyproject.toml the file does not name is pinned at its floor, unless
+# the file says "absent: NAME" (the row has no such package: the agent runs without it).
+# Debian 12's leg is also the pyproject floor's (it checks the file's pins are the floors).
+# Each leg gets a virtualenv in build/compat/<row>, rebuilt only when its pins change.
+# COMPAT_LEGS="debian12 el9" runs only those. Needs root: the netlink and agent tests run on
+# real links in network namespaces (and would otherwise skip, proving nothing), so a non-root
+# run outside CI skips the whole target.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -30,6 +33,14 @@ tests=(
     tests/unit/test_config.py
     tests/unit/test_agent_metrics.py
     tests/integration/test_agent_metrics_netns.py
+    # the local API's HTTP (h11), udev (pyudev), sd_notify, the agent's usage (psutil or not),
+    # and the kvdev CLI against a running agent, socket-activated
+    tests/adapters/test_server.py
+    tests/adapters/test_udev.py
+    tests/adapters/test_systemd.py
+    tests/adapters/test_procstats.py
+    tests/integration/test_cli_agent_api.py
+    tests/integration/test_agent_socket_activated.py
 )
 
 floor_pins() {  # every "name>=X" of [project].dependencies as "name==X"
@@ -58,7 +69,7 @@ find_python() {  # find_python X.Y: an interpreter of that version (PATH, then p
 
 leg() {  # leg NAME PYTHON PINS...
     local name=$1 python=$2; shift 2
-    local venv=$root/build/compat/$name stamp
+    local venv=$root/build/compat/$name stamp start=$SECONDS
     stamp=$(printf '%s\n' "$("$python" --version)" "$@" | sha256sum | cut -c1-16)
     if [[ ! -f $venv/.stamp-$stamp ]]; then
         rm -rf "$venv"
@@ -71,10 +82,48 @@ leg() {  # leg NAME PYTHON PINS...
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
         -e "$root" 2>&1 | grep -v "^WARNING: Location" || true
     echo "== $name: $("$venv/bin/python" --version), $*"
-    PATH=$venv/bin:$PATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"
+    if ! PATH=$venv/bin:$PATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"; then
+        failed+=("$name")
+    fi
+    timings+=("$name $((SECONDS - start)) s")
+}
+
+# row_pins FILE: the file's pins, then each pyproject dependency it does not name (nor declares
+# absent) at its floor.
+row_pins() {
+    local file=$1 pin name
+    grep -E '^[A-Za-z0-9_.-]+==' "$file"
+    for pin in "${floor[@]}"; do
+        name=${pin%%==*}
+        grep -qiE "^(${name}==|absent: *${name}\$)" "$file" || echo "$pin"
+    done
 }
 
 mapfile -t floor < <(floor_pins)
-mapfile -t trixie < <(grep -v '^#' tests/packaging/compat-trixie.txt)
-leg trixie "${PYTHON313:-$(find_python 3.13)}" "${trixie[@]}"
-leg floor "${PYTHON311:-$(find_python 3.11)}" "${floor[@]}"
+# The floors are Debian 12's versions: the oldest row holds pyproject.toml to what it ships.
+for pin in "${floor[@]}"; do
+    if grep -qi "^${pin%%==*}==" tests/packaging/compat/debian12.txt \
+        && ! grep -qix "$pin" tests/packaging/compat/debian12.txt; then
+        echo "test-compat: pyproject.toml's floor $pin is not Debian 12's version" \
+            "($(grep -i "^${pin%%==*}==" tests/packaging/compat/debian12.txt))" >&2
+        exit 1
+    fi
+done
+
+timings=() failed=()
+for file in tests/packaging/compat/*.txt; do
+    name=$(basename "$file" .txt)
+    if [[ -n ${COMPAT_LEGS:-} && " $COMPAT_LEGS " != *" $name "* ]]; then
+        continue
+    fi
+    version=$(sed -n 's/^python: *//p' "$file")
+    [[ -n $version ]] || { echo "test-compat: $file names no python: X.Y" >&2; exit 1; }
+    var=PYTHON${version/./}
+    mapfile -t pins < <(row_pins "$file")
+    leg "$name" "${!var:-$(find_python "$version")}" "${pins[@]}"
+done
+printf 'test-compat: %s\n' "${timings[@]}"
+if ((${#failed[@]})); then
+    echo "test-compat: failed: ${failed[*]}" >&2
+    exit 1
+fi

@@ -60,13 +60,16 @@ def uptime() -> float:
 def package_of(path: str) -> str:
     """The package that installed ``path``, also when it shipped it under the merged-/usr alias.
 
-    systemd reports /usr/lib/systemd/system/...; a package built by an older debhelper ships
-    /lib/systemd/system/..., which is the same file on a merged-/usr system (trixie).
+    Trixie's systemd reports /usr/lib/systemd/system/..., bookworm's /lib/systemd/system/...; a
+    package built by an older debhelper ships /lib/..., trixie's (kvdev's) /usr/lib/...: the
+    same file on a merged-/usr system, which dpkg -S knows under one name only.
     """
     aliases = [path]
     for short, full in (("/lib/", "/usr/lib/"), ("/bin/", "/usr/bin/")):
         if path.startswith(full):
             aliases.append(short + path.removeprefix(full))
+        elif path.startswith(short):
+            aliases.append(full + path.removeprefix(short))
     for candidate in aliases:
         rc, out, _ = run(["dpkg", "-S", candidate])
         if rc == 0:
@@ -83,6 +86,8 @@ def service_facts() -> dict[str, Any]:
             "kvdev-agent.service",
             "-p",
             "ActiveState,SubState,MainPID,FragmentPath,Type,NRestarts,User,Group",
+            "-p",  # systemd's own clock for start -> READY=1 (Type=notify)
+            "ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic",
         ]
     )
     props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
@@ -177,6 +182,7 @@ def snapshot(kinds: set[str] | None = None) -> dict[str, Any]:
         "service": service_facts(),
         "share": share_facts(),
         "status": run_json(["kvdev", "status", "--json"]),
+        "statusExit": run(["kvdev", "status"])[0],  # 0 converged, 1 not, 2 unreachable
         "links": run_json(["ip", "-j", "-d", "link", "show"]),
         "addresses": run_json(["ip", "-j", "addr", "show"]),
     }
@@ -474,11 +480,14 @@ def check_cloud_init(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 
 def check_status(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    """The agent's overall status: converged or not, no metadata errors, claim generations."""
+    """The agent's overall status: converged or not, no metadata errors, claim generations,
+    and ``kvdev status``'s exit status (``exit``)."""
     st = snap["status"]
     if not isinstance(st, dict) or "error" in st:
         return [f"no agent status: {st}"]
     bad = []
+    if "exit" in c and snap["statusExit"] != c["exit"]:
+        bad.append(f"kvdev status exited {snap['statusExit']}, expected {c['exit']}")
     if "converged" in c and st.get("converged") != c["converged"]:
         bad.append(f"converged is {st.get('converged')}, expected {c['converged']}")
     errors = json.dumps(st.get("metadataErrors") or [])

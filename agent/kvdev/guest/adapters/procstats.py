@@ -2,7 +2,8 @@
 
 An adapter: every call reads /proc and /sys now (``interfaces``: only the named interfaces).
 Interfaces are those of the agent's network namespace. Nothing here raises for a vanished
-interface or process: missing facts are left out.
+interface or process: missing facts are left out. psutil is optional: EL9's python3.11 has no
+psutil package, and there the agent's usage is its pid alone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import psutil
+try:
+    import psutil
+except ImportError:  # EL9 (AppStream's python3.11): no psutil; the usage figures are left out
+    HAVE_PSUTIL = False
+else:
+    HAVE_PSUTIL = True
 
 _COUNTERS = (
     ("rxBytes", "rx_bytes"),
@@ -70,7 +76,9 @@ def agent(started_at: float) -> dict[str, Any]:
     """The agent process: pid, resident memory, CPU seconds, threads (at most 1 s old), uptime."""
     global _agent_cache  # noqa: PLW0603 - a one-value cache of this process's own figures
     now = time.monotonic()
-    if _agent_cache is None or now - _agent_cache[0] > AGENT_STATS_TTL:
+    if not HAVE_PSUTIL:
+        _agent_cache = (now, {"pid": os.getpid()})
+    elif _agent_cache is None or now - _agent_cache[0] > AGENT_STATS_TTL:
         proc = _process()
         with proc.oneshot():
             cpu = proc.cpu_times()

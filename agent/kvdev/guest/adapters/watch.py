@@ -84,12 +84,19 @@ _EVENTS: list[type[events.FileSystemEvent]] = [
 _Identity = tuple[int, int]  # st_dev, st_ino of a watched directory
 
 
+_EVENT_TYPES = tuple(_EVENTS)
+# watchdog >= 2.3 filters by event class where it reads inotify (schedule's event_filter);
+# older ones (Debian 12's 2.2) deliver every class, which _Handler drops instead.
+_SCHEDULE_FILTERS: Final = "event_filter" in BaseObserver.schedule.__code__.co_varnames
+
+
 class _Handler(events.FileSystemEventHandler):
     def __init__(self, wake: Callable[[events.FileSystemEvent], None]) -> None:
         self._wake = wake
 
     def on_any_event(self, event: events.FileSystemEvent) -> None:
-        self._wake(event)
+        if isinstance(event, _EVENT_TYPES):
+            self._wake(event)
 
 
 def _nearest_dir(path: Path) -> tuple[Path, _Identity]:
@@ -230,9 +237,12 @@ class Watcher:
             self._armed = {}
             try:
                 for path, recursive in plan:
-                    observer.schedule(
-                        self._handler, path, recursive=recursive, event_filter=_EVENTS
-                    )
+                    if _SCHEDULE_FILTERS:
+                        observer.schedule(
+                            self._handler, path, recursive=recursive, event_filter=_EVENTS
+                        )
+                    else:
+                        observer.schedule(self._handler, path, recursive=recursive)
             except (OSError, RecursionError) as e:  # limits hit, or a tree deeper than we saw
                 self.error = e if isinstance(e, OSError) else OSError(str(e))
                 degraded = degraded or f"watching {self._root} failed: {e}"
@@ -349,7 +359,10 @@ class Watcher:
         """On watchdog's thread: count a relevant event; wake the loop once until drained."""
         if event.is_directory and event.event_type in {"created", "moved"}:
             self._dir_events += 1
-        paths = [Path(os.fsdecode(p)) for p in (event.src_path, event.dest_path) if p]
+        # watchdog < 4 gives only moves a dest_path
+        paths = [
+            Path(os.fsdecode(p)) for p in (event.src_path, getattr(event, "dest_path", "")) if p
+        ]
         if any(self._matters(p, is_dir=event.is_directory) for p in paths):
             self._poke()
 
