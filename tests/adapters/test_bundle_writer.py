@@ -3,7 +3,6 @@
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -107,15 +106,19 @@ def test_output_that_is_a_file_is_a_permanent_error_naming_it(tmp_path):
 
 
 _KILLED_WRITER = """
-import os, sys, time
+import os, signal, sys
 from pathlib import Path
 from kvdev.host.bundle import writer as bw
-out = Path(sys.argv[1])
+out, kill_at = Path(sys.argv[1]), int(sys.argv[2])
 real_write = os.write
-def slow_write(fd, data):
-    time.sleep(0.002)
+writes = 0
+def counted_write(fd, data):
+    global writes
+    writes += 1
+    if writes == kill_at:  # killed here, in the middle of whatever the writer was doing
+        os.kill(os.getpid(), signal.SIGKILL)
     return real_write(fd, data)
-os.write = slow_write
+os.write = counted_write
 i = 0
 while True:
     i += 1
@@ -126,13 +129,14 @@ while True:
 
 
 def test_a_writer_killed_at_any_point_leaves_a_whole_bundle(tmp_path):
+    """SIGKILL at the n-th write of the writer (counted, not timed): at a point of the first
+    generation, then at points of later ones; every kill leaves a whole generation or none."""
     out = tmp_path / "out"
     seen = set()
-    for delay in (0.4, 0.53, 0.61, 0.77):
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(out)])
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    for kill_at in (7, 31, 45, 58, 73, 99):
+        args = [sys.executable, "-c", _KILLED_WRITER, str(out), str(kill_at)]
+        proc = subprocess.run(args, check=False)
+        assert proc.returncode == -signal.SIGKILL
         if not (out / "current").exists():
             continue  # killed before the first generation was complete
         seen.update(n for n in entries(out) if n.endswith(".partial"))
