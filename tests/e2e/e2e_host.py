@@ -6,7 +6,9 @@ the guest reads: with ``kvdev-host prepare``/``update`` + ``bundle`` from the te
 tests/e2e/inputs (``HostSide``, the 9p bundle), or as a KubeVirt cluster does it, with
 ``kvdev-host controller --once`` rendering a VMI's ConfigMap from tests/e2e/inputs/kubevirt
 and kubelet's atomic writer laying it out as a ConfigMap volume (``ClusterSide``, the
-directory virtiofsd serves). Must not write metadata files itself: that is what is under test.
+directory virtiofsd serves), with what a DRA driver wrote on the node (``DriverNode``:
+upstream's kubelet-plugin writer, the ``metadatawriter`` oracle) carried in by
+``kvdev-host relay --once``. Must not write metadata files itself: that is what is under test.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from upstreamlab import publish_configmap  # kubelet's own atomic writer (v1.37.2)
+from kvdev.schema.metadata import VERSIONS
+from upstreamlab import JsonLines, publish_configmap  # the writer oracle; kubelet's AtomicWriter
 
 REPO = Path(__file__).resolve().parents[2]
 VM = REPO / "packaging" / "vm"
 INPUTS = Path(__file__).resolve().parent / "inputs"
 DRIVER = "nic.e2e.kvdev.io"
+NODE = "node-a"  # the KubeVirt path's node: the VMI's and its launcher pod's
+RELAY_NAMESPACE = "kvdev-system"  # where the node relay keeps its records
 GUEST_SHARE = Path("/mnt/e2e")  # where packaging/vm's mnt-e2e.mount puts the share
 
 
@@ -218,19 +224,34 @@ class ClusterSide:
         self.inputs = INPUTS / "kubevirt"
         self.volume = volume
         self.stored = work / "configmap.json"
+        self.records = work / "relay-records.json"
         self.log = work / "kvdev-host.log"
 
+    def relay(self, cdi: Path) -> None:
+        """``kvdev-host relay --once`` on the node's CDI directory: the relay records the
+        controller reads next (each driver file's bytes, unchanged)."""
+        out = kvdev_host(
+            self.log,
+            *("relay", "--once", "--node-name", NODE, "--namespace", RELAY_NAMESPACE),
+            *("--cdi-dir", str(cdi), "-o", "json"),
+        )
+        self.records.write_text(out)
+
     def render(self, claims: str) -> dict[str, str]:
-        """The ConfigMap's data for the VMI with claims ``claims``; stored for the next.
+        """The ConfigMap's data for the VMI with claims ``claims`` and the last relay
+        records (if any); stored for the next.
 
         ``controller --once -o json`` prints a List of the ConfigMaps it would create or
         update: none when the stored one is already right (its data is then kept).
         """
         files = [self.inputs / "vmi.yaml", self.inputs / claims, self.inputs / "slices.yaml"]
+        if self.records.exists():
+            files.append(self.records)
         if self.stored.exists():
             files.append(self.stored)
         args = [a for f in files for a in ("-f", str(f))]
-        items = json.loads(kvdev_host(self.log, "controller", "--once", *args, "-o", "json"))
+        argv = ["controller", "--once", "--relay-namespace", RELAY_NAMESPACE, *args, "-o", "json"]
+        items = json.loads(kvdev_host(self.log, *argv))
         configmaps = [o for o in items["items"] if o.get("kind") == "ConfigMap"]
         if len(configmaps) > 1:
             raise RuntimeError(f"controller --once rendered {len(configmaps)} ConfigMaps, not 1")
@@ -243,3 +264,55 @@ class ClusterSide:
     def publish(self, data: dict[str, str]) -> None:
         """Make ``data`` the ConfigMap volume's content (kubelet's ``..data`` swap)."""
         publish_configmap(self.volume, {k: v.encode() for k, v in data.items()})
+
+
+class DriverNode:
+    """The node's DRA driver, as upstream's kubelet-plugin helper writes for it (v0.37.2).
+
+    Each ``write`` is one state of the node: the ``metadatawriter`` oracle prepares the claim
+    (NodePrepareResources over the helper's own socket) and applies the driver's metadata
+    updates (``UpdateRequestMetadata``, each one generation + 1) into a fresh plugin data
+    directory and CDI directory under ``work/<state>``. The CDI specs and the metadata files
+    are upstream's bytes; ``files`` gives each by the ConfigMap key it must land under.
+    """
+
+    def __init__(self, work: Path, driver: str, claim: dict[str, Any]) -> None:
+        self.work = work
+        self.driver = driver
+        self.claim = claim
+
+    def write(
+        self, state: str, devices: list[dict[str, Any]], updates: list[dict[str, Any]]
+    ) -> Path:
+        """Prepare with ``devices``, then apply ``updates``; the state's CDI directory."""
+        top = self.work / state
+        oracle = JsonLines("metadatawriter")
+        try:
+            out = oracle.ask(
+                {
+                    "driver": self.driver,
+                    "pluginDataDir": str(top / "plugins" / self.driver),
+                    "cdiDir": str(top / "cdi"),
+                    "versions": list(VERSIONS),  # both, as v0.37.2's helper demands
+                    "claim": self.claim,
+                    "devices": devices,
+                    "updates": updates,
+                }
+            )
+        finally:
+            oracle.close()
+        if out.get("fatal") or out.get("error") or any(out.get("updateErrors") or []):
+            raise RuntimeError(f"upstream's metadata writer failed for {state}: {out}")
+        return top / "cdi"
+
+    @staticmethod
+    def files(cdi: Path) -> dict[str, bytes]:
+        """Each file a metadata CDI spec mounts, by its key (``<claim>.<request>.<name>``)."""
+        out = {}
+        for spec_path in sorted(cdi.glob("*.json")):
+            spec = json.loads(spec_path.read_text())
+            for dev in spec["devices"]:
+                for mount in dev["containerEdits"].get("mounts", []):
+                    _, directory, request, name = mount["containerPath"].rsplit("/", 3)
+                    out[f"{directory}.{request}.{name}"] = Path(mount["hostPath"]).read_bytes()
+        return out

@@ -1,27 +1,35 @@
-"""kvdev the way a KubeVirt cluster carries it: a VMI's ConfigMap, over virtiofs, to the agent.
+"""kvdev the way a KubeVirt cluster carries it: the driver's own file, relayed into a VMI's
+ConfigMap, over virtiofs, to the agent.
 
-A second boot of the same guest and package, with nothing of the 9p bundle: the host renders
-the VMI's ConfigMap with ``kvdev-host controller --once`` (tests/e2e/inputs/kubevirt: the VMI,
-its ResourceClaim as it evolves, the driver's ResourceSlice), lays it out as kubelet keeps a
-ConfigMap volume (``..data`` swapped by kubelet's own AtomicWriter, v1.37.2) in a directory that
-``virtiofsd`` shares with the guest as KubeVirt does (tag ``kvdev-metadata``, ``cache=auto``).
-In the guest the package's kvdev-metadata-share.service mounts it read-only at the agent's
-default root, and the agent runs with no metadata setting at all.
+A second boot of the same guest and package, with nothing of the 9p bundle. The "node":
+upstream's kubelet-plugin writer (the ``metadatawriter`` oracle, v0.37.2) prepares the VMI's
+claim as a DRA driver does and writes the CDI specs and KEP-5304 files; ``kvdev-host relay
+--once`` turns that CDI directory into relay records; ``kvdev-host controller --once`` renders
+the VMI's ConfigMap from the VMI (two DRA networks through a binding-plugin interface, with
+``tag`` and ``macAddress``), its launcher pod, its ResourceClaim as it evolves, the driver's
+ResourceSlice and those records (tests/e2e/inputs/kubevirt); the host lays it out as kubelet
+keeps a ConfigMap volume (``..data`` swapped by kubelet's own AtomicWriter, v1.37.2) in a
+directory that ``virtiofsd`` shares with the guest as KubeVirt does (tag ``kvdev-metadata``,
+``cache=auto``). In the guest the package's kvdev-metadata-share.service mounts it read-only
+at the agent's default root, and the agent runs with no metadata setting at all.
 
-1. At boot the claim is allocated but the driver has reported no network data yet: nic-1 is
-   matched from the VMI's spec alone (its pciAddress) and configured without addresses; nic-2
-   is Missing: its VMI interface names only a macAddress, which KubeVirt does not apply to a
-   DRA SR-IOV VF, so the controller left it out of the hints (the third NIC is described by
-   nothing).
-2. The driver reports the network data; the controller renders generation 2; kubelet swaps
-   the volume; the guest matches nic-2 by the driver's hardwareAddress and adds the addresses.
+1. At boot the driver has written nic-1's file in full and nic-2's structure-only (upstream's
+   deferred flow: the device, no metadata, generation 1). In the guest each key's bytes are
+   the driver's file's and the agent shows both streams with source ``driver``; nic-1 is
+   pinned by the VMI's pciAddress and gets the driver's address; nic-2 is Pending and left
+   alone (the third NIC is described by nothing).
+2. The driver rewrites nic-2's file (``UpdateRequestMetadata``: network data, generation 2);
+   relay, render, swap: the guest matches nic-2 by the VMI's macAddress and adds the
+   driver's address, the key's bytes the rewritten file's.
 3. A broken version of the ConfigMap (a metadata key that is not JSON) reaches the guest: the
    agent reports it and keeps every interface as it was.
-4. The driver changes nic-2's addresses; the next good version heals the error and is applied.
+4. The driver changes nic-2's addresses (generation 3); the next good version heals the error
+   and is applied.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -30,6 +38,7 @@ from typing import Any
 
 import e2e_host
 import pytest
+import yaml
 from e2e_qemu import VIRTIOFS_TAG, Guest, Nic, Vm
 from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
@@ -37,10 +46,45 @@ pytestmark = pytest.mark.e2e
 
 VMI_CLAIM = "vm2-nics"
 NIC_1 = Nic("vf-1", 0x10, "52:54:00:e3:00:10")  # the VMI pins it to 0000:00:10.0
-NIC_2 = Nic("vf-2", 0x11, "52:54:00:e3:00:11")  # the driver's hardwareAddress; the VMI pins nothing
+NIC_2 = Nic("vf-2", 0x11, "52:54:00:e3:00:11")  # the VMI's macAddress; it pins no address
 NIC_SPARE = Nic("spare", 0x12, "52:54:00:e3:00:12")
 REQUESTS = {NIC_1.id: "nic-1", NIC_2.id: "nic-2"}
 HINTS_KEY = "guest-hints.json"
+SOURCES_KEY = "kvdev-sources.json"
+DRIVER = "sriov.e2e.kvdev.io"  # the claim's allocation results name it
+KEYS = {n.id: f"{VMI_CLAIM}.{REQUESTS[n.id]}.{DRIVER}-metadata.json" for n in (NIC_1, NIC_2)}
+DRIVER_ATTR = "sriovnetwork.k8snetworkplumbingwg.io/interfaceName"  # only the driver knows it
+
+
+def _written(nic: Nic, ifname: str, ips: list[str] | None) -> dict[str, Any]:
+    """The writer's device for ``nic``: with the driver's metadata, or none (``ips`` None)."""
+    out: dict[str, Any] = {"requests": [REQUESTS[nic.id]], "pool": e2e_host.NODE, "device": nic.id}
+    if ips is not None:
+        out["metadata"] = {
+            "attributes": {DRIVER_ATTR: {"string": ifname}},
+            "networkData": {"interfaceName": ifname, "ips": ips, "hardwareAddress": nic.mac},
+        }
+    return out
+
+
+def _rewrite(ips: list[str]) -> dict[str, Any]:
+    """One ``UpdateRequestMetadata`` of nic-2 (the driver's NRI hook): generation + 1."""
+    return {"request": REQUESTS[NIC_2.id], "devices": [_written(NIC_2, "net2", ips)]}
+
+
+NIC_1_WRITTEN = _written(NIC_1, "net1", ["192.0.2.21/24"])
+# The node's states: what the driver has written by then (prepare, then each rewrite).
+NODE_STATES = {
+    "prepared": ([NIC_1_WRITTEN, _written(NIC_2, "net2", None)], []),
+    "rewritten": (
+        [NIC_1_WRITTEN, _written(NIC_2, "net2", None)],
+        [_rewrite(["198.51.100.21/24"])],
+    ),
+    "changed": (
+        [NIC_1_WRITTEN, _written(NIC_2, "net2", None)],
+        [_rewrite(["198.51.100.21/24"]), _rewrite(["198.51.100.22/24", "2001:db8:e3::22/64"])],
+    ),
+}
 
 ROWS = (
     ("image build (or cache hit)", "image"),
@@ -48,8 +92,8 @@ ROWS = (
     ("QEMU start -> guest runner started", "booted"),
     ("QEMU start -> phase 1 converged (host clock)", "converged"),
     ("  guest uptime when phase 1 held", "converged_uptime"),
-    ("network data -> render + swap + applied", "network_data"),
-    ("  of which kvdev-host controller --once", "render"),
+    ("driver's rewrite -> relay + render + swap + applied", "network_data"),
+    ("  of which writer + relay --once + controller --once", "render"),
     ("broken version -> reported, nothing changed", "broken"),
     ("changed addresses -> healed and applied", "change"),
     ("VM lifetime (start to power-off)", "vm"),
@@ -89,21 +133,45 @@ UNMANAGED = {
 }
 
 
-class Cluster:
-    """The cluster's half of the run: render the VMI's ConfigMap, publish it, time it."""
+def stream(nic: Nic, driver_file: bytes, generation: int) -> dict[str, Any]:
+    """In the guest: nic's key is the driver's bytes, at ``generation``, origin driver."""
+    return {
+        "kind": "stream",
+        "key": KEYS[nic.id],
+        "sha256": hashlib.sha256(driver_file).hexdigest(),
+        "generation": generation,
+        "origin": "driver",
+    }
 
-    def __init__(self, side: e2e_host.ClusterSide) -> None:
+
+class Cluster:
+    """The node's and the cluster's half of the run: the driver writes, the relay carries,
+    the controller renders the VMI's ConfigMap; publish it, time it."""
+
+    def __init__(self, side: e2e_host.ClusterSide, node: e2e_host.DriverNode) -> None:
         self.side = side
+        self.node = node
         self.data: dict[str, str] = {}
+        self.files: dict[str, bytes] = {}  # the driver's files of the last state, by key
         self.render_seconds = 0.0
 
-    def roll_out(self, claims: str) -> dict[str, str]:
-        """The controller's ConfigMap for ``claims``, swapped into the volume."""
+    def roll_out(self, claims: str, state: str) -> dict[str, str]:
+        """The driver's ``state`` on the node, relayed; the controller's ConfigMap for it and
+        ``claims``, swapped into the volume."""
         t = time.monotonic()
+        devices, updates = NODE_STATES[state]
+        cdi = self.node.write(state, devices, updates)
+        self.files = self.node.files(cdi)
+        self.side.relay(cdi)
         self.data = self.side.render(claims)
         self.render_seconds = time.monotonic() - t
         self.side.publish(self.data)
         return self.data
+
+    def streams(self, generations: dict[str, int]) -> list[dict[str, Any]]:
+        """The guest-side checks that each NIC's key is the driver's file at that generation."""
+        by_id = {NIC_1.id: NIC_1, NIC_2.id: NIC_2}
+        return [stream(by_id[i], self.files[KEYS[i]], g) for i, g in generations.items()]
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +185,10 @@ def artifacts(e2e_summary) -> Path:
 @pytest.fixture(scope="module")
 def cluster(artifacts) -> Cluster:
     """The controller's renders, in a ConfigMap volume under the artifacts; the first one out."""
-    c = Cluster(e2e_host.ClusterSide(artifacts, artifacts / "configmap-volume"))
-    c.roll_out("claims-allocated.yaml")
+    claim = yaml.safe_load((e2e_host.INPUTS / "kubevirt" / "claims-allocated.yaml").read_text())
+    node = e2e_host.DriverNode(artifacts / "node", DRIVER, claim)
+    c = Cluster(e2e_host.ClusterSide(artifacts, artifacts / "configmap-volume"), node)
+    c.roll_out("claims-allocated.yaml", "prepared")
     return c
 
 
@@ -154,38 +224,47 @@ def _first_object(text: str) -> dict[str, Any]:
     return json.JSONDecoder().raw_decode(text.lstrip())[0]
 
 
-def test_0_configmap_tells_the_guest_which_nic_is_which(cluster):
-    """The first ConfigMap: one stream per request, the hints from the VMI, no network data."""
+def test_0_configmap_carries_the_drivers_files(cluster):
+    """The first ConfigMap: one stream per request, each the driver's file byte for byte
+    (nic-2's structure-only), the sources index, the hints from the binding interfaces."""
     data = cluster.data
-    streams = {k for k in data if k != HINTS_KEY}
-    assert streams == {
-        f"{VMI_CLAIM}.nic-1.sriov.e2e.kvdev.io-metadata.json",
-        f"{VMI_CLAIM}.nic-2.sriov.e2e.kvdev.io-metadata.json",
-    }
-    for key in streams:
-        meta = _first_object(data[key])
-        devices = [d for r in meta["requests"] for d in r["devices"]]
-        assert [d.get("networkData") for d in devices] == [None]
+    assert set(data) == {HINTS_KEY, SOURCES_KEY, *KEYS.values()}
+    assert set(cluster.files) == set(KEYS.values())
+    for key, raw in cluster.files.items():
+        assert data[key].encode() == raw, key
+    assert DRIVER_ATTR in data[KEYS[NIC_1.id]]
+    nic_2 = _first_object(data[KEYS[NIC_2.id]])
+    (written,) = [d for r in nic_2["requests"] for d in r["devices"]]
+    assert nic_2["metadata"]["generation"] == 1
+    assert not written.get("attributes")  # structure-only: the device, no metadata
+    assert "networkData" not in written
+    sources = _first_object(data[SOURCES_KEY])["sources"]
+    assert sources == dict.fromkeys(KEYS.values(), "driver")
     hints = _first_object(data[HINTS_KEY])
     guest = {h["request"]: h.get("guest", {}) for h in hints["devices"]}
     assert guest == {
-        "nic-1": {"pciAddress": NIC_1.pci_address}
-    }  # nic-2's macAddress: not KubeVirt's
-    assert "02:00:00:3b:02:99" not in json.dumps(hints)
+        "nic-1": {
+            "pciAddress": NIC_1.pci_address,
+            "macAddress": NIC_1.mac,
+            "tag": "dra:vm2-nics/nic-1/0",
+        },
+        "nic-2": {"macAddress": NIC_2.mac, "tag": "dra:vm2-nics/nic-2/0"},
+    }
     assert NIC_SPARE.mac not in json.dumps(hints)
 
 
-def test_1_boot_matches_by_the_vmi_spec(run):
+def test_1_boot_reads_the_drivers_bytes(run, cluster):
     run.times["booted"] = run.wait_booted()
     report = run.phase(
-        "share mounted; NICs matched from the VMI spec, no addresses yet",
+        "share mounted; the driver's files in force; nic-1 configured, nic-2 Pending",
         [
             {"kind": "service", "package": run.package},
             SHARE,
             {"kind": "status", "minGeneration": {VMI_CLAIM: 1}},
+            *cluster.streams({NIC_1.id: 1, NIC_2.id: 1}),
             device(NIC_1, "Configured", evidence=["pinned"], guestPciAddress=NIC_1.pci_address),
-            device(NIC_2, "Missing"),
-            link(NIC_1, []),
+            device(NIC_2, "Pending"),
+            link(NIC_1, ["192.0.2.21/24"]),
             UNMANAGED,
         ],
     )
@@ -193,15 +272,16 @@ def test_1_boot_matches_by_the_vmi_spec(run):
     run.times["converged_uptime"] = report["doneUptime"]
 
 
-def test_2_network_data_arrives_while_running(run, cluster):
-    run.require_guest("network data")
+def test_2_the_drivers_rewrite_arrives_while_running(run, cluster):
+    run.require_guest("driver's rewrite")
     t = time.monotonic()
-    cluster.roll_out("claims.yaml")
+    cluster.roll_out("claims.yaml", "rewritten")
     run.times["render"] = cluster.render_seconds
     run.phase(
-        "the driver's network data applied",
+        "the driver's rewrite (generation 2) applied",
         [
-            {"kind": "status", "minGeneration": {VMI_CLAIM: 2}},
+            {"kind": "status", "minGeneration": {VMI_CLAIM: 1}},
+            *cluster.streams({NIC_1.id: 1, NIC_2.id: 2}),
             device(NIC_2, "Configured", evidence=["permanent-mac", "mac"], mac=NIC_2.mac),
             link(NIC_1, ["192.0.2.21/24"]),
             link(NIC_2, ["198.51.100.21/24"]),
@@ -213,7 +293,7 @@ def test_2_network_data_arrives_while_running(run, cluster):
 
 def test_3_a_broken_version_changes_nothing(run, cluster):
     run.require_guest("broken version")
-    key = f"{VMI_CLAIM}.nic-2.sriov.e2e.kvdev.io-metadata.json"
+    key = KEYS[NIC_2.id]
     broken = {**cluster.data, key: '{"kind": "DeviceMetadata", "apiVersion": '}
     t = time.monotonic()
     cluster.side.publish(broken)
@@ -233,12 +313,12 @@ def test_3_a_broken_version_changes_nothing(run, cluster):
 def test_4_the_next_good_version_heals_and_applies(run, cluster):
     run.require_guest("healing change")
     t = time.monotonic()
-    cluster.roll_out("claims-2.yaml")
+    cluster.roll_out("claims-2.yaml", "changed")
     run.phase(
         "changed addresses applied, the error gone",
         [
-            # nic-2's stream is at generation 3 now; nic-1's, unchanged, stays at 2
-            {"kind": "status", "converged": True, "minGeneration": {VMI_CLAIM: 2}},
+            {"kind": "status", "converged": True, "minGeneration": {VMI_CLAIM: 1}},
+            *cluster.streams({NIC_1.id: 1, NIC_2.id: 3}),
             link(NIC_1, ["192.0.2.21/24"]),
             link(NIC_2, ["198.51.100.22/24", "2001:db8:e3::22/64"]),
             UNMANAGED,

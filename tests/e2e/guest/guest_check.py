@@ -14,6 +14,7 @@ journal into the share and powers the guest off.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -174,6 +175,17 @@ def share_facts() -> dict[str, Any]:
     return {"unit": props, "mounts": found}
 
 
+def stream_digests() -> dict[str, str]:
+    """The SHA-256 of each metadata stream the agent's default root holds now, by file name."""
+    root = Path(SHARE_TARGET)
+    if not root.is_dir():
+        return {}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.glob("*-metadata.json"))
+    }
+
+
 def snapshot(kinds: set[str] | None = None) -> dict[str, Any]:
     """Everything the checks of ``kinds`` look at, taken now."""
     snap = {
@@ -183,6 +195,7 @@ def snapshot(kinds: set[str] | None = None) -> dict[str, Any]:
         "share": share_facts(),
         "status": run_json(["kvdev", "status", "--json"]),
         "statusExit": run(["kvdev", "status"])[0],  # 0 converged, 1 not, 2 unreachable
+        "streams": stream_digests(),
         "links": run_json(["ip", "-j", "-d", "link", "show"]),
         "addresses": run_json(["ip", "-j", "addr", "show"]),
     }
@@ -503,6 +516,26 @@ def check_status(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     return bad
 
 
+def check_stream(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """The stream under ``key`` in the agent's root has the driver's bytes (``sha256``), and
+    the agent's status shows it in force at ``generation`` with ``origin``."""
+    bad = []
+    have = snap["streams"].get(c["key"])
+    if have != c["sha256"]:
+        bad.append(f"{c['key']} has SHA-256 {have}, not the driver's file's {c['sha256']}")
+    st = snap["status"] if isinstance(snap["status"], dict) else {}
+    claims = [x for x in st.get("claims", []) if Path(x.get("source", "")).name == c["key"]]
+    if len(claims) != 1:
+        return [*bad, f"agent status has no single claim entry for {c['key']}: {st.get('claims')}"]
+    got = claims[0]
+    for field, status_field in (("generation", "observedGeneration"), ("origin", "origin")):
+        if got.get(status_field) != c[field]:
+            bad.append(
+                f"{c['key']}: {status_field} {got.get(status_field)!r}, expected {c[field]!r}"
+            )
+    return bad
+
+
 def check_share(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
     """The share unit ran cleanly; the virtiofs share is mounted read-only, or nothing is."""
     share = snap["share"]
@@ -534,6 +567,7 @@ CHECKS = {
     "unmanaged": check_unmanaged,
     "status": check_status,
     "share": check_share,
+    "stream": check_stream,
     "manager": check_manager,
     "managerLog": check_manager_log,
     "managedLink": check_managed_link,
