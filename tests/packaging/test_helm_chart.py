@@ -90,7 +90,11 @@ def test_the_default_namespace_is_refused(helm):
 def test_the_plugin_upgrades_with_a_surge_and_the_controller_is_cluster_critical(helm):
     _, docs = template(helm, "kvdev-system", "namespace.create=true")
     kinds = {d["kind"]: d for d in docs}
-    plugin = kinds["DaemonSet"]["spec"]
+    (plugin,) = [
+        d["spec"]
+        for d in docs
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith("-plugin")
+    ]
     assert plugin["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert plugin["template"]["spec"]["securityContext"]["seccompProfile"] == {
         "type": "RuntimeDefault"
