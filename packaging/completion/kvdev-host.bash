@@ -58,7 +58,7 @@ _kvdev_host()
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
                            --lease-duration --renew-deadline --retry-period --http-address
-                           --relay-namespace --log-level" ;;
+                           --relay-namespace --workers --log-level" ;;
         relay) words="--once --node-name --cdi-dir --namespace --interval --kubeconfig
                       -o --output --json" ;;
         *) return ;;

@@ -64,6 +64,7 @@ complete -c kvdev-host -n "$f controller" -l renew-deadline -x -d "seconds the l
 complete -c kvdev-host -n "$f controller" -l retry-period -x -d "seconds between Lease tries"
 complete -c kvdev-host -n "$f controller" -l http-address -x -d "HOST:PORT of /healthz /readyz /leader /metrics"
 complete -c kvdev-host -n "$f controller" -l relay-namespace -x -d "where relay records are trusted"
+complete -c kvdev-host -n "$f controller" -l workers -x -d "VMIs synced at once"
 complete -c kvdev-host -n "$f relay" -l once -d "print the records, change nothing"
 complete -c kvdev-host -n "$f relay" -l namespace -x -d "the records' namespace"
 complete -c kvdev-host -n "$f relay" -l interval -x -d "seconds between two reads"
