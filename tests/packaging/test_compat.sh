@@ -5,7 +5,8 @@
 # packages; a dependency of pyproject.toml the file does not name is pinned at its floor, unless
 # the file says "absent: NAME" (the row has no such package: the agent runs without it).
 # Debian 12's leg is also the pyproject floor's (it checks the file's pins are the floors).
-# Each leg gets a virtualenv in build/compat/<row>, rebuilt only when its pins change.
+# Each leg gets a virtualenv in $KVDEV_COMPAT_CACHE/<row> (default /var/cache/kvdev-compat, machine-wide
+# as the e2e image is, so a fresh clone reuses it), rebuilt only when its Python or pins change.
 # COMPAT_LEGS="debian12 el9" runs only those. Needs root: the netlink and agent tests run on
 # real links in network namespaces (and would otherwise skip, proving nothing), so a non-root
 # run outside CI skips the whole target.
@@ -69,7 +70,7 @@ find_python() {  # find_python X.Y: an interpreter of that version (PATH, then p
 
 leg() {  # leg NAME PYTHON PINS...
     local name=$1 python=$2; shift 2
-    local venv=$root/build/compat/$name stamp start=$SECONDS
+    local venv=${KVDEV_COMPAT_CACHE:-/var/cache/kvdev-compat}/$name stamp start=$SECONDS
     stamp=$(printf '%s\n' "$("$python" --version)" "$@" | sha256sum | cut -c1-16)
     if [[ ! -f $venv/.stamp-$stamp ]]; then
         rm -rf "$venv"
