@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import enum
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -52,6 +51,7 @@ from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.k8s.names import bounded
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Record, for_node
@@ -75,7 +75,6 @@ LABEL_VALUE_MAX: Final = 63
 _KEY: Final = re.compile(r"[-._a-zA-Z0-9]+\Z")
 _LABEL_VALUE: Final = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
-_HASH_DIGITS: Final = 10
 
 
 class Verb(enum.Enum):
@@ -130,26 +129,13 @@ class Rendered:
         return sum(1 for k in self.data if k not in (HINTS_KEY, SOURCES_KEY))
 
 
-def _bounded(text: str, limit: int) -> str:
-    """``text``, or when longer than ``limit`` a name of at most ``limit`` characters.
-
-    That is its start, cut back to end in a letter or digit, ``-`` and the first 10 hex digits
-    of the SHA-256 of the whole ``text``: valid where ``text`` was, and still distinct.
-    """
-    if len(text) <= limit:
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_DIGITS]
-    head = text[: limit - _HASH_DIGITS - 1].rstrip("-._")
-    return f"{head}-{digest}"
-
-
 def configmap_name(vmi_name: str) -> str:
     """``kvdev-<vmi-name>``, at most 253 characters.
 
     For a VMI name longer than 247 characters (a VMI name may have 253): the first characters
-    of ``kvdev-<vmi-name>``, ``-`` and 10 hex digits of its SHA-256 (``_bounded``).
+    of ``kvdev-<vmi-name>``, ``-`` and 10 hex digits of its SHA-256 (``k8s.names.bounded``).
     """
-    return _bounded(f"{NAME_PREFIX}{vmi_name}", NAME_MAX)
+    return bounded(f"{NAME_PREFIX}{vmi_name}", NAME_MAX)
 
 
 def vmi_label(vmi_name: str) -> str:
@@ -157,7 +143,7 @@ def vmi_label(vmi_name: str) -> str:
 
     For a longer name: its first 52 characters, ``-`` and 10 hex digits of its SHA-256.
     """
-    return _bounded(vmi_name, LABEL_VALUE_MAX)
+    return bounded(vmi_name, LABEL_VALUE_MAX)
 
 
 def uses_dra(vmi: VirtualMachineInstance) -> bool:

@@ -19,7 +19,6 @@ ConfigMap back into a ``Record``, checking what the controller relies on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kvdev.errors import Problem
+from kvdev.host.k8s.names import bounded, digest
 
 RELAY_MANAGER: Final = "kvdev-host-relay"
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
@@ -37,7 +37,6 @@ SPECS_ANNOTATION: Final = "kvdev.io/cdi-specs"
 NAME_PREFIX: Final = "kvdev-relay-"
 SUFFIX: Final = "-metadata.json"
 RECORD_BYTES_MAX: Final = 1024 * 1024 - 64 * 1024  # a ConfigMap's 1 MiB, less room for metadata
-_HASH_DIGITS: Final = 10
 _LABEL_MAX: Final = 63
 _UID: Final = re.compile(r"[0-9a-fA-F-]{1,64}\Z")
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
@@ -78,21 +77,14 @@ def record_key(request: str, driver: str) -> str:
     return f"{request}.{driver}{SUFFIX}"
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:_HASH_DIGITS]
-
-
 def record_name(node: str, claim_uid: str) -> str:
     """``kvdev-relay-<claimUID>-<hash of the node>``: one per claim and node, a valid name."""
-    return f"{NAME_PREFIX}{claim_uid.lower()}-{_digest(node)}"
+    return f"{NAME_PREFIX}{claim_uid.lower()}-{digest(node)}"
 
 
 def node_label(node: str) -> str:
     """The node name as a label value (cut, with a hash, when longer than 63)."""
-    if len(node) <= _LABEL_MAX:
-        return node
-    head = node[: _LABEL_MAX - _HASH_DIGITS - 1].rstrip("-._")
-    return f"{head}-{_digest(node)}"
+    return bounded(node, _LABEL_MAX)
 
 
 def node_selector(node: str) -> str:
