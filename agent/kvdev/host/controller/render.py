@@ -58,7 +58,7 @@ from kvdev.host.publish.relayed import Record, for_node
 from kvdev.host.schema.hints import GuestHints
 from kvdev.schema.origins import SOURCES_KEY, index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
-from kvdev.schema.tree import CONFIGMAP_MAX_KEYS
+from kvdev.schema.tree import CONFIGMAP_MAX_KEYS, METADATA_SUFFIX
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGER: Final = "kvdev-host-controller"
@@ -68,7 +68,6 @@ HINTS_KEY: Final = "guest-hints.json"
 SOURCES_ANNOTATION: Final = "kvdev.io/sources"
 DRIVER: Final = "driver"
 RECONSTRUCTED: Final = "reconstructed"
-METADATA_SUFFIX: Final = "-metadata.json"
 CONFIGMAP_BYTES_MAX: Final = 1024 * 1024  # the API server's limit on data + binaryData
 NAME_MAX: Final = 253
 LABEL_VALUE_MAX: Final = 63

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from kvdev.errors import Problem
 from kvdev.host.k8s.names import bounded, digest
+from kvdev.schema.tree import METADATA_SUFFIX
 
 RELAY_MANAGER: Final = "kvdev-host-relay"
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
@@ -35,7 +36,6 @@ NODE_LABEL: Final = "kvdev.io/relay-node"
 NODE_ANNOTATION: Final = "kvdev.io/node"
 SPECS_ANNOTATION: Final = "kvdev.io/cdi-specs"
 NAME_PREFIX: Final = "kvdev-relay-"
-SUFFIX: Final = "-metadata.json"
 RECORD_BYTES_MAX: Final = 1024 * 1024 - 64 * 1024  # a ConfigMap's 1 MiB, less room for metadata
 _LABEL_MAX: Final = 63
 _UID: Final = re.compile(r"[0-9a-fA-F-]{1,64}\Z")
@@ -74,7 +74,7 @@ class Record:
 
 def record_key(request: str, driver: str) -> str:
     """``<request>.<driver>-metadata.json``."""
-    return f"{request}.{driver}{SUFFIX}"
+    return f"{request}.{driver}{METADATA_SUFFIX}"
 
 
 def record_name(node: str, claim_uid: str) -> str:
@@ -180,9 +180,9 @@ def read_record(raw: Mapping[str, Any]) -> Record | None:
 
 def split_key(key: str) -> tuple[str, str] | None:
     """(request, driver) of a record key; None when it has not that form."""
-    if not key.endswith(SUFFIX):
+    if not key.endswith(METADATA_SUFFIX):
         return None
-    request, dot, driver = key.removesuffix(SUFFIX).partition(".")
+    request, dot, driver = key.removesuffix(METADATA_SUFFIX).partition(".")
     if not dot or len(request) > _LABEL_MAX or not _NAME.match(request) or "." in request:
         return None
     if len(driver) > 253 or not _NAME.match(driver):
