@@ -364,7 +364,7 @@ class Reconciler:
     def _guest_owned(self, matching: Matching) -> primary.Decision:
         """The guest's own NICs (``core.primary``); the record is saved when it grows."""
         if self._owned is None:
-            self._owned = primary_record.load(self.config.state_dir)
+            self._owned = primary_record.load(self.config.state_dir, set_aside=self._writes)
         protected = tuple(
             primary.Configured(where, p.name, p.mac_address, p.pci_address)
             for where, p in self.belief.protected()
@@ -403,6 +403,11 @@ class Reconciler:
         self._owned = decision
         return decision
 
+    @property
+    def _writes(self) -> bool:
+        """False on a dry run: it reads the state directory and writes nothing there."""
+        return not self.config.dry_run
+
     def _conditions(self) -> list[Condition]:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""
         out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
@@ -417,7 +422,7 @@ class Reconciler:
     def _loaded_journal(self) -> dict[int, str]:
         """The rename journal, read from the state directory once."""
         if self._journal is None:
-            self._journal = rename_journal.load(self.config.state_dir)
+            self._journal = rename_journal.load(self.config.state_dir, set_aside=self._writes)
         return self._journal
 
     @property
@@ -462,7 +467,7 @@ class Reconciler:
     def _loaded_added(self) -> dict[int, frozenset[str]]:
         """The address journal, read from the state directory once."""
         if self._added is None:
-            self._added = address_journal.load(self.config.state_dir)
+            self._added = address_journal.load(self.config.state_dir, set_aside=self._writes)
             self._added_saved = dict(self._added)
         return self._added
 
@@ -482,7 +487,7 @@ class Reconciler:
     def _loaded_altnames(self) -> dict[int, frozenset[str]]:
         """The altname journal, read from the state directory once."""
         if self._altnames is None:
-            self._altnames = altname_journal.load(self.config.state_dir)
+            self._altnames = altname_journal.load(self.config.state_dir, set_aside=self._writes)
             self._altnames_saved = dict(self._altnames)
         return self._altnames
 
@@ -594,8 +599,11 @@ class Reconciler:
         """Keep the last status in ``<state-dir>/status.json`` (written only when it changes).
 
         A failure is kept in ``_unsaved`` (the status shows it) until a later write succeeds.
+        A dry run writes nothing, its status included.
         """
         self._unwritten = None
+        if self.config.dry_run:
+            return
         body = encode.status_json(status)
         body.pop("reconcile")
         text = json.dumps(body, indent=2, sort_keys=True) + "\n"
