@@ -68,7 +68,8 @@ live: in-cluster service account, --kubeconfig FILE, or the default kubeconfig; 
   --interval seconds writes only what changed.
 
 examples:
-  kvdev-host relay --once --node-name node-a --cdi-dir ./cdi -o json > records.json
+  kvdev-host relay --once --node-name node-a --cdi-dir ./cdi --host-dir ./plugins \\
+      -o json > records.json
   kvdev-host controller --once -f vms.yaml -f slices.yaml -f records.json
   kvdev-host relay --node-name "$NODE_NAME" --interval 2
 
