@@ -178,3 +178,30 @@ def test_a_spec_over_a_bound_keeps_every_record_and_harms_no_other_claim(node):
     assert (done.created, done.deleted) == (1, 0)
     assert set(store.objects) == names(0, 1, 2, 3, 5)
     assert [Path(p.source).name for p in done.problems] == ["hostile.yaml"]
+
+
+def test_a_spec_nested_too_deeply_is_named_and_ends_no_pass(node):
+    store = Store()
+    relay = node.relay(store)
+    relay.sync()
+    (node.cdi / "deep.json").write_text("[" * 200_000)
+    (node.cdi / "deep.yaml").write_text("kind: x.com/metadata\ndevices: " + "[" * 200_000)
+    done = relay.sync()
+    assert sorted(Path(p.source).name for p in done.problems) == ["deep.json", "deep.yaml"]
+    assert (done.deleted, set(store.objects)) == (0, names(0, 1, 2, 3))
+
+
+def test_a_read_that_raises_ends_no_pass_and_changes_nothing(node):
+    store = Store()
+    relay = node.relay(store)
+    relay.sync()
+    real = relay.finder
+
+    def broken(dirs, roots):
+        raise MemoryError  # whatever a read may raise
+
+    relay.finder = broken
+    assert (relay.sync().failed, set(store.objects)) == (1, names(0, 1, 2, 3))
+    relay.finder = real
+    (node.cdi / "m000.json").unlink()
+    assert relay.sync().deleted == 1

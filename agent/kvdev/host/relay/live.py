@@ -116,7 +116,8 @@ class Relay:
 
         A read that does not return (a hung file system under a hostPath) leaves this pass
         without an answer (None: nothing is written, nothing deleted); the next passes wait for
-        that same read, so at most one worker is ever stuck.
+        that same read, so at most one worker is ever stuck. A read that raises is logged and
+        is no answer either: no spec's content ends the loop.
         """
         if self._reading is None:
             self._reading = self._start_read()
@@ -128,6 +129,9 @@ class Relay:
                 ", ".join(map(str, self.cdi_dirs)),
                 self.read_deadline,
             )
+            return None
+        except Exception:
+            log.exception("reading %s failed: this pass changes nothing", self.cdi_dirs)
             return None
         finally:
             if self._reading is not None and self._reading.done():
