@@ -103,11 +103,15 @@ def test_a_cut_listing_deletes_no_record(node, monkeypatch):
     store = Store()
     relay = node.relay(store)
     assert relay.sync().created == 4
+    old = json.loads(json.dumps(store.objects[record_name(NODE, uid(0))]))
+    old["metadata"]["name"] = "kvdev-relay-a-name-no-longer-made"
+    store.objects[old["metadata"]["name"]] = old
     monkeypatch.setattr(finder, "MAX_SPECS", 4)
     node.add(9, "a-first.json")  # sorts first: the last spec by name is cut off
     done = relay.sync()
+    # Only the record its claim's own record supersedes goes; the cut-off claim's stays.
     assert set(store.objects) == names(0, 1, 2, 3, 9)
-    assert done.deleted == 0
+    assert done.deleted == 1
     assert any("no record is deleted" in p.message for p in done.problems)
 
 

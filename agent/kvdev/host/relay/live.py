@@ -77,16 +77,18 @@ def _same(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
     )
 
 
-def _gone(stored: Mapping[str, Any], found: Found) -> bool:
-    """A stored record's claim is gone from the node.
+def _gone(stored: Mapping[str, Any], found: Found, produced: set[str]) -> bool:
+    """A stored record that this pass did not produce is to be deleted.
 
-    Only when the read was complete and no spec read names the claim (a record without a
-    claim label is judged by completeness alone).
+    When its claim's record was made this pass under another name (it is superseded), or
+    when the read was complete and no spec read names its claim (a record without a claim
+    label is judged by completeness alone).
     """
-    if not found.complete:
-        return False
     uid = ((stored.get("metadata") or {}).get("labels") or {}).get(CLAIM_UID_LABEL)
-    return not (isinstance(uid, str) and uid.lower() in found.claims)
+    claim = uid.lower() if isinstance(uid, str) else None
+    if claim in produced:
+        return True
+    return found.complete and claim not in found.claims
 
 
 @dataclass
@@ -173,7 +175,8 @@ class Relay:
             self._stored = {o["metadata"]["name"]: o for o in listed}
         stored = self._stored
         produced = {b["metadata"]["name"] for b in bodies}
-        gone = {n for n in stored if n not in produced and _gone(stored[n], found)}
+        claims = {b["metadata"]["labels"][CLAIM_UID_LABEL] for b in bodies}
+        gone = {n for n in stored if n not in produced and _gone(stored[n], found, claims)}
         done.kept = len(set(stored) - produced - gone)
         for body in bodies:
             self._write(body, stored, done)
