@@ -165,7 +165,7 @@ def refused(call):
 
 def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes, tmp_path):
     a, b = nodes
-    done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)]).sync()
+    done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
     (record_a,) = a.api().list(SYSTEM, node_selector(a.name))
 
@@ -198,7 +198,7 @@ def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes,
     assert "no node in the request's credentials" in refused(lambda: unbound.create(SYSTEM, own))
 
     # Node B's own record of the claim is accepted, and changes nothing for a VMI on node A.
-    done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, B_BYTES)]).sync()
+    done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, B_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
     stored = client.CoreV1Api(kube).list_namespaced_config_map(
         SYSTEM, label_selector="app.kubernetes.io/managed-by=kvdev-host-relay"
