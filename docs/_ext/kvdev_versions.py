@@ -313,8 +313,20 @@ def quickstart_table(v: Versions) -> str:
     k, kv = v.kubernetes, v.kubevirt
 
     def gates(project: str, platform: Platform) -> str:
-        return ", ".join(
-            f"`{g.name}` ({newest_stage(g, platform)[1]})" for g in v.gates if g.project == project
+        """On by default everywhere: named once; off somewhere: each version's stage."""
+        own = [g for g in v.gates if g.project == project]
+        on = [f"`{g.name}`" for g in own if not any("off" in s for s in g.stages.values())]
+        off = [
+            f"`{g.name}` ("
+            + "; ".join(f"{m}: {g.stages[m]}" for m in platform.supported if m in g.stages)
+            + ")"
+            for g in own
+            if any("off" in s for s in g.stages.values())
+        ]
+        return "; ".join(
+            part
+            for part in (f"on by default: {', '.join(on)}" if on else "", ", ".join(off))
+            if part
         )
 
     return _table(
@@ -322,9 +334,9 @@ def quickstart_table(v: Versions) -> str:
         [
             (
                 "Kubernetes",
-                f"{_span(k.supported)} (tested: {k.tested}); gates: {gates('Kubernetes', k)}",
+                f"{_span(k.supported)} (tested: {k.tested}); gates {gates('Kubernetes', k)}",
             ),
-            ("KubeVirt", f"{' or '.join(kv.supported)}; gates: {gates('KubeVirt', kv)}"),
+            ("KubeVirt", f"{' or '.join(kv.supported)}; gates {gates('KubeVirt', kv)}"),
             (
                 "DRA drivers",
                 (

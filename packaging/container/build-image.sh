@@ -3,9 +3,9 @@
 # system from Debian's packages (mmdebstrap: python3, python3-venv, ca-certificates), kvdev's
 # wheel with the host extra installed into a virtualenv in it (/opt/kvdev; its dependencies are
 # PyPI's wheels for trixie's Python 3.13, downloaded on this host by pip and installed in the
-# chroot without network), a non-root user kvdev (65532:65532, the chart's controller user), written as an
-# OCI image layout by umoci and archived as one tar (an "oci-archive": podman load, skopeo copy
-# oci-archive:..., ctr images import read it).
+# chroot without network), a non-root user kvdev (65532:65532, the chart's controller user),
+# written as an OCI image layout by umoci and archived as one tar (an "oci-archive": podman load,
+# skopeo copy oci-archive:..., ctr images import read it).
 #
 # The image: entrypoint kvdev-host (cmd --help), user 65532:65532, labels
 # org.opencontainers.image.version (kvdev's version) and .source; the layout's tag is the
@@ -92,12 +92,14 @@ build_base() {
             --home-dir /nonexistent --shell /usr/sbin/nologin kvdev" \
         trixie "$tmp/base.tar" "$mirror" >&2
     rm -rf "$tmp/wheels"
-    mv "$tmp/base.tar" "$base"
+    # published under its key; this build keeps its own link, whatever another build removes
+    ln "$tmp/base.tar" "$tmp/base.publish"
+    mv "$tmp/base.publish" "$base"
     for old in "$cache"/base-*.tar; do
         [[ $old == "$base" ]] || rm -f "$old"
     done
 }
-if [[ -f $base && $force != --force ]]; then
+if [[ -f $base && $force != --force ]] && ln "$base" "$tmp/base.tar" 2>/dev/null; then
     echo "image: base layer cached ($base)" >&2
 else
     build_base
@@ -129,8 +131,8 @@ tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@315532800 -C "$tmp/
 layout=$tmp/layout
 umoci init --layout "$layout"
 umoci new --image "$layout:$version"
-umoci raw add-layer --image "$layout:$version" --history.created_by "mmdebstrap trixie, the dependencies" \
-    "$base"
+umoci raw add-layer --image "$layout:$version" \
+    --history.created_by "mmdebstrap trixie, the dependencies" "$tmp/base.tar"
 umoci raw add-layer --image "$layout:$version" --history.created_by "$whl" "$tmp/top.tar"
 umoci config --image "$layout:$version" --os linux --architecture amd64 \
     --config.entrypoint kvdev-host --config.cmd --help --config.user "$uid:$uid" \
@@ -144,10 +146,10 @@ umoci config --image "$layout:$version" --os linux --architecture amd64 \
     --history.created_by "kvdev-host $version: entrypoint, user, labels"
 umoci gc --layout "$layout"
 tar --sort=name --owner=0 --group=0 --numeric-owner -C "$layout" -cf "$tmp/image.oci.tar" .
+cp "$tmp/image.oci.tar" "$out"
 mv "$tmp/image.oci.tar" "$cached"
 # one image per key is kept: an older recipe's or wheel's goes
 for old in "$cache"/image-*.oci.tar; do
     [[ $old == "$cached" ]] || rm -f "$old"
 done
-cp "$cached" "$out"
 echo "image: built in $(($(date +%s) - start)) s ($cached)" >&2
