@@ -176,9 +176,10 @@ def test_the_image_runs_its_entrypoint_as_its_non_root_user(tmp_path):
     version = run("--version")
     assert version.returncode == 0, version.stderr
     assert V in version.stdout
-    helped = run("controller", "--help")
-    assert helped.returncode == 0, helped.stderr
-    assert "--leader-elect" in helped.stdout
+    for command, flag in (("controller", "--leader-elect"), ("serve", "--driver")):
+        helped = run(command, "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert flag in helped.stdout
     whoami = subprocess.run(
         ["chroot", f"--userspec={user}", str(root), "/usr/bin/id", "-un"],
         capture_output=True,
