@@ -334,33 +334,6 @@ class HelmValuesDirective(SphinxDirective):
         return out
 
 
-def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
-    """Value and default as code; the type and the comment share the widest column."""
-    group = nodes.tgroup(cols=3)
-    group.extend(nodes.colspec(colwidth=w) for w in (3, 2, 5))
-
-    def entry(*children: nodes.Node) -> nodes.entry:
-        return nodes.entry("", nodes.paragraph("", "", *children))
-
-    head = nodes.row("", *(entry(nodes.Text(t)) for t in ("Value", "Default", "Type and meaning")))
-    body = []
-    for key, kind, default, comment in rows:
-        meaning: list[nodes.Node] = [nodes.literal(kind, kind)]
-        if comment:
-            meaning.append(nodes.Text(f": {comment}"))
-        body.append(
-            nodes.row(
-                "",
-                entry(nodes.literal(key, key)),
-                entry(nodes.literal(default, default)),
-                entry(*meaning),
-            )
-        )
-    group += nodes.thead("", head)
-    group += nodes.tbody("", *body)
-    return nodes.table("", group, classes=["colwidths-given"])  # the HTML keeps 30/20/50
-
-
 class VersionsDirective(SphinxDirective):
     """``kvdev-versions TABLE``: a table rendered from packaging/versions.toml."""
 
@@ -387,6 +360,33 @@ class VersionsDirective(SphinxDirective):
                 f"kvdev-versions: no table {self.arguments[0]!r}: one of {sorted(tables)}"
             )
         return self.parse_text_to_nodes(render())
+
+
+def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
+    """Value and default as code; the type and the comment share the widest column."""
+    group = nodes.tgroup(cols=3)
+    group.extend(nodes.colspec(colwidth=w) for w in (3, 2, 5))
+
+    def entry(*children: nodes.Node) -> nodes.entry:
+        return nodes.entry("", nodes.paragraph("", "", *children))
+
+    head = nodes.row("", *(entry(nodes.Text(t)) for t in ("Value", "Default", "Type and meaning")))
+    body = []
+    for key, kind, default, comment in rows:
+        meaning: list[nodes.Node] = [nodes.literal(kind, kind)]
+        if comment:
+            meaning.append(nodes.Text(f": {comment}"))
+        body.append(
+            nodes.row(
+                "",
+                entry(nodes.literal(key, key)),
+                entry(nodes.literal(default, default)),
+                entry(*meaning),
+            )
+        )
+    group += nodes.thead("", head)
+    group += nodes.tbody("", *body)
+    return nodes.table("", group, classes=["colwidths-given"])  # the HTML keeps 30/20/50
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
