@@ -17,6 +17,7 @@ from kvdev.host.controller.election import Lease, LeaseElector
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
+from kvdev.host.controller.render import render
 from kvdev.schema import decode_stream
 from kvdev.schema.stream import DEVICE_METADATA
 
@@ -456,3 +457,26 @@ def test_a_pod_of_another_namespace_naming_the_vmis_uid_has_no_say(double, api):
     data = configmap(double)["data"]
     assert "fast-nic.nic.dra.net-metadata.json" in data  # from the VMI's own launcher pod
     assert len(data) == 5  # as without the impostor
+
+
+def test_a_worker_survives_any_exception_from_a_render(double, api, caplog):
+    """A render that raises (a defect, one VMI's content) is logged, counted and backed off."""
+    calls = []
+
+    def raising_twice(inputs):
+        calls.append(inputs.vmi.metadata.name)
+        if len(calls) <= 2:
+            raise ZeroDivisionError("injected by the test")
+        return render(inputs)
+
+    with Running(api, resync=3600, workers=1, renderer=raising_twice) as controller:
+        until(lambda: configmap(double) is not None, "the one worker syncs again and writes")
+        until(controller.idle.is_set, "the controller is idle")
+    print(f"renders: {len(calls)}; failures counted: {controller.stats.failures}")
+    assert len(calls) >= 3
+    assert controller.stats.failures == 2
+    exposition = controller.metrics.exposition().decode()
+    assert 'kvdev_controller_errors_total{reason="exception"} 2.0' in exposition
+    logged = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert len(logged) == 2
+    assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in logged)

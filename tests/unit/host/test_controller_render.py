@@ -581,3 +581,52 @@ def test_a_vmi_without_its_own_interfaces_gets_no_protected_nics_key():
     vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
     hints, _ = vmi_hints(VirtualMachineInstance.model_validate(vmi))
     assert "protectedNICs" not in hints.to_json_dict()
+
+
+def _crowded(objects):
+    """Two more VMIs: one with 65 own interfaces, one with 257 claimed host devices."""
+    base = by_kind(objects, "VirtualMachineInstance", "vm1")
+    nics = copy.deepcopy(base)
+    nics["metadata"].update(name="vm-nics", uid="3e0c7a9b-6d1f-4b8e-a2c4-000000000065")
+    devices = nics["spec"]["domain"]["devices"]
+    for n in range(65):
+        nics["spec"]["networks"].append({"name": f"own{n}", "pod": {}})
+        mac = f"02:00:00:00:01:{n:02x}"
+        devices["interfaces"].append({"name": f"own{n}", "masquerade": {}, "macAddress": mac})
+    many = copy.deepcopy(base)
+    many["metadata"].update(name="vm-many", uid="3e0c7a9b-6d1f-4b8e-a2c4-000000000257")
+    many["spec"]["domain"]["devices"]["hostDevices"] = [
+        {"name": f"d{n}", "claimName": "devices", "requestName": f"r{n}", "tag": f"t{n}"}
+        for n in range(257)
+    ]
+    return [nics, many]
+
+
+def test_more_hints_or_own_nics_than_a_document_holds_are_capped_with_a_warning():
+    objects = docs()
+    nics, many = (VirtualMachineInstance.model_validate(v) for v in _crowded(objects))
+    hints, warnings = vmi_hints(nics)
+    assert len(hints.protected_nics or []) == 64
+    assert [w.path for w in warnings] == ["spec.domain.devices.interfaces[68]"]
+    assert "more than 64 own interfaces" in warnings[0].message
+    hints, warnings = vmi_hints(many)
+    assert len(hints.devices) == 256
+    assert [w.path for w in warnings] == ["spec.domain.devices.hostDevices[252]"]  # after vm1's 4
+    assert "more than 256 device hints" in warnings[0].message
+
+
+def test_once_renders_every_vmi_when_one_holds_more_than_a_document_can(tmp_path, capsys):
+    crowded = tmp_path / "crowded.yaml"
+    crowded.write_text(yaml.safe_dump_all(_crowded(docs())))
+    assert cli.main(["controller", "--once", *F_ARGS, "-f", str(crowded), "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    names = [i["metadata"]["name"] for i in json.loads(captured.out)["items"]]
+    assert names == ["kvdev-vm-many", "kvdev-vm-nics", "kvdev-vm1"]
+    assert (
+        "warning: spec.domain.devices.interfaces[68]: VirtualMachineInstance/vms/vm-nics: "
+        "more than 64 own interfaces" in captured.err
+    )
+    assert (
+        "warning: spec.domain.devices.hostDevices[252]: VirtualMachineInstance/vms/vm-many: "
+        "more than 256 device hints" in captured.err
+    )

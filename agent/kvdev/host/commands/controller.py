@@ -44,7 +44,7 @@ from kvdev.host.commands.common import (
 )
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
-from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
+from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, configmap_name, render
 from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
@@ -301,6 +301,19 @@ def print_configmaps(bodies: Sequence[dict[str, Any]], output: str, out: TextIO)
         out.write(yaml.dump_all(bodies, Dumper=_LiteralDumper, sort_keys=False, width=1 << 16))
 
 
+def _render_one(index: Index, key: tuple[str, str]) -> Rendered:
+    """The VMI's decision; whatever goes wrong with one VMI is its refusal, not the run's end."""
+    try:
+        inputs = index.inputs(key)
+        assert inputs is not None
+        return render(inputs)
+    except Exception as e:  # one VMI never stops the others
+        logging.getLogger("kvdev.host.controller").debug("%s/%s", *key, exc_info=True)
+        problem = Problem(f"could not be rendered: {type(e).__name__}: {e}")
+        name = f"{key[0]}/{key[1]}"
+        return Rendered(name, key[0], configmap_name(key[1]), Verb.REFUSE, problems=(problem,))
+
+
 def run_once(
     files: Sequence[str],
     output: str,
@@ -318,11 +331,7 @@ def run_once(
         problems = e.problems if isinstance(e, SchemaError) else (str(e),)
         err.writelines(f"{prefix}: {p}\n" for p in problems)
         return EXIT_INVALID
-    results = []
-    for key in index.vmis():
-        inputs = index.inputs(key)
-        assert inputs is not None
-        results.append(render(inputs))
+    results = [_render_one(index, key) for key in index.vmis()]
     report(results, err, prefix)
     bodies = [r.body for r in results if r.body is not None]
     print_configmaps(bodies, output, out)

@@ -107,10 +107,12 @@ class Controller:
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
         relay_namespace: str | None = None,
+        renderer: Callable[[Inputs], Rendered] = render,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.api = api
+        self._render = renderer
         self.resync = resync
         self.workers = workers
         self.index = Index(relay_namespace)
@@ -197,8 +199,8 @@ class Controller:
         self.stats.count("syncs")
         self.metrics.renders.inc()
         for _ in range(CONFLICT_TRIES):
-            result = render(inputs)
             try:
+                result = self._render(inputs)
                 written = self._write(result)
             except ConflictError as e:
                 self.stats.count("conflicts")
@@ -207,7 +209,7 @@ class Controller:
                 fresh = self.api.get_configmap(result.namespace, result.name)
                 inputs = replace(inputs, existing=fresh)
                 self._remember(fresh)
-            except KvdevError:
+            except Exception:
                 if since is not None:
                     with self._lock:
                         self._since.setdefault(key, since)
@@ -437,6 +439,17 @@ class Controller:
                 log.error(  # noqa: TRY400 - expected, no traceback
                     "%s/%s: %s (waiting for a change)", *key, e, extra=logs.about(_VMI, *key)
                 )
+            return
+        except Exception:  # one VMI's content (or a defect) never ends a worker
+            self.stats.count("failures")
+            self.metrics.errors.labels("exception").inc()
+            delay = self._failures.setdefault(key, self._backoff()).next()
+            log.exception(
+                "%s/%s: the sync failed unexpectedly (again in %.1f s)",
+                *(*key, delay),
+                extra=logs.about(_VMI, *key),
+            )
+            self._queue.add([key], delay)
             return
         self._failures.pop(key, None)
         if result is not None:
