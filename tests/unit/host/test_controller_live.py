@@ -480,3 +480,35 @@ def test_a_worker_survives_any_exception_from_a_render(double, api, caplog):
     logged = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert len(logged) == 2
     assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in logged)
+
+
+def test_a_configmap_another_vmi_controls_is_never_written(double, api, caplog):
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "kvdev-vm1",
+            "namespace": "vms",
+            "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachineInstance",
+                    "name": "vm-other",
+                    "uid": "99999999-0000-4000-8000-000000000001",
+                    "controller": True,
+                }
+            ],
+        },
+        "data": {"guest-hints.json": "theirs"},
+    }
+    double.put(theirs)
+    with Running(api, resync=3600) as controller:
+        until(lambda: controller.stats.refused >= 1, "refused")
+        until(controller.idle.is_set, "idle")
+    assert configmap(double)["data"] == {"guest-hints.json": "theirs"}
+    assert configmap(double)["metadata"]["ownerReferences"] == theirs["metadata"]["ownerReferences"]
+    assert double.count("PUT", "/configmaps") == 0
+    exposition = controller.metrics.exposition().decode()
+    assert "kvdev_controller_configmap_owner_refusals_total 1.0" in exposition
+    assert any("vm-other" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")

@@ -376,9 +376,13 @@ def test_a_long_vmi_name_gets_a_valid_configmap_name_and_label(length):
     if length <= 247:
         assert meta["name"] == f"kvdev-{name}"
     else:
-        assert len(meta["name"]) == 253
-        assert meta["name"].startswith(f"kvdev-{name[:200]}")
-    assert label == name if length <= 63 else label.startswith(name[:40])
+        assert len(meta["name"]) >= 253 - 2  # cut back to end in a letter or digit
+        assert meta["name"].startswith(f"kvdev--{name[:200]}")
+    if length <= 63:
+        assert label == name
+    else:
+        assert label.startswith(name[:40])
+        assert "_" in label
     assert meta["ownerReferences"][0]["name"] == name
 
 
@@ -390,7 +394,7 @@ def test_long_vmi_names_sharing_a_prefix_get_distinct_names():
     assert configmap_name("v" * 247) == "kvdev-" + "v" * 247  # fits: as it is
     assert configmap_name("v" * 245 + ".x") == "kvdev-" + "v" * 245 + ".x"
     cut = configmap_name("v" * 230 + "-" * 20 + "w")  # cut inside the dashes: none kept
-    assert cut == "kvdev-" + "v" * 230 + "-" + cut[-10:]
+    assert cut == "kvdev--" + "v" * 230 + "-" + cut[-10:]
     assert DNS_SUBDOMAIN.match(cut)
 
 
@@ -630,3 +634,46 @@ def test_once_renders_every_vmi_when_one_holds_more_than_a_document_can(tmp_path
         "warning: spec.domain.devices.hostDevices[252]: VirtualMachineInstance/vms/vm-many: "
         "more than 256 device hints" in captured.err
     )
+
+
+def _controlled_by(uid, name="vm-other"):
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "kvdev-vm1",
+            "namespace": "vms",
+            "resourceVersion": "3",
+            "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachineInstance",
+                    "name": name,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": {"guest-hints.json": "theirs"},
+    }
+
+
+def test_another_vmis_configmap_is_never_written_and_the_event_names_both():
+    other = "99999999-0000-4000-8000-000000000001"
+    result = rendered([*docs(), _controlled_by(other)])
+    assert result.verb is Verb.REFUSE
+    assert result.body is None
+    (note,) = result.notes
+    assert note.reason is Reason.CONFIGMAP_OTHER_OWNER
+    assert note.message == (
+        "ConfigMap/vms/kvdev-vm1 is controlled by VirtualMachineInstance/vms/vm-other (uid "
+        f"{other}), not by VirtualMachineInstance/vms/vm1 (uid {VMI_UID}): left alone"
+    )
+    assert result.errors[0].path == "metadata.ownerReferences"
+    # its own, or one no object controls (the label says it is kvdev's): written
+    assert rendered([*docs(), _controlled_by(VMI_UID, "vm1")]).verb is Verb.UPDATE
+    unowned = _controlled_by(other)
+    del unowned["metadata"]["ownerReferences"]
+    assert rendered([*docs(), unowned]).verb is Verb.UPDATE

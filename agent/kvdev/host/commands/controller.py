@@ -74,7 +74,9 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
                                            address and tag of each DRA NIC, tags of GPUs and
                                            host devices)
   Written only when something changed; metadata.generation of each stream goes up by one
-  when its content changes.
+  when its content changes. A VMI name over 247 characters: ConfigMap kvdev--<its first 235
+  characters>-<10 hex digits of sha256(kvdev-<vmi>)>, a name no shorter VMI's can take. A
+  ConfigMap another VMI controls (ownerReferences) is never written.
   A driver's own file, relayed by its node (kvdev-host relay: a ConfigMap labelled
   app.kubernetes.io/managed-by=kvdev-host-relay in --relay-namespace, whose kvdev.io/node is
   the VMI's node and whose claim UID is one the VMI uses) wins over the reconstruction: its
@@ -100,12 +102,13 @@ endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, po
   /readyz   200 once every kind is listed, or 503 naming those not yet (leading or not)
   /leader   200 "leader" while it holds the Lease (or runs without one), else 503
   /metrics  Prometheus text, kvdev_controller_*: configmap renders/writes{{result}}/conflicts,
-            errors{{reason}}, relists/watch_restarts{{resource}}, event_to_write_seconds,
-            vmis_tracked, claims_tracked, leader, events{{result}}
+            errors{{reason}}, configmap_owner_refusals, relists/watch_restarts{{resource}},
+            event_to_write_seconds, vmis_tracked, claims_tracked, leader, events{{result}}
 
 Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
-  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapRefused (Warning). The same
-  reason and message again raises the Event's count; at most 25 per VMI, then 1 per 5 min.
+  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapOwnedByAnother,
+  ConfigMapRefused (Warning). The same reason and message again raises the Event's count; at
+  most 25 per VMI, then 1 per 5 min.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml

@@ -280,6 +280,8 @@ class Controller:
         elif result.verb is Verb.REFUSE:
             self.stats.count("refused")
             self.metrics.errors.labels("refused").inc()
+            if any(n.reason is Reason.CONFIGMAP_OTHER_OWNER for n in result.notes):
+                self.metrics.owner_refusals.inc()
         else:
             self.stats.count("unchanged")
             self.metrics.writes.labels("unchanged").inc()

@@ -111,6 +111,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.owner_refusals = Counter(
+            f"{PREFIX}configmap_owner_refusals",
+            "Writes refused because another object (another VMI) controls the ConfigMap.",
+            registry=r,
+        )
         self.latency = Histogram(
             f"{PREFIX}event_to_write_seconds",
             "From the watch event that changed a VMI's inputs to its ConfigMap write landing.",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kvdev.errors import Problem
-from kvdev.host.k8s.names import bounded, digest
+from kvdev.host.k8s.names import bounded_label, digest
 from kvdev.schema.tree import METADATA_SUFFIX
 
 RELAY_MANAGER: Final = "kvdev-host-relay"
@@ -84,7 +84,7 @@ def record_name(node: str, claim_uid: str) -> str:
 
 def node_label(node: str) -> str:
     """The node name as a label value (cut, with a hash, when longer than 63)."""
-    return bounded(node, _LABEL_MAX)
+    return bounded_label(node, _LABEL_MAX)
 
 
 def node_selector(node: str) -> str:
