@@ -482,26 +482,27 @@ def test_a_worker_survives_any_exception_from_a_render(double, api, caplog):
     assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in logged)
 
 
-def test_a_configmap_another_vmi_controls_is_never_written(double, api, caplog):
-    theirs = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": "kvdev-vm1",
-            "namespace": "vms",
-            "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "kubevirt.io/v1",
-                    "kind": "VirtualMachineInstance",
-                    "name": "vm-other",
-                    "uid": "99999999-0000-4000-8000-000000000001",
-                    "controller": True,
-                }
-            ],
-        },
-        "data": {"guest-hints.json": "theirs"},
+def labelled_configmap(data, owners=None):
+    """``kvdev-vm1`` with the controller's label; ``owners``: its ownerReferences, if any."""
+    meta = {
+        "name": "kvdev-vm1",
+        "namespace": "vms",
+        "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
     }
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def test_a_configmap_another_vmi_controls_is_never_written(double, api, caplog):
+    other = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "name": "vm-other",
+        "uid": "99999999-0000-4000-8000-000000000001",
+        "controller": True,
+    }
+    theirs = labelled_configmap({"guest-hints.json": "theirs"}, [other])
     double.put(theirs)
     with Running(api, resync=3600) as controller:
         until(lambda: controller.stats.refused >= 1, "refused")
@@ -512,3 +513,17 @@ def test_a_configmap_another_vmi_controls_is_never_written(double, api, caplog):
     exposition = controller.metrics.exposition().decode()
     assert "kvdev_controller_configmap_owner_refusals_total 1.0" in exposition
     assert any("vm-other" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_a_labelled_configmap_no_vmi_controls_is_read_again_and_adopted(double, api):
+    """Its data is not cached (not of the controller's shape): the sync reads it, then writes."""
+    double.put(labelled_configmap({"stale": "yes"}))
+    with Running(api, resync=3600) as controller:
+        until(lambda: controller.stats.updates >= 1, "adopted")
+        until(controller.idle.is_set, "idle")
+    cm = configmap(double)
+    vmi = double.get("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1")
+    assert [r["uid"] for r in cm["metadata"]["ownerReferences"]] == [vmi["metadata"]["uid"]]
+    assert "stale" not in cm["data"]
+    assert NIC1 in cm["data"]
+    assert double.count("GET", "/namespaces/vms/configmaps/kvdev-vm1") >= 1

@@ -1,7 +1,8 @@
 """``kvdev-host controller``: keep every DRA-using VMI's guest bundle in a ConfigMap.
 
-Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and the
-controller's own ConfigMaps, and create or update each VMI's ConfigMap
+Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, the
+controller's own ConfigMaps and the relay records of ``--relay-namespace`` only, and create or
+update each VMI's ConfigMap
 (``kvdev.host.controller.live``), under a Lease when ``--leader-elect``, recording Events on
 the VMIs and serving ``/healthz``, ``/readyz``, ``/leader``, ``/metrics`` on
 ``--http-address``. ``--once -f FILE...``: the same index and renderer over objects read
@@ -44,12 +45,21 @@ from kvdev.host.commands.common import (
 )
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
-from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, configmap_name, render
+from kvdev.host.controller.render import (
+    HINTS_KEY,
+    MANAGED_BY,
+    MANAGER,
+    Rendered,
+    Verb,
+    configmap_name,
+    render,
+)
 from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
+from kvdev.host.publish.relayed import RELAY_MANAGER
 
 if TYPE_CHECKING:
     from kvdev.host.controller.election import LeaseElector
@@ -91,6 +101,7 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
   Nothing is changed.
 
 live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
+  (relay records: in --relay-namespace only; of a ConfigMap it keeps only what a sync reads)
   with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
   409 conflict from a fresh read. --leader-elect takes the Lease --lease-namespace/--lease-name
   (coordination.k8s.io/v1) before writing, so that only one replica writes; a standby watches
@@ -258,12 +269,24 @@ def index_of_files(
         (ResourceClaim, Kind.CLAIM),
         (ResourceSlice, Kind.SLICE),
         (ConfigMap, Kind.CONFIGMAP),
+        (ConfigMap, Kind.RECORD),
     ]
     index = Index(relay_namespace)
     for model, kind in kinds:
-        items = [Stored(o, o.to_json_dict()) for o in objects if isinstance(o, model)]
+        items = [
+            Stored(o, o.to_json_dict())
+            for o in objects
+            if isinstance(o, model) and (kind is Kind.RECORD) == _is_record(o, relay_namespace)
+        ]
         index.replace(kind, items)
     return index
+
+
+def _is_record(obj: object, relay_namespace: str) -> bool:
+    """A node relay's record: a ConfigMap with the relay's label in the relay's namespace."""
+    if not isinstance(obj, ConfigMap) or obj.metadata.namespace != relay_namespace:
+        return False
+    return (obj.metadata.labels or {}).get(MANAGED_BY) == RELAY_MANAGER
 
 
 def describe(result: Rendered) -> str:

@@ -1,7 +1,8 @@
 """The running controller: reflectors -> index -> a queue of VMIs -> render -> writes.
 
 One reflector thread per watched kind (VMIs, virt-launcher pods, ResourceClaims,
-ResourceSlices, the controller's own ConfigMaps) feeds the ``Index`` under one lock; every
+ResourceSlices, the controller's own ConfigMaps, and the relay records of the relay's namespace
+alone: none without one) feeds the ``Index`` under one lock; every
 change queues the VMIs it concerns. Once every kind has been listed, ``workers`` threads take
 VMIs off one ``KeyedQueue`` (``workqueue``: a VMI is never synced by two workers at once; a
 change during its sync queues it again for afterwards) and sync each: ``render`` from the
@@ -43,7 +44,15 @@ from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
 from kvdev.host.controller.reflector import Change, Delete, Reflector, Replace, Upsert
-from kvdev.host.controller.render import MANAGED_BY, MANAGER, Inputs, Rendered, Verb, render
+from kvdev.host.controller.render import (
+    MANAGED_BY,
+    MANAGER,
+    Inputs,
+    Rendered,
+    Verb,
+    configmap_name,
+    render,
+)
 from kvdev.host.controller.workqueue import WORKERS, KeyedQueue
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
@@ -144,8 +153,10 @@ class Controller:
                 backoff=backoff(),
                 known=self._known,
                 clock=clock,
+                namespace=relay_namespace if kind is Kind.RECORD else None,
             )
             for kind in Kind
+            if kind is not Kind.RECORD or relay_namespace  # no relay namespace: no records
         ]
         self.synced = threading.Event()  # every kind listed once
         self.leading = threading.Event()  # holds the Lease, or runs without one
@@ -198,6 +209,10 @@ class Controller:
             return None
         self.stats.count("syncs")
         self.metrics.renders.inc()
+        if inputs.partial:  # a ConfigMap not of our shape: the cache kept no data of it
+            name = configmap_name(inputs.vmi.metadata.name)
+            fresh = self.api.get_configmap(inputs.vmi.metadata.namespace or "", name)
+            inputs = replace(inputs, existing=fresh, partial=False)
         for _ in range(CONFLICT_TRIES):
             try:
                 result = self._render(inputs)

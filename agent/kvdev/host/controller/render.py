@@ -94,8 +94,9 @@ class Inputs:
 
     ``pods``: the virt-launcher pods the VMI owns; ``claims``: the claims of the VMI's
     namespace it may use, by name; ``slices``: ResourceSlices by driver; ``existing``: the
-    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one; ``relayed``: the
-    node relays' records of those claims (any node: only the VMI's node's are used).
+    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one (``partial``: without
+    its data, which the caller reads before rendering); ``relayed``: the node relays' records of
+    those claims (any node: only the VMI's node's are used).
     """
 
     vmi: VirtualMachineInstance
@@ -104,6 +105,7 @@ class Inputs:
     slices: Mapping[str, Sequence[ResourceSlice]] = field(default_factory=dict)
     existing: Mapping[str, Any] | None = None
     relayed: Sequence[Record] = ()
+    partial: bool = False  # ``existing`` lacks its data (the cache keeps none): read it again
 
 
 @dataclass(frozen=True, slots=True)
