@@ -83,7 +83,7 @@ MODELS: Final[Mapping[Kind, type[Document]]] = {
     Kind.CONFIGMAP: ConfigMap,
     Kind.RECORD: ConfigMap,
 }
-_CONFIGMAPS: Final = (Kind.CONFIGMAP, Kind.RECORD)
+CONFIGMAPS: Final = (Kind.CONFIGMAP, Kind.RECORD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,7 @@ def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stor
         SchemaError: the object breaks kvdev's model (the object and field are named).
     """
     partial = False
-    if kind in _CONFIGMAPS:
+    if kind in CONFIGMAPS:
         kept, partial = slim(kind, raw)
         checked = {k: v for k, v in kept.items() if k not in ("data", "binaryData")}
         stored = _validated(kind, checked, source)
@@ -451,4 +451,4 @@ def _results(claim: ResourceClaim) -> list[Any]:
     return list(allocation.devices.results or [])
 
 
-__all__ = ["MODELS", "Index", "Key", "Kind", "Stored", "parse"]
+__all__ = ["CONFIGMAPS", "MODELS", "Index", "Key", "Kind", "Stored", "parse", "slim"]

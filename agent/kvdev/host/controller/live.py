@@ -39,7 +39,7 @@ from kvdev.host import logs
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
 from kvdev.host.controller.events import Note, ObjectRef, Reason
-from kvdev.host.controller.index import Index, Key, Kind, parse
+from kvdev.host.controller.index import CONFIGMAPS, Index, Key, Kind, parse
 from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
@@ -59,6 +59,9 @@ from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
+# ConfigMaps are listed 50 at a time: a page of them (up to 1 MiB each) is held whole while it
+# is read, so this bounds what one page costs, whoever wrote them.
+CONFIGMAP_PAGE_MAX = 50
 _VMI = "VirtualMachineInstance"
 
 
@@ -148,7 +151,7 @@ class Controller:
                 kind,
                 self.observe,
                 self._stop,
-                page_size=page_size,
+                page_size=min(page_size, CONFIGMAP_PAGE_MAX) if kind in CONFIGMAPS else page_size,
                 watch_seconds=watch_seconds,
                 backoff=backoff(),
                 known=self._known,
