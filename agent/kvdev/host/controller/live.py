@@ -59,9 +59,10 @@ from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
-# ConfigMaps are listed 50 at a time: a page of them (up to 1 MiB each) is held whole while it
-# is read, so this bounds what one page costs, whoever wrote them.
-CONFIGMAP_PAGE_MAX = 50
+# ConfigMaps are listed 10 at a time: a page of them (up to 1 MiB each) is held whole, several
+# times over (the response, its text, the parsed JSON), while it is read; this bounds what one
+# page costs, whoever wrote them (a tenant may label its ConfigMaps as the controller's).
+CONFIGMAP_PAGE_MAX = 10
 _VMI = "VirtualMachineInstance"
 
 
