@@ -47,6 +47,7 @@ class Reason(enum.Enum):
     CONFIGMAP_NOT_OWNED = ("ConfigMapNotOwned", True)
     CONFIGMAP_OTHER_OWNER = ("ConfigMapOwnedByAnother", True)
     CONFIGMAP_REFUSED = ("ConfigMapRefused", True)
+    RELAYED_METADATA_REFUSED = ("RelayedMetadataRefused", True)
 
     @property
     def reason(self) -> str:
