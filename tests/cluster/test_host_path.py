@@ -9,6 +9,7 @@ the same name -> its stream's generation restarts at 1; the VMI deleted -> the r
 collector deletes the ConfigMap.
 """
 
+import hashlib
 import json
 
 import pytest
@@ -125,3 +126,43 @@ def test_vmi_names_at_the_length_limit_get_valid_distinct_configmaps(world, cont
         assert len(cm.metadata.name) == 253
         assert cm.metadata.owner_references[0].name == name
         assert cm.metadata.labels["kvdev.io/vmi"] == vmi_label(name)
+
+
+def test_vmi_names_that_once_shared_a_configmap_each_get_their_own(world, controller):
+    """A 253-character name was cut to ``kvdev-<242 characters>-<hash>``, which is also
+    ``kvdev-`` and a 247-character name: the two VMIs then took turns at one ConfigMap. Now
+    each has its own, and neither's sync rewrites the other's."""
+    long = "v" * 253
+    whole = f"kvdev-{long}"
+    old = f"{whole[:242].rstrip('-._')}-{hashlib.sha256(whole.encode()).hexdigest()[:10]}"
+    short = old.removeprefix("kvdev-")  # 247 characters: its ConfigMap was exactly ``old``
+    assert len(short) == 247
+    assert configmap_name(short) == old
+    assert configmap_name(long) != old
+    vmis = {name: world.vmi(name) for name in (long, short)}
+
+    def both():
+        assert controller.alive(), controller.text()
+        found = {n: world.configmap(configmap_name(n)) for n in vmis}
+        return found if all(found.values()) else None
+
+    found = wait_for("a ConfigMap for each VMI", both)
+    versions = {}
+    for name, cm in found.items():
+        (owner,) = cm.metadata.owner_references
+        assert (owner.name, owner.uid) == (name, vmis[name].metadata.uid)
+        hints = json.loads(cm.data["guest-hints.json"])
+        assert hints["metadata"]["name"] == name
+        versions[name] = cm.metadata.resource_version
+    # both VMIs synced again (a label each), then a third one after them: nothing rewritten
+    for name in vmis:
+        world.custom.patch_namespaced_custom_object(
+            "kubevirt.io", "v1", world.ns, "virtualmachineinstances", name,
+            {"metadata": {"labels": {"resynced": "yes"}}},
+        )  # fmt: skip
+    world.vmi("after")
+    wait_for("the later VMI's ConfigMap", lambda: world.configmap(configmap_name("after")))
+    for name, vmi in vmis.items():
+        cm = world.configmap(configmap_name(name))
+        assert cm.metadata.resource_version == versions[name]
+        assert cm.metadata.owner_references[0].uid == vmi.metadata.uid

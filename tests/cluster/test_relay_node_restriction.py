@@ -227,7 +227,7 @@ def data_for_vmi_on(node, relay_configmaps):
             o["spec"]["nodeName"] = node if o["kind"] == "Pod" else o["spec"].get("nodeName")
         index.upsert(kinds[o["kind"]], parse(kinds[o["kind"]], o))
     for raw in relay_configmaps:
-        index.upsert(Kind.CONFIGMAP, parse(Kind.CONFIGMAP, raw))
+        index.upsert(Kind.RECORD, parse(Kind.RECORD, raw))
     inputs = index.inputs(("vms", "vm1"))
     assert inputs is not None
     return render(inputs).data

@@ -17,6 +17,7 @@ from kvdev.host.controller.election import Lease, LeaseElector
 from kvdev.host.controller.index import Kind
 from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
+from kvdev.host.controller.render import render
 from kvdev.schema import decode_stream
 from kvdev.schema.stream import DEVICE_METADATA
 
@@ -456,3 +457,73 @@ def test_a_pod_of_another_namespace_naming_the_vmis_uid_has_no_say(double, api):
     data = configmap(double)["data"]
     assert "fast-nic.nic.dra.net-metadata.json" in data  # from the VMI's own launcher pod
     assert len(data) == 5  # as without the impostor
+
+
+def test_a_worker_survives_any_exception_from_a_render(double, api, caplog):
+    """A render that raises (a defect, one VMI's content) is logged, counted and backed off."""
+    calls = []
+
+    def raising_twice(inputs):
+        calls.append(inputs.vmi.metadata.name)
+        if len(calls) <= 2:
+            raise ZeroDivisionError("injected by the test")
+        return render(inputs)
+
+    with Running(api, resync=3600, workers=1, renderer=raising_twice) as controller:
+        until(lambda: configmap(double) is not None, "the one worker syncs again and writes")
+        until(controller.idle.is_set, "the controller is idle")
+    print(f"renders: {len(calls)}; failures counted: {controller.stats.failures}")
+    assert len(calls) >= 3
+    assert controller.stats.failures == 2
+    exposition = controller.metrics.exposition().decode()
+    assert 'kvdev_controller_errors_total{reason="exception"} 2.0' in exposition
+    logged = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert len(logged) == 2
+    assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in logged)
+
+
+def labelled_configmap(data, owners=None):
+    """``kvdev-vm1`` with the controller's label; ``owners``: its ownerReferences, if any."""
+    meta = {
+        "name": "kvdev-vm1",
+        "namespace": "vms",
+        "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
+    }
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def test_a_configmap_another_vmi_controls_is_never_written(double, api, caplog):
+    other = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "name": "vm-other",
+        "uid": "99999999-0000-4000-8000-000000000001",
+        "controller": True,
+    }
+    theirs = labelled_configmap({"guest-hints.json": "theirs"}, [other])
+    double.put(theirs)
+    with Running(api, resync=3600) as controller:
+        until(lambda: controller.stats.refused >= 1, "refused")
+        until(controller.idle.is_set, "idle")
+    assert configmap(double)["data"] == {"guest-hints.json": "theirs"}
+    assert configmap(double)["metadata"]["ownerReferences"] == theirs["metadata"]["ownerReferences"]
+    assert double.count("PUT", "/configmaps") == 0
+    exposition = controller.metrics.exposition().decode()
+    assert "kvdev_controller_configmap_owner_refusals_total 1.0" in exposition
+    assert any("vm-other" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_a_labelled_configmap_no_vmi_controls_is_read_again_and_adopted(double, api):
+    """Its data is not cached (not of the controller's shape): the sync reads it, then writes."""
+    double.put(labelled_configmap({"stale": "yes"}))
+    with Running(api, resync=3600) as controller:
+        until(lambda: controller.stats.updates >= 1, "adopted")
+        until(controller.idle.is_set, "idle")
+    cm = configmap(double)
+    vmi = double.get("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1")
+    assert [r["uid"] for r in cm["metadata"]["ownerReferences"]] == [vmi["metadata"]["uid"]]
+    assert "stale" not in cm["data"]
+    assert NIC1 in cm["data"]
+    assert double.count("GET", "/namespaces/vms/configmaps/kvdev-vm1") >= 1

@@ -14,6 +14,7 @@ import pytest
 from test_controller_live import NIC1, Running, configmap, example_objects, kubeconfig, until
 
 from apidouble import ApiDouble
+from kvdev.host.controller.index import Kind
 from kvdev.host.controller.kube import KubeApi
 from kvdev.host.publish.relayed import records
 from kvdev.host.relay.finder import DriverFile
@@ -79,3 +80,49 @@ def test_a_record_of_the_vmis_node_wins_and_its_removal_restores_the_reconstruct
         until(lambda: configmap(double)["data"][NIC1] == rebuilt, "the reconstruction again")
         assert sources(configmap(double))[NIC1] == "reconstructed"
         assert "kvdev-sources.json" not in configmap(double)["data"]
+
+
+def test_records_are_read_only_in_the_relay_namespace_and_no_foreign_data_is_cached(double, api):
+    """A tenant's relay-labelled ConfigMaps are never listed or watched; a ConfigMap with the
+    controller's label that is not of its shape is cached without its data."""
+    big = "x" * 4096
+    for n in range(5):
+        tenant = record("node-a", namespace="tenant")
+        tenant["metadata"]["name"] = f"flood-{n}"
+        tenant["data"] = {"filler": big}
+        double.put(tenant)
+    double.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "imitation",
+                "namespace": "tenant",
+                "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
+            },
+            "data": {"filler": big},
+        }
+    )
+    double.put(record("node-a"))  # the relay's own: a record
+    with Running(api, resync=3600, relay_namespace="kvdev-system") as controller:
+        until(lambda: configmap(double) is not None, "the ConfigMap exists")
+        until(controller.idle.is_set, "idle")
+        index = controller.index
+        records_cached = index.count(Kind.RECORD)
+        own_record = index.get(Kind.RECORD, ("kvdev-system", record("node-a")["metadata"]["name"]))
+        imitation = index.get(Kind.CONFIGMAP, ("tenant", "imitation"))
+        own = index.get(Kind.CONFIGMAP, ("vms", "kvdev-vm1"))
+    listed = [r for r in double.requests if r.method == "GET" and r.path.endswith("/configmaps")]
+    paths = sorted({r.path for r in listed})
+    print(f"ConfigMap list/watch paths: {paths}")
+    assert records_cached == 1
+    assert own_record is not None
+    for r in listed:
+        selector = r.query.get("labelSelector", "")
+        if "kvdev-host-relay" in selector:
+            assert r.path == "/api/v1/namespaces/kvdev-system/configmaps", r
+    assert imitation is not None
+    assert imitation.partial
+    assert "data" not in imitation.raw
+    assert own is not None
+    assert own.raw["data"]  # its own: what the update decides on

@@ -376,9 +376,13 @@ def test_a_long_vmi_name_gets_a_valid_configmap_name_and_label(length):
     if length <= 247:
         assert meta["name"] == f"kvdev-{name}"
     else:
-        assert len(meta["name"]) == 253
-        assert meta["name"].startswith(f"kvdev-{name[:200]}")
-    assert label == name if length <= 63 else label.startswith(name[:40])
+        assert len(meta["name"]) >= 253 - 2  # cut back to end in a letter or digit
+        assert meta["name"].startswith(f"kvdev--{name[:200]}")
+    if length <= 63:
+        assert label == name
+    else:
+        assert label.startswith(name[:40])
+        assert "_" in label
     assert meta["ownerReferences"][0]["name"] == name
 
 
@@ -390,7 +394,7 @@ def test_long_vmi_names_sharing_a_prefix_get_distinct_names():
     assert configmap_name("v" * 247) == "kvdev-" + "v" * 247  # fits: as it is
     assert configmap_name("v" * 245 + ".x") == "kvdev-" + "v" * 245 + ".x"
     cut = configmap_name("v" * 230 + "-" * 20 + "w")  # cut inside the dashes: none kept
-    assert cut == "kvdev-" + "v" * 230 + "-" + cut[-10:]
+    assert cut == "kvdev--" + "v" * 230 + "-" + cut[-10:]
     assert DNS_SUBDOMAIN.match(cut)
 
 
@@ -581,3 +585,95 @@ def test_a_vmi_without_its_own_interfaces_gets_no_protected_nics_key():
     vmi = by_kind(docs(), "VirtualMachineInstance", "vm1")
     hints, _ = vmi_hints(VirtualMachineInstance.model_validate(vmi))
     assert "protectedNICs" not in hints.to_json_dict()
+
+
+def _crowded(objects):
+    """Two more VMIs: one with 65 own interfaces, one with 257 claimed host devices."""
+    base = by_kind(objects, "VirtualMachineInstance", "vm1")
+    nics = copy.deepcopy(base)
+    nics["metadata"].update(name="vm-nics", uid="3e0c7a9b-6d1f-4b8e-a2c4-000000000065")
+    devices = nics["spec"]["domain"]["devices"]
+    for n in range(65):
+        nics["spec"]["networks"].append({"name": f"own{n}", "pod": {}})
+        mac = f"02:00:00:00:01:{n:02x}"
+        devices["interfaces"].append({"name": f"own{n}", "masquerade": {}, "macAddress": mac})
+    many = copy.deepcopy(base)
+    many["metadata"].update(name="vm-many", uid="3e0c7a9b-6d1f-4b8e-a2c4-000000000257")
+    many["spec"]["domain"]["devices"]["hostDevices"] = [
+        {"name": f"d{n}", "claimName": "devices", "requestName": f"r{n}", "tag": f"t{n}"}
+        for n in range(257)
+    ]
+    return [nics, many]
+
+
+def test_more_hints_or_own_nics_than_a_document_holds_are_capped_with_a_warning():
+    objects = docs()
+    nics, many = (VirtualMachineInstance.model_validate(v) for v in _crowded(objects))
+    hints, warnings = vmi_hints(nics)
+    assert len(hints.protected_nics or []) == 64
+    assert [w.path for w in warnings] == ["spec.domain.devices.interfaces[68]"]
+    assert "more than 64 own interfaces" in warnings[0].message
+    hints, warnings = vmi_hints(many)
+    assert len(hints.devices) == 256
+    assert [w.path for w in warnings] == ["spec.domain.devices.hostDevices[252]"]  # after vm1's 4
+    assert "more than 256 device hints" in warnings[0].message
+
+
+def test_once_renders_every_vmi_when_one_holds_more_than_a_document_can(tmp_path, capsys):
+    crowded = tmp_path / "crowded.yaml"
+    crowded.write_text(yaml.safe_dump_all(_crowded(docs())))
+    assert cli.main(["controller", "--once", *F_ARGS, "-f", str(crowded), "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    names = [i["metadata"]["name"] for i in json.loads(captured.out)["items"]]
+    assert names == ["kvdev-vm-many", "kvdev-vm-nics", "kvdev-vm1"]
+    assert (
+        "warning: spec.domain.devices.interfaces[68]: VirtualMachineInstance/vms/vm-nics: "
+        "more than 64 own interfaces" in captured.err
+    )
+    assert (
+        "warning: spec.domain.devices.hostDevices[252]: VirtualMachineInstance/vms/vm-many: "
+        "more than 256 device hints" in captured.err
+    )
+
+
+def _controlled_by(uid, name="vm-other"):
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "kvdev-vm1",
+            "namespace": "vms",
+            "resourceVersion": "3",
+            "labels": {"app.kubernetes.io/managed-by": "kvdev-host-controller"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachineInstance",
+                    "name": name,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": {"guest-hints.json": "theirs"},
+    }
+
+
+def test_another_vmis_configmap_is_never_written_and_the_event_names_both():
+    other = "99999999-0000-4000-8000-000000000001"
+    result = rendered([*docs(), _controlled_by(other)])
+    assert result.verb is Verb.REFUSE
+    assert result.body is None
+    (note,) = result.notes
+    assert note.reason is Reason.CONFIGMAP_OTHER_OWNER
+    assert note.message == (
+        "ConfigMap/vms/kvdev-vm1 is controlled by VirtualMachineInstance/vms/vm-other (uid "
+        f"{other}), not by VirtualMachineInstance/vms/vm1 (uid {VMI_UID}): left alone"
+    )
+    assert result.errors[0].path == "metadata.ownerReferences"
+    # its own, or one no object controls (the label says it is kvdev's): written
+    assert rendered([*docs(), _controlled_by(VMI_UID, "vm1")]).verb is Verb.UPDATE
+    unowned = _controlled_by(other)
+    del unowned["metadata"]["ownerReferences"]
+    assert rendered([*docs(), unowned]).verb is Verb.UPDATE

@@ -1,7 +1,8 @@
 """``kvdev-host controller``: keep every DRA-using VMI's guest bundle in a ConfigMap.
 
-Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices and the
-controller's own ConfigMaps, and create or update each VMI's ConfigMap
+Live (default): watch VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, the
+controller's own ConfigMaps and the relay records of ``--relay-namespace`` only, and create or
+update each VMI's ConfigMap
 (``kvdev.host.controller.live``), under a Lease when ``--leader-elect``, recording Events on
 the VMIs and serving ``/healthz``, ``/readyz``, ``/leader``, ``/metrics`` on
 ``--http-address``. ``--once -f FILE...``: the same index and renderer over objects read
@@ -44,12 +45,21 @@ from kvdev.host.commands.common import (
 )
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.controller.index import Index, Kind, Stored
-from kvdev.host.controller.render import HINTS_KEY, MANAGER, Rendered, Verb, render
+from kvdev.host.controller.render import (
+    HINTS_KEY,
+    MANAGED_BY,
+    MANAGER,
+    Rendered,
+    Verb,
+    configmap_name,
+    render,
+)
 from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
+from kvdev.host.publish.relayed import RELAY_MANAGER
 
 if TYPE_CHECKING:
     from kvdev.host.controller.election import LeaseElector
@@ -74,7 +84,9 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
                                            address and tag of each DRA NIC, tags of GPUs and
                                            host devices)
   Written only when something changed; metadata.generation of each stream goes up by one
-  when its content changes.
+  when its content changes. A VMI name over 247 characters: ConfigMap kvdev--<its first 235
+  characters>-<10 hex digits of sha256(kvdev-<vmi>)>, a name no shorter VMI's can take. A
+  ConfigMap another VMI controls (ownerReferences) is never written.
   A driver's own file, relayed by its node (kvdev-host relay: a ConfigMap labelled
   app.kubernetes.io/managed-by=kvdev-host-relay in --relay-namespace, whose kvdev.io/node is
   the VMI's node and whose claim UID is one the VMI uses) wins over the reconstruction: its
@@ -92,6 +104,7 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
   Nothing is changed.
 
 live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
+  (relay records: in --relay-namespace only; of a ConfigMap it keeps only what a sync reads)
   with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
   409 conflict from a fresh read. --leader-elect takes the Lease --lease-namespace/--lease-name
   (coordination.k8s.io/v1) before writing, so that only one replica writes; a standby watches
@@ -103,13 +116,13 @@ endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, po
   /readyz   200 once every kind is listed, or 503 naming those not yet (leading or not)
   /leader   200 "leader" while it holds the Lease (or runs without one), else 503
   /metrics  Prometheus text, kvdev_controller_*: configmap renders/writes{{result}}/conflicts,
-            errors{{reason}}, relists/watch_restarts{{resource}}, event_to_write_seconds,
-            vmis_tracked, claims_tracked, leader, events{{result}}
+            errors{{reason}}, configmap_owner_refusals, relists/watch_restarts{{resource}},
+            event_to_write_seconds, vmis_tracked, claims_tracked, leader, events{{result}}
 
 Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
-  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapRefused,
-  RelayedMetadataRefused (Warning). The same reason and message again raises the Event's
-  count; at most 25 per VMI, then 1 per 5 min.
+  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapOwnedByAnother,
+  ConfigMapRefused, RelayedMetadataRefused (Warning). The same reason and message again raises
+  the Event's count; at most 25 per VMI, then 1 per 5 min.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
@@ -259,12 +272,24 @@ def index_of_files(
         (ResourceClaim, Kind.CLAIM),
         (ResourceSlice, Kind.SLICE),
         (ConfigMap, Kind.CONFIGMAP),
+        (ConfigMap, Kind.RECORD),
     ]
     index = Index(relay_namespace)
     for model, kind in kinds:
-        items = [Stored(o, o.to_json_dict()) for o in objects if isinstance(o, model)]
+        items = [
+            Stored(o, o.to_json_dict())
+            for o in objects
+            if isinstance(o, model) and (kind is Kind.RECORD) == _is_record(o, relay_namespace)
+        ]
         index.replace(kind, items)
     return index
+
+
+def _is_record(obj: object, relay_namespace: str) -> bool:
+    """A node relay's record: a ConfigMap with the relay's label in the relay's namespace."""
+    if not isinstance(obj, ConfigMap) or obj.metadata.namespace != relay_namespace:
+        return False
+    return (obj.metadata.labels or {}).get(MANAGED_BY) == RELAY_MANAGER
 
 
 def describe(result: Rendered) -> str:
@@ -305,6 +330,19 @@ def print_configmaps(bodies: Sequence[dict[str, Any]], output: str, out: TextIO)
         out.write(yaml.dump_all(bodies, Dumper=_LiteralDumper, sort_keys=False, width=1 << 16))
 
 
+def _render_one(index: Index, key: tuple[str, str]) -> Rendered:
+    """The VMI's decision; whatever goes wrong with one VMI is its refusal, not the run's end."""
+    try:
+        inputs = index.inputs(key)
+        assert inputs is not None
+        return render(inputs)
+    except Exception as e:  # one VMI never stops the others
+        logging.getLogger("kvdev.host.controller").debug("%s/%s", *key, exc_info=True)
+        problem = Problem(f"could not be rendered: {type(e).__name__}: {e}")
+        name = f"{key[0]}/{key[1]}"
+        return Rendered(name, key[0], configmap_name(key[1]), Verb.REFUSE, problems=(problem,))
+
+
 def run_once(
     files: Sequence[str],
     output: str,
@@ -322,11 +360,7 @@ def run_once(
         problems = e.problems if isinstance(e, SchemaError) else (str(e),)
         err.writelines(f"{prefix}: {p}\n" for p in problems)
         return EXIT_INVALID
-    results = []
-    for key in index.vmis():
-        inputs = index.inputs(key)
-        assert inputs is not None
-        results.append(render(inputs))
+    results = [_render_one(index, key) for key in index.vmis()]
     report(results, err, prefix)
     bodies = [r.body for r in results if r.body is not None]
     print_configmaps(bodies, output, out)

@@ -45,6 +45,7 @@ class Reason(enum.Enum):
     CLAIM_PENDING = ("ClaimPending", False)
     HINT_REFUSED = ("HintRefused", True)
     CONFIGMAP_NOT_OWNED = ("ConfigMapNotOwned", True)
+    CONFIGMAP_OTHER_OWNER = ("ConfigMapOwnedByAnother", True)
     CONFIGMAP_REFUSED = ("ConfigMapRefused", True)
     RELAYED_METADATA_REFUSED = ("RelayedMetadataRefused", True)
 

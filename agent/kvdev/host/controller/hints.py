@@ -24,7 +24,10 @@ or configuration names its own NIC.
 
 A hint that would say nothing is not written. A value kvdev cannot use (a MAC or PCI address
 that does not parse, an unknown claim entry, a second hint for the same request) costs only
-that value or that hint, with a warning naming the VMI and the field. Pure: no I/O.
+that value or that hint, with a warning naming the VMI and the field; past the document's
+bounds (``HINTS_MAX`` hints, ``PROTECTED_NICS_MAX`` protected NICs) the rest are left out, with
+a warning naming the first one left out. Whatever the spec says, ``vmi_hints`` returns a valid
+document. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pydantic import ValidationError
 from kvdev.errors import Problem, Severity
 from kvdev.host.k8s.kubevirt import ClaimedDevice, VirtualMachineInstance
 from kvdev.host.schema.hints import DeviceHint, GuestHints, GuestLocation, ProtectedNic
-from kvdev.schema.hints import KIND, V1ALPHA1
+from kvdev.schema.hints import HINTS_MAX, KIND, PROTECTED_NICS_MAX, V1ALPHA1
 
 _GUEST_FIELDS = {"mac_address": "macAddress", "pci_address": "pciAddress", "tag": "tag"}
 
@@ -156,8 +159,16 @@ def _protected(vmi: VirtualMachineInstance, warnings: list[Problem]) -> list[dic
                 reason = "; ".join(err["msg"] for err in e.errors())
                 message = f"{subject}: {value!r} cannot be a protectedNICs {key} ({reason})"
                 warnings.append(Problem(message, path=path, severity=Severity.WARNING))
-        if entry:
-            out.append(entry)
+        if not entry:
+            continue
+        if len(out) == PROTECTED_NICS_MAX:
+            message = (
+                f"{subject}: more than {PROTECTED_NICS_MAX} own interfaces (without "
+                "resourceClaim): the rest are left out of protectedNICs"
+            )
+            warnings.append(Problem(message, path=at, severity=Severity.WARNING))
+            break
+        out.append(entry)
     return out
 
 
@@ -196,6 +207,10 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
             message = f"{subject}: names the same claim request as {seen[key]}; no second hint"
             warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
             continue
+        if len(hints) == HINTS_MAX:
+            message = f"{subject}: more than {HINTS_MAX} device hints: the rest are left out"
+            warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
+            break
         seen[key] = use.path
         hints.append(hint)
     document_body: dict[str, object] = {

@@ -1,16 +1,23 @@
 """The objects the controller knows, and which VMIs a change of one of them concerns (pure).
 
-Owns the five caches (VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, the
-controller's own ConfigMaps), each keyed by ``(namespace, name)`` (slices: ``("", name)``),
-holding the parsed model and the JSON it came from; the parsing of API JSON into kvdev's models
-(``parse``: list items come without apiVersion and kind); and the join: ``affected`` VMIs of a
+Owns the six caches (VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, the
+controller's own ConfigMaps, the node relays' records), each keyed by ``(namespace, name)``
+(slices: ``("", name)``), holding the parsed model and the JSON it came from; the parsing of API
+JSON into kvdev's models (``parse``: list items come without apiVersion and kind), which keeps
+of a ConfigMap only what a sync reads (``slim``); and the join: ``affected`` VMIs of a
 change (a VMI itself; the VMI controlling a pod, in the pod's namespace; every VMI using a
 claim, directly or through a pod's ``status.resourceClaimStatuses``; every VMI with a device in
 a slice's pool; the VMI a ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names;
 every VMI using the claim a node relay's record names, by the claim's UID) and ``inputs`` for
-``render``. Relay records (``publish/relayed``) are ConfigMaps too, cached with the others,
-but only those in the relay's namespace (``relay_namespace``) are records: a ConfigMap with
-the relay's label anywhere else is nobody's record.
+``render``. Relay records (``publish/relayed``) are ConfigMaps of their own kind
+(``Kind.RECORD``), listed and watched in the relay's namespace (``relay_namespace``) only: a
+ConfigMap with the relay's label anywhere else is nobody's record, and never even read.
+
+What a cached ConfigMap keeps (``slim``): its metadata without ``managedFields``; a record's data
+(the files a sync copies); the data of the controller's own ConfigMap only where it has the
+shape the controller writes (a VMI its controller owner, the name that VMI's) - any other
+ConfigMap with the controller's label is cached without its data (``Stored.partial``: a sync
+that needs it reads it again). The models hold metadata only: no byte of data is held twice.
 
 The joins (VMI -> its claim names, claim -> its VMIs, driver and pool -> allocated claims,
 driver -> slices) are kept as objects change, so no event looks at every cached VMI. An object
@@ -44,13 +51,18 @@ Key = tuple[str, str]
 
 
 class Kind(enum.Enum):
-    """The kinds the controller watches, with the apiVersion and kind their JSON carries."""
+    """The kinds the controller watches, with the apiVersion and kind their JSON carries.
 
-    VMI = (VMI_API_VERSION, VMI_KIND)
-    POD = ("v1", "Pod")
-    CLAIM = (RESOURCE_API_VERSION, "ResourceClaim")
-    SLICE = (RESOURCE_API_VERSION, "ResourceSlice")
-    CONFIGMAP = ("v1", "ConfigMap")
+    ``CONFIGMAP`` and ``RECORD`` are both core/v1 ConfigMaps: the controller's own (every
+    namespace) and the node relays' records (the relay's namespace only).
+    """
+
+    VMI = (VMI_API_VERSION, VMI_KIND, "")
+    POD = ("v1", "Pod", "")
+    CLAIM = (RESOURCE_API_VERSION, "ResourceClaim", "")
+    SLICE = (RESOURCE_API_VERSION, "ResourceSlice", "")
+    CONFIGMAP = ("v1", "ConfigMap", "own")
+    RECORD = ("v1", "ConfigMap", "record")
 
     @property
     def api_version(self) -> str:
@@ -69,15 +81,21 @@ MODELS: Final[Mapping[Kind, type[Document]]] = {
     Kind.CLAIM: ResourceClaim,
     Kind.SLICE: ResourceSlice,
     Kind.CONFIGMAP: ConfigMap,
+    Kind.RECORD: ConfigMap,
 }
+CONFIGMAPS: Final = (Kind.CONFIGMAP, Kind.RECORD)
 
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """One cached object: its model and the JSON it was parsed from."""
+    """One cached object: its model and the JSON it was parsed from (a ConfigMap's: ``slim``).
+
+    ``partial``: the JSON lacks data a sync reads (a ConfigMap not of the controller's shape).
+    """
 
     model: Any  # the kind's model (see MODELS)
     raw: Mapping[str, Any]
+    partial: bool = False
 
     @property
     def key(self) -> Key:
@@ -92,12 +110,65 @@ class Stored:
         return version
 
 
+def slim(kind: Kind, raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """What the cache keeps of a ConfigMap's JSON, and whether data a sync reads was left out.
+
+    Metadata without ``managedFields``, ``immutable``, and the data (``data``, ``binaryData``)
+    of a record or of a ConfigMap of the controller's shape (its controller owner a VMI, its
+    name that VMI's ``configmap_name``); any other ConfigMap's data is left out.
+    """
+    found = raw.get("metadata")
+    meta: dict[str, Any] = (
+        {k: v for k, v in found.items() if k != "managedFields"}
+        if isinstance(found, Mapping)
+        else {}
+    )
+    out: dict[str, Any] = {"metadata": meta if isinstance(found, Mapping) else found}
+    if "immutable" in raw:
+        out["immutable"] = raw["immutable"]
+    data_keys = [k for k in ("data", "binaryData") if k in raw]
+    if kind is Kind.RECORD or _shaped(meta):
+        out.update({k: raw[k] for k in data_keys})
+        return out, False
+    return out, bool(data_keys)
+
+
+def _shaped(meta: Mapping[str, Any]) -> bool:
+    """The ConfigMap is as the controller writes one: a VMI controls it, and has its name."""
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    controllers = [o for o in owners if isinstance(o, Mapping) and o.get("controller") is True]
+    if len(controllers) != 1:
+        return False
+    owner = controllers[0]
+    name = owner.get("name")
+    return (
+        owner.get("kind") == VMI_KIND
+        and owner.get("apiVersion") == VMI_API_VERSION
+        and isinstance(name, str)
+        and meta.get("name") == configmap_name(name)
+    )
+
+
 def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stored:
     """Validate API JSON as ``kind`` (apiVersion and kind filled in when absent).
+
+    A ConfigMap keeps only what ``slim`` keeps; its model, metadata alone.
 
     Raises:
         SchemaError: the object breaks kvdev's model (the object and field are named).
     """
+    partial = False
+    if kind in CONFIGMAPS:
+        kept, partial = slim(kind, raw)
+        checked = {k: v for k, v in kept.items() if k not in ("data", "binaryData")}
+        stored = _validated(kind, checked, source)
+        return Stored(stored, kept, partial)
+    return Stored(_validated(kind, raw, source), raw)
+
+
+def _validated(kind: Kind, raw: Mapping[str, Any], source: str) -> Any:  # noqa: ANN401 - MODELS
     value = {"apiVersion": kind.api_version, "kind": kind.kind, **raw}
     try:
         model = MODELS[kind].model_validate(value, strict=True)
@@ -112,7 +183,7 @@ def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stor
                 for p in problems_from(e, source=source, index=None)
             ]
         ) from e
-    return Stored(model, raw)
+    return model
 
 
 class Index:
@@ -209,10 +280,11 @@ class Index:
             slices={d: tuple(v) for d, v in slices.items()},
             existing=existing.raw if existing is not None else None,
             relayed=tuple(relayed),
+            partial=existing is not None and existing.partial,
         )
 
     def record(self, stored: Stored) -> Record | None:
-        """The relay record a cached ConfigMap is (only in the relay's namespace)."""
+        """The relay record a cached ``Kind.RECORD`` is (only in the relay's namespace)."""
         if self.relay_namespace is None or stored.key[0] != self.relay_namespace:
             return None
         return read_record(stored.raw)
@@ -225,8 +297,9 @@ class Index:
             return {stored.key} if uses_dra(stored.model) else set()
         if kind is Kind.POD:
             return {(namespace, o.name) for o in _vmi_owners(stored.model)}
-        if kind is Kind.CONFIGMAP and (record := self.record(stored)) is not None:
-            claim = self._claim_by_uid.get(record.claim_uid)
+        if kind is Kind.RECORD:
+            record = self.record(stored)
+            claim = self._claim_by_uid.get(record.claim_uid) if record is not None else None
             return set(self._users_of.get(claim, ())) if claim is not None else set()
         if kind is Kind.CONFIGMAP:
             # the owner's name: the label holds a cut name for a VMI name longer than 63
@@ -263,7 +336,7 @@ class Index:
             self._pool_claims(before, add=False)
             self._pool_claims(after, add=True)
             self._claim_uid(before, after)
-        elif kind is Kind.CONFIGMAP:
+        elif kind is Kind.RECORD:
             self._relink_record(before, after)
         elif kind is Kind.SLICE:
             self._driver_slices(before, after)
@@ -378,4 +451,4 @@ def _results(claim: ResourceClaim) -> list[Any]:
     return list(allocation.devices.results or [])
 
 
-__all__ = ["MODELS", "Index", "Key", "Kind", "Stored", "parse"]
+__all__ = ["CONFIGMAPS", "MODELS", "Index", "Key", "Kind", "Stored", "parse", "slim"]

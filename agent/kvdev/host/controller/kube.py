@@ -1,7 +1,7 @@
 """The controller's calls to the Kubernetes API, through the official ``kubernetes`` client.
 
 Owns: building the client (in-cluster service account, a kubeconfig file, or the default
-kubeconfig), the five watched resources (list with paging, watch with ``resourceVersion``,
+kubeconfig), the six watched resources (list with paging, watch with ``resourceVersion``,
 ``allowWatchBookmarks`` and ``timeoutSeconds``), ConfigMap GET/POST/PUT, Lease GET/POST/PUT
 and core/v1 Event POST/PATCH, all as raw JSON (kvdev's own models validate it, never the
 client's), and the one map from what the API server answers to kvdev's errors:
@@ -41,9 +41,8 @@ _GONE: Final = 410
 _NOT_FOUND: Final = 404
 _RETRYABLE_CLIENT_ERRORS: Final = (408, 429)
 LAUNCHER_SELECTOR: Final = "kubevirt.io=virt-launcher"
-# The controller's own ConfigMaps and the node relays' records (which the index keeps only in
-# the relay's namespace): one watch for both.
-OWN_SELECTOR: Final = f"{MANAGED_BY} in ({MANAGER},{RELAY_MANAGER})"
+OWN_SELECTOR: Final = f"{MANAGED_BY}={MANAGER}"  # the controller's own ConfigMaps, anywhere
+RELAY_SELECTOR: Final = f"{MANAGED_BY}={RELAY_MANAGER}"  # records: in the relay's namespace only
 
 
 class ConflictError(RetryableError):
@@ -108,8 +107,16 @@ class KubeApi:
 
         return client.CoreV1Api(self.client)
 
-    def _list_call(self, kind: Kind) -> tuple[Callable[..., Any], dict[str, Any]]:
+    def _list_call(
+        self, kind: Kind, namespace: str | None = None
+    ) -> tuple[Callable[..., Any], dict[str, Any]]:
         from kubernetes import client  # noqa: PLC0415
+
+        if kind is Kind.RECORD:  # never across namespaces: a tenant's ConfigMaps are not seen
+            if not namespace:
+                raise PermanentError("relay records are listed in the relay's namespace only")
+            args = {"namespace": namespace, "label_selector": RELAY_SELECTOR}
+            return self._core().list_namespaced_config_map, args
 
         if kind is Kind.VMI:
             api = client.CustomObjectsApi(self.client)
@@ -153,9 +160,14 @@ class KubeApi:
 
     # ------------------------------------------------------------------ list + watch
 
-    def list_page(self, kind: Kind, *, limit: int, token: str | None) -> Page:
-        """One page of the resource's list (``token``: the previous page's ``continue``)."""
-        method, args = self._list_call(kind)
+    def list_page(
+        self, kind: Kind, *, limit: int, token: str | None, namespace: str | None = None
+    ) -> Page:
+        """One page of the resource's list (``token``: the previous page's ``continue``).
+
+        ``namespace``: the one namespace of a namespaced listing (``Kind.RECORD``).
+        """
+        method, args = self._list_call(kind, namespace)
         extra: dict[str, Any] = {"limit": limit}
         if token:
             extra["_continue"] = token
@@ -166,7 +178,13 @@ class KubeApi:
         items = [i for i in data.get("items") or [] if isinstance(i, dict)]
         return Page(items, str(meta.get("resourceVersion") or ""), meta.get("continue") or None)
 
-    def watch(self, kind: Kind, resource_version: str, timeout_seconds: int) -> Watching:
+    def watch(
+        self,
+        kind: Kind,
+        resource_version: str,
+        timeout_seconds: int,
+        namespace: str | None = None,
+    ) -> Watching:
         """Watch events after ``resource_version`` (bookmarks asked for), raw JSON each.
 
         The iterator raises ``ExpiredError`` on 410 Gone, and the errors of ``call``.
@@ -175,7 +193,7 @@ class KubeApi:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
         from urllib3.exceptions import HTTPError  # noqa: PLC0415
 
-        method, args = self._list_call(kind)
+        method, args = self._list_call(kind, namespace)
         watches: Any = watch  # untyped
         stream = watches.Watch()
         what = f"watch {kind.kind}"

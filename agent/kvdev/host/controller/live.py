@@ -1,7 +1,8 @@
 """The running controller: reflectors -> index -> a queue of VMIs -> render -> writes.
 
 One reflector thread per watched kind (VMIs, virt-launcher pods, ResourceClaims,
-ResourceSlices, the controller's own ConfigMaps) feeds the ``Index`` under one lock; every
+ResourceSlices, the controller's own ConfigMaps, and the relay records of the relay's namespace
+alone: none without one) feeds the ``Index`` under one lock; every
 change queues the VMIs it concerns. Once every kind has been listed, ``workers`` threads take
 VMIs off one ``KeyedQueue`` (``workqueue``: a VMI is never synced by two workers at once; a
 change during its sync queues it again for afterwards) and sync each: ``render`` from the
@@ -38,18 +39,30 @@ from kvdev.host import logs
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
 from kvdev.host.controller.events import Note, ObjectRef, Reason
-from kvdev.host.controller.index import Index, Key, Kind, parse
+from kvdev.host.controller.index import CONFIGMAPS, Index, Key, Kind, parse
 from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
 from kvdev.host.controller.reflector import Change, Delete, Reflector, Replace, Upsert
-from kvdev.host.controller.render import MANAGED_BY, MANAGER, Inputs, Rendered, Verb, render
+from kvdev.host.controller.render import (
+    MANAGED_BY,
+    MANAGER,
+    Inputs,
+    Rendered,
+    Verb,
+    configmap_name,
+    render,
+)
 from kvdev.host.controller.workqueue import WORKERS, KeyedQueue
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
+# ConfigMaps are listed 10 at a time: a page of them (up to 1 MiB each) is held whole, several
+# times over (the response, its text, the parsed JSON), while it is read; this bounds what one
+# page costs, whoever wrote them (a tenant may label its ConfigMaps as the controller's).
+CONFIGMAP_PAGE_MAX = 10
 _VMI = "VirtualMachineInstance"
 
 
@@ -107,10 +120,12 @@ class Controller:
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
         relay_namespace: str | None = None,
+        renderer: Callable[[Inputs], Rendered] = render,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.api = api
+        self._render = renderer
         self.resync = resync
         self.workers = workers
         self.index = Index(relay_namespace)
@@ -137,13 +152,15 @@ class Controller:
                 kind,
                 self.observe,
                 self._stop,
-                page_size=page_size,
+                page_size=min(page_size, CONFIGMAP_PAGE_MAX) if kind in CONFIGMAPS else page_size,
                 watch_seconds=watch_seconds,
                 backoff=backoff(),
                 known=self._known,
                 clock=clock,
+                namespace=relay_namespace if kind is Kind.RECORD else None,
             )
             for kind in Kind
+            if kind is not Kind.RECORD or relay_namespace  # no relay namespace: no records
         ]
         self.synced = threading.Event()  # every kind listed once
         self.leading = threading.Event()  # holds the Lease, or runs without one
@@ -196,9 +213,13 @@ class Controller:
             return None
         self.stats.count("syncs")
         self.metrics.renders.inc()
+        if inputs.partial:  # a ConfigMap not of our shape: the cache kept no data of it
+            name = configmap_name(inputs.vmi.metadata.name)
+            fresh = self.api.get_configmap(inputs.vmi.metadata.namespace or "", name)
+            inputs = replace(inputs, existing=fresh, partial=False)
         for _ in range(CONFLICT_TRIES):
-            result = render(inputs)
             try:
+                result = self._render(inputs)
                 written = self._write(result)
             except ConflictError as e:
                 self.stats.count("conflicts")
@@ -207,7 +228,7 @@ class Controller:
                 fresh = self.api.get_configmap(result.namespace, result.name)
                 inputs = replace(inputs, existing=fresh)
                 self._remember(fresh)
-            except KvdevError:
+            except Exception:
                 if since is not None:
                     with self._lock:
                         self._since.setdefault(key, since)
@@ -278,6 +299,8 @@ class Controller:
         elif result.verb is Verb.REFUSE:
             self.stats.count("refused")
             self.metrics.errors.labels("refused").inc()
+            if any(n.reason is Reason.CONFIGMAP_OTHER_OWNER for n in result.notes):
+                self.metrics.owner_refusals.inc()
         else:
             self.stats.count("unchanged")
             self.metrics.writes.labels("unchanged").inc()
@@ -437,6 +460,17 @@ class Controller:
                 log.error(  # noqa: TRY400 - expected, no traceback
                     "%s/%s: %s (waiting for a change)", *key, e, extra=logs.about(_VMI, *key)
                 )
+            return
+        except Exception:  # one VMI's content (or a defect) never ends a worker
+            self.stats.count("failures")
+            self.metrics.errors.labels("exception").inc()
+            delay = self._failures.setdefault(key, self._backoff()).next()
+            log.exception(
+                "%s/%s: the sync failed unexpectedly (again in %.1f s)",
+                *(*key, delay),
+                extra=logs.about(_VMI, *key),
+            )
+            self._queue.add([key], delay)
             return
         self._failures.pop(key, None)
         if result is not None:

@@ -107,8 +107,13 @@ class Metrics:
         self.errors = Counter(
             f"{PREFIX}errors",
             "Syncs that did not write what they rendered, by reason "
-            "(refused, retryable, permanent).",
+            "(refused, retryable, permanent, exception: the sync raised, backed off).",
             ["reason"],
+            registry=r,
+        )
+        self.owner_refusals = Counter(
+            f"{PREFIX}configmap_owner_refusals",
+            "Writes refused because another object (another VMI) controls the ConfigMap.",
             registry=r,
         )
         self.latency = Histogram(
@@ -126,7 +131,7 @@ class Metrics:
         )
         for result in ("created", "updated", "unchanged"):
             self.writes.labels(result)
-        for reason in ("refused", "retryable", "permanent"):
+        for reason in ("refused", "retryable", "permanent", "exception"):
             self.errors.labels(reason)
         for result in ("created", "patched", "dropped_spam", "dropped_queue", "failed"):
             self.events.labels(result)

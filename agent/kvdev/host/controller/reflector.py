@@ -79,6 +79,7 @@ class Reflector:
     stop: threading.Event
     page_size: int = 500
     watch_seconds: int = 300
+    namespace: str | None = None  # a namespaced kind's one namespace (Kind.RECORD)
     backoff: Backoff = field(default_factory=Backoff)
     known: Known = _never  # an event the cache already holds is not parsed again
     synced: threading.Event = field(default_factory=threading.Event)
@@ -138,7 +139,9 @@ class Reflector:
         token: str | None = None
         version = ""
         while True:
-            page = self.api.list_page(self.kind, limit=self.page_size, token=token)
+            page = self.api.list_page(
+                self.kind, limit=self.page_size, token=token, namespace=self.namespace
+            )
             if token is None:  # every page of one list is one snapshot: the first one's version
                 version = page.resource_version
             items.extend(s for s in (self._parse(i) for i in page.items) if s is not None)
@@ -153,7 +156,9 @@ class Reflector:
 
     def _watch(self) -> None:
         assert self.resource_version is not None
-        watching = self.api.watch(self.kind, self.resource_version, self.watch_seconds)
+        watching = self.api.watch(
+            self.kind, self.resource_version, self.watch_seconds, self.namespace
+        )
         with self._lock:
             self._watching = watching
         self.watches += 1

@@ -4,10 +4,12 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
 
 * name ``kvdev-<vmi-name>``, in the VMI's namespace; labels
   ``app.kubernetes.io/managed-by: kvdev-host-controller`` and ``kvdev.io/vmi: <vmi-name>``;
-  a name or label value that would be too long (253, 63) is cut and ends in ``-`` and 10 hex
-  digits of the SHA-256 of the whole (``configmap_name``, ``vmi_label``);
-  ``ownerReferences``: the VMI (``controller`` and ``blockOwnerDeletion`` true), so garbage
-  collection removes the ConfigMap with the VMI;
+  a name or label value that would be too long (253, 63) is cut in a form no uncut one can take
+  (``configmap_name``, ``vmi_label``: ``k8s.names``; a VMI's name is a DNS-1123 subdomain, as
+  ``k8s.common.ObjectMeta`` checks when it is read); ``ownerReferences``: the VMI
+  (``controller`` and ``blockOwnerDeletion`` true), so garbage collection removes the ConfigMap
+  with the VMI, and a ConfigMap whose controller is anything else (another VMI: its UID) is
+  never written;
 * one key per KEP-5304 stream, ``<dir>.<request>.<driver>-metadata.json``: ``<dir>`` is the
   directory the container path uses (the ResourceClaim's name, or the pod's claim name for a
   claim generated from a template), ``<request>`` the base request; the value is exactly the
@@ -25,7 +27,8 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
 
 ``render`` decides, from plain values, what the controller does for one VMI: create, update
 (the stored object with our labels, owner and data), nothing (no write, so no resourceVersion
-churn), or refuse (a ConfigMap of that name that kvdev does not manage, a VMI without a UID, a
+churn), or refuse (a ConfigMap of that name that kvdev does not manage or that another object
+controls, a VMI without a UID, a
 bundle over a ConfigMap's 1 MiB or over the ``CONFIGMAP_MAX_KEYS`` keys the agent reads: a
 bundle the agent would read only in part is never written, rather than split over objects
 the VMI would have to mount one by one).
@@ -53,7 +56,7 @@ from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
-from kvdev.host.k8s.names import bounded
+from kvdev.host.k8s.names import bounded_label, bounded_name
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Claim, Record, for_node, record_key, refusal
@@ -93,8 +96,9 @@ class Inputs:
 
     ``pods``: the virt-launcher pods the VMI owns; ``claims``: the claims of the VMI's
     namespace it may use, by name; ``slices``: ResourceSlices by driver; ``existing``: the
-    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one; ``relayed``: the
-    node relays' records of those claims (any node: only the VMI's node's are used).
+    ConfigMap named ``kvdev-<vmi>`` as stored (its JSON), if there is one (``partial``: without
+    its data, which the caller reads before rendering); ``relayed``: the node relays' records of
+    those claims (any node: only the VMI's node's are used).
     """
 
     vmi: VirtualMachineInstance
@@ -103,6 +107,7 @@ class Inputs:
     slices: Mapping[str, Sequence[ResourceSlice]] = field(default_factory=dict)
     existing: Mapping[str, Any] | None = None
     relayed: Sequence[Record] = ()
+    partial: bool = False  # ``existing`` lacks its data (the cache keeps none): read it again
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +138,21 @@ class Rendered:
 def configmap_name(vmi_name: str) -> str:
     """``kvdev-<vmi-name>``, at most 253 characters.
 
-    For a VMI name longer than 247 characters (a VMI name may have 253): the first characters
-    of ``kvdev-<vmi-name>``, ``-`` and 10 hex digits of its SHA-256 (``k8s.names.bounded``).
+    For a VMI name longer than 247 characters (a VMI name may have 253): ``kvdev--``, the
+    name's first 235 characters (cut back to end in a letter or digit), ``-`` and 10 hex digits
+    of the SHA-256 of ``kvdev-<vmi-name>`` (``k8s.names.bounded_name``). A VMI name starts with
+    a letter or digit, so no uncut name has the cut one's ``kvdev--``.
     """
-    return bounded(f"{NAME_PREFIX}{vmi_name}", NAME_MAX)
+    return bounded_name(NAME_PREFIX, vmi_name, NAME_MAX)
 
 
 def vmi_label(vmi_name: str) -> str:
     """The ``kvdev.io/vmi`` label's value: the VMI's name, at most 63 characters.
 
-    For a longer name: its first 52 characters, ``-`` and 10 hex digits of its SHA-256.
+    For a longer name: its first 52 characters (cut back to end in a letter or digit), ``_``
+    and 10 hex digits of its SHA-256 (``k8s.names.bounded_label``: a VMI name has no ``_``).
     """
-    return bounded(vmi_name, LABEL_VALUE_MAX)
+    return bounded_label(vmi_name, LABEL_VALUE_MAX)
 
 
 def uses_dra(vmi: VirtualMachineInstance) -> bool:
@@ -466,8 +474,19 @@ def _vmi_refusal(vmi: VirtualMachineInstance, name: str) -> tuple[str, str] | No
     return None
 
 
-def _stored_refusal(stored: ConfigMap, subject: str) -> tuple[str, str, Reason] | None:
+def _stored_refusal(
+    stored: ConfigMap, subject: str, vmi: VirtualMachineInstance
+) -> tuple[str, str, Reason] | None:
     """Why the stored ConfigMap must not be touched (message, field, Event), if it must not."""
+    controllers = [o for o in stored.metadata.owner_references or [] if o.controller is True]
+    if controllers and controllers[0].uid != vmi.metadata.uid:
+        owner = controllers[0]
+        namespace = stored.metadata.namespace or vmi.metadata.namespace or "?"
+        message = (
+            f"{subject} is controlled by {owner.kind}/{namespace}/{owner.name} (uid "
+            f"{owner.uid}), not by {what(vmi)} (uid {vmi.metadata.uid}): left alone"
+        )
+        return message, "metadata.ownerReferences", Reason.CONFIGMAP_OTHER_OWNER
     if (stored.metadata.labels or {}).get(MANAGED_BY) != MANAGER:
         message = (
             f"{subject} exists and is not managed by {MANAGER} (label {MANAGED_BY}): left alone"
@@ -493,7 +512,7 @@ def _precheck(inputs: Inputs, base: dict[str, Any]) -> Rendered | ConfigMap | No
         except SchemaError as e:
             notes = tuple(_note(Reason.CONFIGMAP_REFUSED, p, "") for p in e.problems)
             return Rendered(**base, verb=Verb.REFUSE, problems=e.problems, notes=notes)
-        stored_refusal = _stored_refusal(stored, subject)
+        stored_refusal = _stored_refusal(stored, subject, vmi)
         if stored_refusal is not None:
             return _refuse(base, *stored_refusal)
     finished = vmi.status is not None and vmi.status.phase in _FINISHED

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.host.k8s.names import bounded, digest
+from kvdev.host.k8s.names import bounded_label, digest
 from kvdev.schema.fields import base_request
 from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_every
@@ -91,7 +91,7 @@ def record_name(node: str, claim_uid: str) -> str:
 
 def node_label(node: str) -> str:
     """The node name as a label value (cut, with a hash, when longer than 63)."""
-    return bounded(node, _LABEL_MAX)
+    return bounded_label(node, _LABEL_MAX)
 
 
 def node_selector(node: str) -> str:
