@@ -159,8 +159,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 class _NoApi:
     """--once writes nothing: the loop's API is never called."""
 
-    def list(self, namespace: str, selector: str) -> list[dict[str, object]]:
-        raise AssertionError(namespace, selector)
+    def list(self, namespace: str, selector: str, fields: str = "") -> list[dict[str, object]]:
+        raise AssertionError(namespace, selector, fields)
 
     def create(self, namespace: str, body: object) -> dict[str, object]:
         raise AssertionError(namespace, body)

@@ -1,8 +1,8 @@
 """Object names and label values kvdev derives from other names, kept within the API's limits.
 
-Owns ``bounded``: the one rule both the controller (ConfigMap names, the VMI label) and the node
-relay (its node label, its record names) use to fit a derived name into a length limit while
-keeping it valid and distinct. Pure: no I/O.
+Owns ``bounded``: the one rule the controller (ConfigMap names, the VMI label) uses to fit a
+derived name into a length limit while keeping it valid and distinct. Pure: no I/O. (The node
+relay's names carry the node whole instead, for admission's CEL: ``publish/relayed``.)
 """
 
 from __future__ import annotations
