@@ -13,6 +13,11 @@ pages and ``--help`` never drift apart:
 
 A source that does not match what it documents (an undocumented key, a value the schema lacks)
 is a build error, which ``make docs`` (warnings as errors) turns into a failed build.
+
+For the man pages it also keeps a Markdown hard line break (a line ending in two spaces, as in a
+multi-line synopsis) a line break (``.br``): MyST gives it only to HTML and LaTeX, so the man
+builder ran the two lines together. A term with its description is a MyST definition list
+(``.TP``), never a hard break.
 """
 
 from __future__ import annotations
@@ -357,8 +362,21 @@ def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
     return nodes.table("", group, classes=["colwidths-given"])  # the HTML keeps 30/20/50
 
 
+# ------------------------------------------------------------------ man pages
+
+
+def _man_line_breaks(app: Sphinx, doctree: nodes.document, _docname: str) -> None:
+    """Give each of MyST's hard line breaks a roff ``.br`` in the man pages."""
+    if app.builder.name != "man":
+        return
+    for raw in list(doctree.findall(nodes.raw)):
+        if raw.get("format") == "html" and raw.astext().strip() == "<br />":
+            raw.replace_self(nodes.raw("", "\n.br\n", format="manpage"))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the directives."""
+    """Register the directives and the man pages' line breaks."""
+    app.connect("doctree-resolved", _man_line_breaks)
     app.add_directive("kvdev-cli", CliDirective)
     app.add_directive("kvdev-agent-toml", AgentTomlDirective)
     app.add_directive("kvdev-helm-values", HelmValuesDirective)

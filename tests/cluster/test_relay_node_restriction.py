@@ -39,7 +39,7 @@ from kvdev.host.controller.render import render
 from kvdev.host.kubeclient import api_client
 from kvdev.host.publish import relayed
 from kvdev.host.publish.relayed import node_selector, records
-from kvdev.host.relay.finder import DriverFile
+from kvdev.host.relay.finder import DriverFile, Found
 from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
 from kvdev.schema.tree import ROOT
@@ -52,7 +52,22 @@ OTHER_UID = "0b6f4c3e-91d4-4d2a-8f55-6a7e2c1d9b30"
 THIRD_UID = "3f1e2d4c-5b6a-4978-8a9b-0c1d2e3f4a5b"
 DRIVER = "sriov.example.com"
 NIC1 = f"vm1-devices.nic-1.{DRIVER}-metadata.json"
-A_BYTES = b'{"apiVersion":"metadata.resource.k8s.io/v1alpha1","kind":"DeviceMetadata"}'
+
+
+def driver_bytes(uid=CLAIM_UID, namespace="vms", request="nic-1", generation=1):
+    """A driver's file of the claim ``vm1-devices``: what the controller copies (only that)."""
+    meta = {"name": "vm1-devices", "namespace": namespace, "uid": uid, "generation": generation}
+    device = {"driver": DRIVER, "pool": "p", "name": "d"}
+    body = {
+        "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+        "kind": "DeviceMetadata",
+        "metadata": meta,
+        "requests": [{"name": request, "devices": [device]}],
+    }
+    return (json.dumps(body) + "\n").encode()
+
+
+A_BYTES, B_BYTES = driver_bytes(), driver_bytes(generation=20)  # two lengths: two CDI dirs
 
 
 class RelayNode:
@@ -64,7 +79,8 @@ class RelayNode:
         self.pod = f"relay-{name}"
 
     def publish(self):
-        add_node(self.core, self.name)
+        # A name past 63 characters is no label value: the hostname label is a shorter name.
+        add_node(self.core, self.name, {"kubernetes.io/hostname": relayed.node_label(self.name)})
         body = {
             "metadata": {"name": self.pod, "namespace": SYSTEM},
             "spec": {
@@ -153,7 +169,7 @@ def refused(call):
 
 def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes, tmp_path):
     a, b = nodes
-    done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)]).sync()
+    done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
     (record_a,) = a.api().list(SYSTEM, node_selector(a.name))
 
@@ -186,14 +202,14 @@ def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes,
     assert "no node in the request's credentials" in refused(lambda: unbound.create(SYSTEM, own))
 
     # Node B's own record of the claim is accepted, and changes nothing for a VMI on node A.
-    done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, b'{"from": "b"}')]).sync()
+    done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, B_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
     stored = client.CoreV1Api(kube).list_namespaced_config_map(
         SYSTEM, label_selector="app.kubernetes.io/managed-by=kvdev-host-relay"
     )
     raws = [client.ApiClient().sanitize_for_serialization(i) for i in stored.items]
     assert data_for_vmi_on(a.name, raws)[NIC1].encode() == A_BYTES
-    assert data_for_vmi_on(b.name, raws)[NIC1] == '{"from": "b"}'
+    assert data_for_vmi_on(b.name, raws)[NIC1].encode() == B_BYTES
 
 
 def data_for_vmi_on(node, relay_configmaps):
@@ -243,7 +259,8 @@ def test_the_live_controller_copies_the_vmis_nodes_record(
         "kubevirt.io", "v1", namespace, "virtualmachineinstances", "vm1",
         {"status": {"nodeName": a.name, "phase": "Running"}},
     )  # fmt: skip
-    for node, data in ((b, b'{"from": "b"}'), (a, A_BYTES)):
+    a_bytes = driver_bytes(uid, namespace, "nic")
+    for node, data in ((b, driver_bytes(uid, namespace, "nic", 2)), (a, a_bytes)):
         f = DriverFile(uid, "nic", DRIVER, data, "/etc/cdi/x.json")
         node.api().create(SYSTEM, records(node.name, SYSTEM, [f])[0][0])
     core = client.CoreV1Api(kube)
@@ -257,7 +274,7 @@ def test_the_live_controller_copies_the_vmis_nodes_record(
             found = core.list_namespaced_config_map(
                 namespace, field_selector="metadata.name=kvdev-vm1"
             ).items
-            return found if found and (found[0].data or {}).get(key) == A_BYTES.decode() else None
+            return found if found and (found[0].data or {}).get(key) == a_bytes.decode() else None
 
         (cm,) = wait_for("node A's bytes in kvdev-vm1", copied)
     assert json.loads(cm.metadata.annotations["kvdev.io/sources"]) == {key: "driver"}
@@ -315,7 +332,8 @@ def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
     core = client.CoreV1Api(kube)
     uids = (CLAIM_UID, OTHER_UID, THIRD_UID)
     files = [DriverFile(u, "nic-1", DRIVER, A_BYTES, "/etc/cdi/x.json") for u in uids]
-    own = dict(zip(uids, records(a.name, SYSTEM, files)[0], strict=True))
+    made = records(a.name, SYSTEM, files)[0]
+    own = {r["metadata"]["labels"][relayed.CLAIM_UID_LABEL]: r for r in made}
     listed_b = forged_as(own[CLAIM_UID], node=b.name)
     listed_b["data"] = {f"nic-1.{DRIVER}-metadata.json": '{"forged": true}'}
     unlabelled_b = forged_as(own[OTHER_UID], node=b.name)
@@ -324,7 +342,7 @@ def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
     for body in (listed_b, unlabelled_b, old_form):
         core.create_namespaced_config_map(SYSTEM, body)
     try:
-        relay = Relay(a.api(), a.name, SYSTEM, [], finder=lambda _: (files, []))
+        relay = Relay(a.api(), a.name, SYSTEM, [], finder=lambda *_: Found(files, claims=set(uids)))
         with caplog.at_level("WARNING", "kvdev.host.relay"):
             done = relay.sync()
         assert (done.created, done.taken, done.legacy, done.failed) == (1, 2, 1, 0)
@@ -375,7 +393,9 @@ def test_the_policy_admits_the_names_and_labels_python_makes_for_long_node_names
     f = DriverFile(CLAIM_UID, "nic-1", DRIVER, A_BYTES, "/etc/cdi/x.json")
     policy_in_force(kube, two.api(), one.name)
     for node in (two, longest, one):
-        done = Relay(node.api(), node.name, SYSTEM, [], finder=lambda _: ([f], [])).sync()
+        done = Relay(
+            node.api(), node.name, SYSTEM, [], finder=lambda *_: Found([f], claims={CLAIM_UID})
+        ).sync()
         assert (done.created, done.failed, done.taken) == (1, 0, 0), node.name
     stored = client.CoreV1Api(kube).list_namespaced_config_map(
         SYSTEM, label_selector=f"{relayed.CLAIM_UID_LABEL}={CLAIM_UID}"
@@ -384,7 +404,7 @@ def test_the_policy_admits_the_names_and_labels_python_makes_for_long_node_names
     assert names == sorted(relayed.record_name(n.name, CLAIM_UID) for n in long_nodes)
     assert len(relayed.record_name(longest.name, CLAIM_UID)) == 253
     # Node one's claim is gone: its relay deletes its own record, never node two's.
-    done = Relay(one.api(), one.name, SYSTEM, [], finder=lambda _: ([], [])).sync()
+    done = Relay(one.api(), one.name, SYSTEM, [], finder=lambda *_: Found()).sync()
     assert (done.deleted, done.failed) == (1, 0)
     left = one.api().list(SYSTEM, node_selector(one.name))
     assert [o["metadata"]["name"] for o in left] == [relayed.record_name(two.name, CLAIM_UID)]

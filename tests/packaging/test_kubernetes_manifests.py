@@ -189,6 +189,18 @@ def test_the_controller_runs_with_leader_election_and_the_downward_api():
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def test_the_relay_runs_as_a_dedicated_uid_and_reads_only_beneath_its_host_dirs():
+    pod = by_kind("DaemonSet", "kvdev-host-relay")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["runAsUser"] != 0
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    mounted = {m["mountPath"] for m in container["volumeMounts"] if m["name"].startswith("files-")}
+    given = {a.removeprefix("--host-dir=") for a in container["args"] if "--host-dir=" in a}
+    assert given == mounted == {"/var/lib/kubelet/plugins"}
+
+
 def test_the_plugin_mounts_kubelets_directories_and_knows_its_node():
     pod = by_kind("DaemonSet", "kvdev-host-plugin")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
