@@ -1,6 +1,6 @@
 """Sphinx directives that render kvdev's own sources into the docs site and the man pages.
 
-It owns three directives, each reading one source of truth at build time, so the HTML, the man
+It owns four directives, each reading one source of truth at build time, so the HTML, the man
 pages and ``--help`` never drift apart:
 
 * ``kvdev-cli module:function``: an argparse parser (the function builds it) as its usage,
@@ -10,6 +10,9 @@ pages and ``--help`` never drift apart:
   installs) as the configuration file's reference, checked against the keys the agent accepts.
 * ``kvdev-helm-values``: the chart's ``values.schema.json`` with the defaults and comments of
   ``values.yaml``, as one table of every value.
+* ``kvdev-versions TABLE``: one table of ``packaging/versions.toml`` (``kvdev_versions``):
+  ``versions``, ``kubernetes-gates``, ``kubevirt-gates``, ``distributions``, ``maturity``,
+  ``quickstart``.
 
 A source that does not match what it documents (an undocumented key, a value the schema lacks)
 is a build error, which ``make docs`` (warnings as errors) turns into a failed build.
@@ -31,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import kvdev_versions
 import yaml
 from docutils import nodes
 from docutils.parsers.rst import directives
@@ -335,6 +339,34 @@ class HelmValuesDirective(SphinxDirective):
         return out
 
 
+class VersionsDirective(SphinxDirective):
+    """``kvdev-versions TABLE``: a table rendered from packaging/versions.toml."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        """Read and check the versions file, render the named table as Markdown."""
+        self.env.note_dependency(str(kvdev_versions.VERSIONS))
+        try:
+            v = kvdev_versions.load()
+        except kvdev_versions.VersionsError as e:
+            raise self.error(str(e)) from e
+        tables = {
+            "versions": lambda: kvdev_versions.versions_table(v),
+            "kubernetes-gates": lambda: kvdev_versions.gates_table(v, "Kubernetes"),
+            "kubevirt-gates": lambda: kvdev_versions.gates_table(v, "KubeVirt"),
+            "distributions": lambda: kvdev_versions.distributions_table(v),
+            "maturity": lambda: kvdev_versions.maturity_table(v),
+            "quickstart": lambda: kvdev_versions.quickstart_table(v),
+        }
+        render = tables.get(self.arguments[0])
+        if render is None:
+            raise self.error(
+                f"kvdev-versions: no table {self.arguments[0]!r}: one of {sorted(tables)}"
+            )
+        return self.parse_text_to_nodes(render())
+
+
 def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
     """Value and default as code; the type and the comment share the widest column."""
     group = nodes.tgroup(cols=3)
@@ -380,4 +412,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("kvdev-cli", CliDirective)
     app.add_directive("kvdev-agent-toml", AgentTomlDirective)
     app.add_directive("kvdev-helm-values", HelmValuesDirective)
+    app.add_directive("kvdev-versions", VersionsDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
