@@ -37,8 +37,9 @@ from kvdev.errors import PermanentError
 from kvdev.host.controller.index import Index, Kind, parse
 from kvdev.host.controller.render import render
 from kvdev.host.kubeclient import api_client
+from kvdev.host.publish import relayed
 from kvdev.host.publish.relayed import node_selector, records
-from kvdev.host.relay.finder import DriverFile
+from kvdev.host.relay.finder import DriverFile, Found
 from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
 from kvdev.schema.tree import ROOT
@@ -47,6 +48,8 @@ RELAY_SA = "kvdev-host-relay"
 REPO = Path(__file__).resolve().parents[2]
 HOST = REPO / "packaging" / "examples" / "host"
 CLAIM_UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"  # the example's vm1-devices
+OTHER_UID = "0b6f4c3e-91d4-4d2a-8f55-6a7e2c1d9b30"
+THIRD_UID = "3f1e2d4c-5b6a-4978-8a9b-0c1d2e3f4a5b"
 DRIVER = "sriov.example.com"
 NIC1 = f"vm1-devices.nic-1.{DRIVER}-metadata.json"
 
@@ -76,7 +79,8 @@ class RelayNode:
         self.pod = f"relay-{name}"
 
     def publish(self):
-        add_node(self.core, self.name)
+        # A name past 63 characters is no label value: the hostname label is a shorter name.
+        add_node(self.core, self.name, {"kubernetes.io/hostname": relayed.node_label(self.name)})
         body = {
             "metadata": {"name": self.pod, "namespace": SYSTEM},
             "spec": {
@@ -276,3 +280,131 @@ def test_the_live_controller_copies_the_vmis_nodes_record(
     assert json.loads(cm.metadata.annotations["kvdev.io/sources"]) == {key: "driver"}
     assert json.loads(cm.data["kvdev-sources.json"])["sources"] == {key: "driver"}
     assert refusals(ctl.text()) == []
+
+
+# --------------------------------------------------------------------------- names and labels
+
+
+def forged_as(body, *, name=None, label=None, node=None):
+    """``body`` with its name, node label or node annotation changed."""
+    forged = copy.deepcopy(body)
+    if name is not None:
+        forged["metadata"]["name"] = name
+    if label is not None:
+        forged["metadata"]["labels"][relayed.NODE_LABEL] = label
+    if node is not None:
+        forged["metadata"]["annotations"][relayed.NODE_ANNOTATION] = node
+    return forged
+
+
+def test_a_node_cannot_take_another_nodes_record_name_or_label(kube, nodes):
+    """Node B's token, writing a record annotated with its own node, is refused when the name
+    or the node label is node A's (or of the earlier name form); node B's own is admitted."""
+    a, b = nodes
+    as_b = b.api()
+    policy_in_force(kube, as_b, a.name)
+    f = DriverFile(CLAIM_UID, "nic-1", DRIVER, b'{"forged": true}', "/etc/cdi/x.json")
+    (own_b,), _ = records(b.name, SYSTEM, [f])
+    (of_a,), _ = records(a.name, SYSTEM, [f])
+    named_a = forged_as(own_b, name=of_a["metadata"]["name"])  # annotation and label: B
+    labelled_a = forged_as(own_b, label=relayed.node_label(a.name))
+    old_form = forged_as(own_b, name=f"kvdev-relay-{CLAIM_UID}-0123456789")
+    other_uid = forged_as(own_b, name=relayed.record_name(b.name, OTHER_UID))
+    for forged in (named_a, labelled_a, old_form, other_uid):
+        message = refused(lambda forged=forged: as_b.create(SYSTEM, forged))
+        assert f"the relay on node '{b.name}' may write only records of its own" in message
+    assert f"not {of_a['metadata']['name']}" in refused(lambda: as_b.create(SYSTEM, named_a))
+    stored = as_b.create(SYSTEM, own_b)
+    relabel = forged_as(stored, label=relayed.node_label(a.name))
+    assert "may write only records of its own" in refused(lambda: as_b.replace(SYSTEM, relabel))
+    as_b.delete(SYSTEM, own_b["metadata"]["name"])
+
+
+def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
+    kube, nodes, tmp_path, caplog
+):
+    """Records an earlier version's policy admitted (written here as the administrator): one
+    named and labelled as node A's claim but of node B, one holding the name of node A's
+    other claim without a label; and node A's own record of the earlier name form. Node A's
+    relay publishes its third claim, deletes its old-form record, reports both taken names
+    (naming both nodes) and touches neither of node B's."""
+    a, b = nodes
+    core = client.CoreV1Api(kube)
+    uids = (CLAIM_UID, OTHER_UID, THIRD_UID)
+    files = [DriverFile(u, "nic-1", DRIVER, A_BYTES, "/etc/cdi/x.json") for u in uids]
+    made = records(a.name, SYSTEM, files)[0]
+    own = {r["metadata"]["labels"][relayed.CLAIM_UID_LABEL]: r for r in made}
+    listed_b = forged_as(own[CLAIM_UID], node=b.name)
+    listed_b["data"] = {f"nic-1.{DRIVER}-metadata.json": '{"forged": true}'}
+    unlabelled_b = forged_as(own[OTHER_UID], node=b.name)
+    del unlabelled_b["metadata"]["labels"][relayed.NODE_LABEL]
+    old_form = forged_as(own[THIRD_UID], name=f"kvdev-relay-{THIRD_UID}-0123456789")
+    for body in (listed_b, unlabelled_b, old_form):
+        core.create_namespaced_config_map(SYSTEM, body)
+    try:
+        relay = Relay(a.api(), a.name, SYSTEM, [], finder=lambda *_: Found(files, claims=set(uids)))
+        with caplog.at_level("WARNING", "kvdev.host.relay"):
+            done = relay.sync()
+        assert (done.created, done.taken, done.legacy, done.failed) == (1, 2, 1, 0)
+        taken = [r.getMessage() for r in caplog.records if "is taken by" in r.getMessage()]
+        assert len(taken) == 2
+        assert all(f"'{a.name}'" in t and f"'{b.name}'" in t for t in taken)
+        for body in (listed_b, unlabelled_b):
+            name = body["metadata"]["name"]
+            assert core.read_namespaced_config_map(name, SYSTEM).data == body["data"]
+        with pytest.raises(ApiException) as gone:
+            core.read_namespaced_config_map(old_form["metadata"]["name"], SYSTEM)
+        assert gone.value.status == 404
+        (mine,) = [o for o in a.api().list(SYSTEM, node_selector(a.name)) if relayed.read_record(o)]
+        assert mine["metadata"]["name"] == relayed.record_name(a.name, THIRD_UID)
+        again = relay.sync()
+        assert (again.created, again.updated, again.deleted, again.taken) == (0, 0, 0, 2)
+    finally:
+        for body in (listed_b, unlabelled_b):
+            core.delete_namespaced_config_map(body["metadata"]["name"], SYSTEM)
+
+
+@pytest.fixture
+def long_nodes(kube, namespace, shipped, tmp_path):
+    """Nodes whose names the policy's CEL cuts or whose names fill a record name: two of 72
+    characters that share their first 63 (a '-' at the 63rd: the label is their first 62),
+    and one of exactly ``NODE_NAME_MAX`` (204)."""
+    stem = f"{namespace}-" + "n" * (62 - len(namespace) - 1)
+    longest = (f"{namespace}-" + ("l" * 60 + ".") * 4)[: relayed.NODE_NAME_MAX - 1] + "l"
+    made = [RelayNode(kube, n, tmp_path) for n in (f"{stem}-one-1234", f"{stem}-two-1234", longest)]
+    for n in made:
+        n.publish()
+    yield made
+    for n in made:
+        n.unpublish()
+    core = client.CoreV1Api(kube)
+    core.delete_collection_namespaced_config_map(
+        SYSTEM, label_selector=f"{relayed.CLAIM_UID_LABEL}={CLAIM_UID}"
+    )
+
+
+def test_the_policy_admits_the_names_and_labels_python_makes_for_long_node_names(kube, long_nodes):
+    """The CEL's cut of a long node name is Python's (the label), a 204-character node fills a
+    253-character name, and a relay never trusts nor deletes the record of another node that
+    shares its label."""
+    one, two, longest = long_nodes
+    assert len(longest.name) == relayed.NODE_NAME_MAX
+    assert relayed.node_label(one.name) == relayed.node_label(two.name) == one.name[:62]
+    f = DriverFile(CLAIM_UID, "nic-1", DRIVER, A_BYTES, "/etc/cdi/x.json")
+    policy_in_force(kube, two.api(), one.name)
+    for node in (two, longest, one):
+        done = Relay(
+            node.api(), node.name, SYSTEM, [], finder=lambda *_: Found([f], claims={CLAIM_UID})
+        ).sync()
+        assert (done.created, done.failed, done.taken) == (1, 0, 0), node.name
+    stored = client.CoreV1Api(kube).list_namespaced_config_map(
+        SYSTEM, label_selector=f"{relayed.CLAIM_UID_LABEL}={CLAIM_UID}"
+    )
+    names = sorted(cm.metadata.name for cm in stored.items)
+    assert names == sorted(relayed.record_name(n.name, CLAIM_UID) for n in long_nodes)
+    assert len(relayed.record_name(longest.name, CLAIM_UID)) == 253
+    # Node one's claim is gone: its relay deletes its own record, never node two's.
+    done = Relay(one.api(), one.name, SYSTEM, [], finder=lambda *_: Found()).sync()
+    assert (done.deleted, done.failed) == (1, 0)
+    left = one.api().list(SYSTEM, node_selector(one.name))
+    assert [o["metadata"]["name"] for o in left] == [relayed.record_name(two.name, CLAIM_UID)]

@@ -29,7 +29,7 @@ from kvdev.host.commands.common import (
     bucket_from,
     own_namespace,
 )
-from kvdev.host.publish.relayed import RELAY_MANAGER
+from kvdev.host.publish.relayed import NODE_NAME_MAX, RELAY_MANAGER
 
 EXIT_LEFT_OUT = 1
 DEFAULT_NAMESPACE = "kvdev-system"
@@ -52,15 +52,23 @@ bounds of one pass:
   no other claim.
 
 what it writes (one relay record per claim on this node):
-  ConfigMap kvdev-relay-<claimUID>-<node hash> in --namespace, labels
-  app.kubernetes.io/managed-by={RELAY_MANAGER}, kvdev.io/claim-uid, kvdev.io/relay-node;
-  annotation kvdev.io/node=<node>; data '<request>.<driver>-metadata.json' = the driver's bytes,
-  unchanged (its generation included). A record is deleted only when a complete read (every
-  directory listed in full, every spec read, none over a bound) names its claim in no spec;
-  a claim whose spec or file failed keeps its record as it is.
-  The controller copies them into the kvdev-<vmi> ConfigMap of a VMI running on this node
-  whose claim it is; the chart's admission policy lets a relay write only records whose
-  kvdev.io/node is the node in its own token.
+  ConfigMap kvdev-relay-<claimUID>.<node> in --namespace (the node whole: a node whose name is
+  longer than {NODE_NAME_MAX} characters has no records, and says so), labels
+  app.kubernetes.io/managed-by={RELAY_MANAGER}, kvdev.io/claim-uid,
+  kvdev.io/relay-node=<node, past 63 characters its first 63>; annotation kvdev.io/node=<node>;
+  data '<request>.<driver>-metadata.json' = the driver's bytes, unchanged (its generation
+  included). A record is deleted only when a complete read (every directory listed in full,
+  every spec read, none over a bound) names its claim in no spec; a claim whose spec or file
+  failed keeps its record as it is. This node's records of the earlier name form
+  (kvdev-relay-<claimUID>-<hash>) are deleted. The controller copies records into the
+  kvdev-<vmi> ConfigMap of a VMI running on this node whose claim it is; the chart's
+  admission policy lets a relay write only records whose name, kvdev.io/relay-node and
+  kvdev.io/node are the node in its own token.
+
+whose records it trusts: only those whose name, node label and annotation all say this node.
+  Another node's ConfigMap holding one of its record names is never replaced or deleted: the
+  claim is skipped and reported (a warning naming both nodes, "taken by another node" in the
+  pass's summary), the other claims go on, and the name is tried again at the next listing.
 
 --once: read the directories, print the records (-o yaml|json|name), change nothing; feed
   them to 'kvdev-host controller --once -f' with the VMIs, pods, claims and slices.
@@ -177,8 +185,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 class _NoApi:
     """--once writes nothing: the loop's API is never called."""
 
-    def list(self, namespace: str, selector: str) -> list[dict[str, object]]:
-        raise AssertionError(namespace, selector)
+    def list(self, namespace: str, selector: str, fields: str = "") -> list[dict[str, object]]:
+        raise AssertionError(namespace, selector, fields)
 
     def create(self, namespace: str, body: object) -> dict[str, object]:
         raise AssertionError(namespace, body)

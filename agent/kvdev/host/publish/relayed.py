@@ -4,20 +4,25 @@ The node relay (``kvdev-host relay``) finds each KEP-5304 file a driver wrote on
 the ``<driver>/metadata`` CDI specs) and publishes its bytes, unchanged, in a *relay record*:
 one ConfigMap per (node, claim) in the relay's own namespace:
 
-* name ``kvdev-relay-<claimUID>-<10 hex digits of the node name's SHA-256>``;
+* name ``kvdev-relay-<claimUID>.<node name>`` (``record_name``): the node whole, so that the
+  chart's admission policy (CEL, which has no hash) can check it against the node in the
+  writer's token; a claim UID has no dot, so the name tells its (claim, node) apart from every
+  other. A node whose name is longer than ``NODE_NAME_MAX`` (204) has no records;
 * labels ``app.kubernetes.io/managed-by: kvdev-host-relay``, ``kvdev.io/claim-uid: <uid>``,
-  ``kvdev.io/relay-node: <node name, cut to a label value>``;
-* annotation ``kvdev.io/node: <node name>`` (whole: the admission policy compares it with the
-  node in the writer's token), ``kvdev.io/cdi-specs``: JSON, key -> the CDI spec it came from;
+  ``kvdev.io/relay-node: <node name>`` (``node_label``: past 63 characters, its first 63 cut
+  back to a letter or digit, which CEL computes too);
+* annotation ``kvdev.io/node: <node name>`` (whole), ``kvdev.io/cdi-specs``: JSON, key -> the
+  CDI spec it came from;
 * data: ``<request>.<driver>-metadata.json`` -> the file's bytes (UTF-8; a driver writes JSON).
 
-The controller is the only writer of a VMI's ``kvdev-<vmi>`` ConfigMap: it copies a record's
-bytes to the VMI's key for that claim and request only when the record's node is the VMI's
-node, the claim is one the VMI uses (``controller/render``), and ``refusal`` finds nothing: a
-relayed file is a DeviceMetadata stream of that claim and request, never anything else (the
-guest reads a stream key as DeviceMetadata; a GuestHints document there would speak as the
-controller's hints). ``read_record`` turns a stored ConfigMap back into a ``Record``, checking
-what the controller relies on.
+The literals above are the chart's too (``templates/relay-rbac.yaml``; a unit test compares).
+A record is trusted (``read_record``, ``sort_listed``) only when its name, node label and node
+annotation agree. The controller is the only writer of a VMI's ``kvdev-<vmi>`` ConfigMap: it
+copies a record's bytes to the VMI's key for that claim and request only when the record's node
+is the VMI's node, the claim is one the VMI uses (``controller/render``), and ``refusal`` finds
+nothing: a relayed file is a DeviceMetadata stream of that claim and request, never anything
+else (the guest reads a stream key as DeviceMetadata; a GuestHints document there would speak
+as the controller's hints).
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.host.k8s.names import bounded_label, digest
 from kvdev.schema.fields import base_request
 from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_every
@@ -43,9 +47,20 @@ NODE_LABEL: Final = "kvdev.io/relay-node"
 NODE_ANNOTATION: Final = "kvdev.io/node"
 SPECS_ANNOTATION: Final = "kvdev.io/cdi-specs"
 NAME_PREFIX: Final = "kvdev-relay-"
+NAME_MAX: Final = 253  # a ConfigMap's name, a DNS subdomain
+LABEL_MAX: Final = 63  # a label value
+# A claim UID as the API server makes it (a UUID, lower case): the chart's CEL checks the same.
+UID_PATTERN: Final = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+UID_LENGTH: Final = 36
+NODE_NAME_MAX: Final = NAME_MAX - len(NAME_PREFIX) - UID_LENGTH - 1  # 204
+# The start of a node name that is a label value: what CEL's find() takes of its first 63.
+LABEL_PREFIX_PATTERN: Final = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
+# Records of earlier versions: kvdev-relay-<claimUID>-<10 hex digits of the node's SHA-256>.
+LEGACY_NAME_PATTERN: Final = "^kvdev-relay-[0-9a-f-]{1,64}-[0-9a-f]{10}$"
 RECORD_BYTES_MAX: Final = 1024 * 1024 - 64 * 1024  # a ConfigMap's 1 MiB, less room for metadata
-_LABEL_MAX: Final = 63
-_UID: Final = re.compile(r"[0-9a-fA-F-]{1,64}\Z")
+_UID: Final = re.compile(UID_PATTERN, re.IGNORECASE)
+_LOWER_UID: Final = re.compile(UID_PATTERN)
+_LEGACY_NAME: Final = re.compile(LEGACY_NAME_PATTERN)
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
 
 
@@ -85,13 +100,35 @@ def record_key(request: str, driver: str) -> str:
 
 
 def record_name(node: str, claim_uid: str) -> str:
-    """``kvdev-relay-<claimUID>-<hash of the node>``: one per claim and node, a valid name."""
-    return f"{NAME_PREFIX}{claim_uid.lower()}-{digest(node)}"
+    """``kvdev-relay-<claimUID>.<node>``: one per claim and node (the chart's CEL says the same).
+
+    A valid name when the node's name is one of at most ``NODE_NAME_MAX`` characters
+    (``node_problem``) and the claim UID a UUID.
+    """
+    return f"{NAME_PREFIX}{claim_uid.lower()}.{node}"
 
 
 def node_label(node: str) -> str:
-    """The node name as a label value (cut, with a hash, when longer than 63)."""
-    return bounded_label(node, _LABEL_MAX)
+    """The node name as a label value (the chart's CEL computes the same from a token's node).
+
+    Whole up to 63 characters, else its first 63 cut back to end in a letter or digit.
+    """
+    if len(node) <= LABEL_MAX:
+        return node
+    return node[:LABEL_MAX].rstrip("-.")
+
+
+def node_problem(node: str) -> str | None:
+    """Why ``node`` can have no relay records (None: it can)."""
+    if len(node) > NODE_NAME_MAX:
+        return (
+            f"node name {node[:40]!r}... is {len(node)} characters, over {NODE_NAME_MAX}: "
+            f"no record name ({NAME_PREFIX}<claimUID>.<node>) fits {NAME_MAX}, so this node's "
+            "files are not relayed (its VMIs get the controller's reconstruction)"
+        )
+    if not _NAME.match(node):
+        return f"node name {node!r} is not a DNS subdomain (a Node's name): nothing is relayed"
+    return None
 
 
 def node_selector(node: str) -> str:
@@ -105,12 +142,17 @@ def records(
     """The relay records (ConfigMap bodies, by name) of one node's files; what was left out.
 
     A file that is not UTF-8, or a claim whose files together exceed ``RECORD_BYTES_MAX``, is
-    left out with a problem naming its spec; the other claims are not affected.
+    left out with a problem naming its spec; the other claims are not affected. A node whose
+    name makes no record name (``node_problem``) has no records: one problem says why.
     """
     by_claim: dict[str, dict[str, DriverFile]] = {}
     problems: list[Problem] = []
+    files = list(files)
+    bad_node = node_problem(node)
+    if bad_node is not None:
+        return [], [Problem(bad_node, files[0].spec)] if files else []
     for f in files:
-        if not _UID.match(f.claim_uid):
+        if not _UID.fullmatch(f.claim_uid):
             problems.append(Problem(f"claim UID {f.claim_uid!r} is not a UID: skipped", f.spec))
             continue
         try:
@@ -164,25 +206,30 @@ def is_record(raw: Mapping[str, Any]) -> bool:
 def read_record(raw: Mapping[str, Any]) -> Record | None:
     """The record a stored ConfigMap holds; None when it is not a well-formed relay record.
 
-    Checked: the relay's label, a node annotation, a claim UID label, and keys of the form
+    Checked: the relay's label, a node annotation, a claim UID label (a UUID, lower case), the
+    name and node label that node and claim make (``record_name``, ``node_label``: what the
+    chart's admission policy binds to the writer's node), and keys of the form
     ``<request>.<driver>-metadata.json`` (request a DNS label, driver a DNS subdomain).
     """
     if not is_record(raw):
         return None
     meta = raw["metadata"]
     node = (meta.get("annotations") or {}).get(NODE_ANNOTATION)
-    uid = (meta.get("labels") or {}).get(CLAIM_UID_LABEL)
+    labels = meta.get("labels") or {}
+    uid = labels.get(CLAIM_UID_LABEL)
     data = raw.get("data") or {}
-    if not isinstance(node, str) or not node or not isinstance(uid, str) or not _UID.match(uid):
+    if not isinstance(node, str) or not node or not isinstance(uid, str):
         return None
-    if not isinstance(data, Mapping):
+    if not _LOWER_UID.fullmatch(uid) or meta.get("name") != record_name(node, uid):
+        return None
+    if labels.get(NODE_LABEL) != node_label(node) or not isinstance(data, Mapping):
         return None
     files: dict[tuple[str, str], str] = {}
     for key, value in data.items():
         split = split_key(key)
         if split is not None and isinstance(value, str):
             files[split] = value
-    return Record(node, uid.lower(), files, str(meta.get("name", "")))
+    return Record(node, uid, files, str(meta["name"]))
 
 
 def split_key(key: str) -> tuple[str, str] | None:
@@ -190,11 +237,63 @@ def split_key(key: str) -> tuple[str, str] | None:
     if not key.endswith(METADATA_SUFFIX):
         return None
     request, dot, driver = key.removesuffix(METADATA_SUFFIX).partition(".")
-    if not dot or len(request) > _LABEL_MAX or not _NAME.match(request) or "." in request:
+    if not dot or len(request) > LABEL_MAX or not _NAME.match(request) or "." in request:
         return None
     if len(driver) > 253 or not _NAME.match(driver):
         return None
     return request, driver
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A node's relay's listing of the records labelled as its node's, sorted by trust.
+
+    ``own``: its records (``read_record`` accepts them and their node is the relay's), by name;
+    ``legacy``: names of its records of the earlier name form (``LEGACY_NAME_PATTERN``, annotated
+    with its node), which it deletes; ``foreign``: every other listed ConfigMap, by name, with the
+    node its annotation names ('' for none): never written, never deleted, reported.
+    """
+
+    own: dict[str, dict[str, Any]] = field(default_factory=dict)
+    legacy: list[str] = field(default_factory=list)
+    foreign: dict[str, str] = field(default_factory=dict)
+
+
+def annotated_node(raw: Mapping[str, Any]) -> str:
+    """The node a ConfigMap's ``kvdev.io/node`` annotation names ('' for none)."""
+    meta = raw.get("metadata")
+    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+    node = notes.get(NODE_ANNOTATION) if isinstance(notes, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def sort_listed(node: str, listed: Iterable[Mapping[str, Any]]) -> Listing:
+    """``listed`` (the ConfigMaps labelled as ``node``'s records) sorted by trust (``Listing``)."""
+    sorted_ = Listing()
+    for raw in listed:
+        meta = raw.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        record = read_record(raw)
+        owner = annotated_node(raw)
+        if record is not None and record.node == node:
+            sorted_.own[name] = dict(raw)
+        elif owner == node and is_record(raw) and _LEGACY_NAME.fullmatch(name):
+            sorted_.legacy.append(name)
+        else:
+            sorted_.foreign[name] = owner
+    return sorted_
+
+
+def taken_message(name: str, node: str, owner: str, namespace: str) -> str:
+    """What a relay says of a record name of its own that another node's record holds."""
+    other = f"node {owner!r}" if owner else "no node (no kvdev.io/node annotation)"
+    return (
+        f"the name {namespace}/{name} of a record of node {node!r} is taken by a ConfigMap of "
+        f"{other}: this claim is not relayed from node {node!r} while it exists "
+        f"(it is not this node's to replace or delete; an administrator may delete it)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,21 +391,34 @@ def for_node(found: Sequence[Record], node: str | None) -> dict[str, Record]:
 
 __all__ = [
     "CLAIM_UID_LABEL",
+    "LABEL_MAX",
+    "LABEL_PREFIX_PATTERN",
+    "LEGACY_NAME_PATTERN",
+    "MANAGED_BY",
+    "NAME_MAX",
+    "NAME_PREFIX",
     "NODE_ANNOTATION",
     "NODE_LABEL",
+    "NODE_NAME_MAX",
     "RELAY_MANAGER",
     "SPECS_ANNOTATION",
+    "UID_PATTERN",
     "Claim",
     "DriverFile",
+    "Listing",
     "Record",
+    "annotated_node",
     "for_node",
     "is_record",
     "node_label",
+    "node_problem",
     "node_selector",
     "read_record",
     "record_key",
     "record_name",
     "records",
     "refusal",
+    "sort_listed",
     "split_key",
+    "taken_message",
 ]

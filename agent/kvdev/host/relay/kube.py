@@ -49,13 +49,14 @@ class RelayApi:
         data = answer.data
         return json.loads(data) if data else None
 
-    def list(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        """The ConfigMaps of ``namespace`` that ``selector`` selects."""
+    def list(self, namespace: str, selector: str, fields: str = "") -> list[dict[str, Any]]:
+        """The ConfigMaps of ``namespace`` that ``selector`` (and ``fields``) select."""
         found = self._call(
-            f"list ConfigMaps in {namespace} ({selector})",
+            f"list ConfigMaps in {namespace} ({selector or fields})",
             self._core.list_namespaced_config_map,
             namespace=namespace,
             label_selector=selector,
+            field_selector=fields,
         )
         items = found.get("items") if isinstance(found, dict) else None
         return [i for i in items or [] if isinstance(i, dict)]

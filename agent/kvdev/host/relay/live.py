@@ -17,6 +17,14 @@ and a poll sees a rewrite that an inotify watch on a bind-mounted directory can 
 records are listed at the first pass, after a failed request and every ``relist`` passes; in
 between the loop keeps what its own writes returned, so a node whose files do not change
 sends no request at all.
+
+Only its own records are trusted (``publish.relayed.sort_listed``): a listed ConfigMap whose
+name, node label and ``kvdev.io/node`` annotation do not all say this node is never replaced
+or deleted; when it holds the name of one of this node's records (found by the listing, or by
+a create the API server answers 409), that claim is skipped and reported (a warning naming
+both nodes, ``Pass.taken``) and the other claims go on. This node's records of the earlier
+name form (``kvdev-relay-<claimUID>-<hash>``, which the controller no longer reads) are
+deleted when listed.
 """
 
 from __future__ import annotations
@@ -31,7 +39,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kvdev.errors import KvdevError, Problem
-from kvdev.host.publish.relayed import CLAIM_UID_LABEL, node_selector, records
+from kvdev.host.publish.relayed import (
+    CLAIM_UID_LABEL,
+    annotated_node,
+    node_selector,
+    records,
+    sort_listed,
+    taken_message,
+)
 from kvdev.host.relay.finder import DEFAULT_HOST_DIRS, Found
 from kvdev.host.relay.finder import find as find_files
 
@@ -41,8 +56,8 @@ log = logging.getLogger("kvdev.host.relay")
 class Api(Protocol):
     """What the loop needs of the API server (``kube.RelayApi``)."""
 
-    def list(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        """The ConfigMaps of ``namespace`` that ``selector`` selects."""
+    def list(self, namespace: str, selector: str, fields: str = "") -> list[dict[str, Any]]:
+        """The ConfigMaps of ``namespace`` that ``selector`` (and ``fields``) select."""
 
     def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a ConfigMap; the stored object."""
@@ -64,6 +79,8 @@ class Pass:
     unchanged: int = 0
     failed: int = 0
     kept: int = 0  # not produced this pass, not deleted: the read was incomplete or held it
+    taken: int = 0  # claims whose record name another node's ConfigMap holds
+    legacy: int = 0  # this node's records of the earlier name form, deleted
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -105,6 +122,7 @@ class Relay:
     finder: Callable[[Sequence[Path], Sequence[Path]], Found] = find_files
     _reading: Future[Found] | None = field(default=None, repr=False)
     _stored: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    _taken: dict[str, str] = field(default_factory=dict, repr=False)  # name -> its node
     _passes: int = 0
 
     def desired(self) -> tuple[list[dict[str, Any]], list[Problem]]:
@@ -164,16 +182,11 @@ class Relay:
         for problem in problems:
             log.warning("not relayed: %s", problem)
         self._passes += 1
-        if self._stored is None or self._passes % self.relist == 0:
-            try:
-                listed = self.api.list(self.namespace, node_selector(self.node))
-            except KvdevError as e:
-                log.warning("%s", e)
-                done.failed += 1
-                self._stored = None
-                return done
-            self._stored = {o["metadata"]["name"]: o for o in listed}
         stored = self._stored
+        if stored is None or self._passes % self.relist == 0:
+            stored = self._list(bodies, done)
+            if stored is None:
+                return done
         produced = {b["metadata"]["name"] for b in bodies}
         claims = {b["metadata"]["labels"][CLAIM_UID_LABEL] for b in bodies}
         gone = {n for n in stored if n not in produced and _gone(stored[n], found, claims)}
@@ -190,25 +203,67 @@ class Relay:
                 done.failed += 1
         if done.failed:
             self._stored = None  # list again next pass: what is stored is not known
-        if done.created or done.updated or done.deleted or done.failed:
+        if done.created or done.updated or done.deleted or done.failed or done.taken:
             log.info(
-                "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d kept, %d failed",
+                "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d kept, "
+                "%d failed, %d taken by another node",
                 done.created,
                 done.updated,
                 done.deleted,
                 done.unchanged,
                 done.kept,
                 done.failed,
+                done.taken,
             )
         return done
 
+    def _list(
+        self, bodies: Sequence[Mapping[str, Any]], done: Pass
+    ) -> dict[str, dict[str, Any]] | None:
+        """List this node's records: keep its own, report the others, delete its old-form ones.
+
+        None when the list failed (nothing is known: the pass writes nothing).
+        """
+        try:
+            listed = self.api.list(self.namespace, node_selector(self.node))
+        except KvdevError as e:
+            log.warning("%s", e)
+            done.failed += 1
+            self._stored = None
+            return None
+        listing = sort_listed(self.node, listed)
+        self._stored, self._taken = listing.own, listing.foreign
+        wanted = {b["metadata"]["name"] for b in bodies}
+        for name, owner in listing.foreign.items():
+            if name in wanted:
+                log.warning("%s", taken_message(name, self.node, owner, self.namespace))
+            else:
+                log.warning(
+                    "%s/%s is labelled as node %s's record but is not one (its kvdev.io/node "
+                    "is %r): not trusted, left alone",
+                    self.namespace,
+                    name,
+                    self.node,
+                    owner,
+                )
+        for name in listing.legacy:
+            self._delete_legacy(name, done)
+        return self._stored
+
     def _write(self, body: dict[str, Any], stored: dict[str, dict[str, Any]], done: Pass) -> None:
-        """Create or replace one record unless the stored one is the same."""
+        """Create or replace one record unless the stored one is the same or its name taken."""
         name = body["metadata"]["name"]
         before = stored.get(name)
+        if name in self._taken:
+            done.taken += 1
+            return
         try:
             if before is None:
-                stored[name] = self.api.create(self.namespace, body)
+                made = self._create(body)
+                if made is None:
+                    done.taken += 1
+                    return
+                stored[name] = made
                 done.created += 1
             elif _same(before, body):
                 done.unchanged += 1
@@ -217,6 +272,38 @@ class Relay:
                 body["metadata"]["resourceVersion"] = version
                 stored[name] = self.api.replace(self.namespace, body)
                 done.updated += 1
+        except KvdevError as e:
+            log.warning("%s", e)
+            done.failed += 1
+
+    def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """POST a record: the stored object, or None when another node's ConfigMap holds its name.
+
+        A 409 for a name not listed as this node's: that ConfigMap is looked up, reported, and
+        its name skipped until the next listing.
+
+        Raises:
+            KvdevError: the create failed otherwise.
+        """
+        name = body["metadata"]["name"]
+        try:
+            return self.api.create(self.namespace, body)
+        except KvdevError as e:
+            if "answered 409" not in str(e):
+                raise
+            holders = self.api.list(self.namespace, "", f"metadata.name={name}")
+            owner = annotated_node(holders[0]) if holders else ""
+            if not holders or owner == self.node:
+                raise
+            self._taken[name] = owner
+            log.warning("%s", taken_message(name, self.node, owner, self.namespace))
+            return None
+
+    def _delete_legacy(self, name: str, done: Pass) -> None:
+        """Delete this node's record of the earlier name form (the new one replaces it)."""
+        try:
+            self.api.delete(self.namespace, name)
+            done.legacy += 1
         except KvdevError as e:
             log.warning("%s", e)
             done.failed += 1
