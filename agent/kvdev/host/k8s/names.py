@@ -8,8 +8,8 @@ object's name, however chosen, ever derives what another's cut name is:
 * ``bounded_name`` (object names, such as the controller's ``kvdev-<vmi>`` ConfigMap): the name
   put after the prefix is a DNS-1123 subdomain, whose first character is a letter or digit, so an
   uncut name has one right after the prefix; a cut name has ``-`` there;
-* ``bounded_label`` (label values, such as the controller's ``kvdev.io/vmi`` and the node
-  relay's ``kvdev.io/relay-node``): the names cut are DNS-1123 subdomains, which have no ``_``;
+* ``bounded_label`` (label values, such as the controller's ``kvdev.io/vmi``): the names cut
+  are DNS-1123 subdomains, which have no ``_``;
   a cut value joins its start and the hash with ``_``.
 
 Both rely on the name being a DNS-1123 subdomain (``is_subdomain``), as kvdev's models check
