@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# where make cluster keeps its control plane (the tests of the local walk use their own)
+CLUSTER_DIR ?= build/cluster
 
 # Root targets (network namespaces, a chroot, QEMU): as root they run here; as a user the
 # virtualenv is built first as that user (so .venv and the egg-info stay theirs and `make clean`
@@ -94,7 +96,7 @@ bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on
 upstream:  ## upstream's own Go code (v1.37.2) as judges: build/upstream/bin, cached by go.sum + sources
 	tests/upstream/build.sh
 
-upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -controller-manager, -scheduler)
+upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -controller-manager, -scheduler) and kubectl
 	tests/upstream/build.sh --cluster
 
 helm:  ## helm (v3.22.0, from its own pinned Go module) into build/helm/bin, cached by go.sum
@@ -104,10 +106,10 @@ manifests: helm  ## packaging/kubernetes/{controller,plugin}.yaml = helm templat
 	packaging/helm/manifests.sh
 
 cluster: $(STAMP)  ## start a real v1.37.2 control plane under build/cluster; prints its kubeconfig
-	$(BIN)/python tests/cluster/controlplane.py up
+	$(BIN)/python tests/cluster/controlplane.py up $(CLUSTER_DIR)
 
 cluster-down:  ## stop what make cluster started (the pids in build/cluster/state.json)
-	$(PYTHON) tests/cluster/controlplane.py down
+	$(PYTHON) tests/cluster/controlplane.py down $(CLUSTER_DIR)
 
 proto: $(STAMP)  ## regenerate the committed gRPC stubs of agent/kvdev/host/proto/*.proto
 	$(BIN)/python -m kvdev.host.proto

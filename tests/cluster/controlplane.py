@@ -1,6 +1,7 @@
 """A real Kubernetes v1.37.2 control plane on loopback, for the tests and for ``make cluster``.
 
-Owns: building the binaries (``tests/upstream/build.sh --cluster``, cached by its key), the
+Owns: building the binaries (``tests/upstream/build.sh --cluster``, cached by its key; a
+kubectl of the same release among them, for the operator's shell), the
 certificates (``openssl``: one CA, a serving certificate for 127.0.0.1, one client certificate
 per component and for the admin, a service-account signing key), starting etcd (our embedded
 server, ``tests/upstream/cmd/etcd``), kube-apiserver, kube-controller-manager and
@@ -15,7 +16,8 @@ No kubelet: Nodes are API objects (``ready_node`` builds one), pods are schedule
 the real scheduler and stay Pending. The node lifecycle controller is off (it would mark the
 kubelet-less Nodes NotReady and evict their pods).
 
-    python tests/cluster/controlplane.py up [DIR]     # build, start, print kubeconfig + versions
+    python tests/cluster/controlplane.py up [DIR]     # build, start, print kubeconfig, versions
+                                                      # and the shell line to use it
     python tests/cluster/controlplane.py down [DIR]   # stop what state.json names
 """
 
@@ -469,8 +471,18 @@ def main(argv: list[str]) -> int:
     print(
         f"build {built:.1f} s (cached when nothing changed), start {started:.1f} s; logs in {root}"
     )
-    print(f"export KUBECONFIG={cluster.kubeconfig}; kubectl apply -f packaging/kubernetes/")
+    print(next_step(cluster.kubeconfig))
     return 0
+
+
+def next_step(config: Path) -> str:
+    """What ``make cluster`` prints last: the shell line that points kubectl (this build's,
+    v1.37.2) and helm (``make helm``'s, when built) at the new cluster, and where to go next."""
+    path = f"{BIN}:{REPO / 'build' / 'helm' / 'bin'}:$PATH"
+    return (
+        f"next: export KUBECONFIG={config} PATH={path}\n"
+        "then: docs/quickstart/local-operator.md (kvdev's chart on this cluster)"
+    )
 
 
 def install_crds(config: Path) -> None:
