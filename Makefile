@@ -71,8 +71,12 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
+# UNIT_JOBS pytest workers share the suite (pytest-xdist); the tests on the session's one real
+# control plane stay together on one worker (tests/conftest.py), so it starts once. UNIT_JOBS=0:
+# one process, as before.
+UNIT_JOBS ?= 2
 unit: $(STAMP) upstream-cluster helm
-	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest
+	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadgroup) --durations=15
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_agent.py $(BENCH_ARGS)
