@@ -1,6 +1,6 @@
 """Sphinx directives that render kvdev's own sources into the docs site and the man pages.
 
-It owns three directives, each reading one source of truth at build time, so the HTML, the man
+It owns four directives, each reading one source of truth at build time, so the HTML, the man
 pages and ``--help`` never drift apart:
 
 * ``kvdev-cli module:function``: an argparse parser (the function builds it) as its usage,
@@ -10,9 +10,17 @@ pages and ``--help`` never drift apart:
   installs) as the configuration file's reference, checked against the keys the agent accepts.
 * ``kvdev-helm-values``: the chart's ``values.schema.json`` with the defaults and comments of
   ``values.yaml``, as one table of every value.
+* ``kvdev-versions TABLE``: one table of ``packaging/versions.toml`` (``kvdev_versions``):
+  ``versions``, ``kubernetes-gates``, ``kubevirt-gates``, ``distributions``, ``maturity``,
+  ``quickstart``.
 
 A source that does not match what it documents (an undocumented key, a value the schema lacks)
 is a build error, which ``make docs`` (warnings as errors) turns into a failed build.
+
+For the man pages it also keeps a Markdown hard line break (a line ending in two spaces, as in a
+multi-line synopsis) a line break (``.br``): MyST gives it only to HTML and LaTeX, so the man
+builder ran the two lines together. A term with its description is a MyST definition list
+(``.TP``), never a hard break.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import kvdev_versions
 import yaml
 from docutils import nodes
 from docutils.parsers.rst import directives
@@ -330,6 +339,34 @@ class HelmValuesDirective(SphinxDirective):
         return out
 
 
+class VersionsDirective(SphinxDirective):
+    """``kvdev-versions TABLE``: a table rendered from packaging/versions.toml."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        """Read and check the versions file, render the named table as Markdown."""
+        self.env.note_dependency(str(kvdev_versions.VERSIONS))
+        try:
+            v = kvdev_versions.load()
+        except kvdev_versions.VersionsError as e:
+            raise self.error(str(e)) from e
+        tables = {
+            "versions": lambda: kvdev_versions.versions_table(v),
+            "kubernetes-gates": lambda: kvdev_versions.gates_table(v, "Kubernetes"),
+            "kubevirt-gates": lambda: kvdev_versions.gates_table(v, "KubeVirt"),
+            "distributions": lambda: kvdev_versions.distributions_table(v),
+            "maturity": lambda: kvdev_versions.maturity_table(v),
+            "quickstart": lambda: kvdev_versions.quickstart_table(v),
+        }
+        render = tables.get(self.arguments[0])
+        if render is None:
+            raise self.error(
+                f"kvdev-versions: no table {self.arguments[0]!r}: one of {sorted(tables)}"
+            )
+        return self.parse_text_to_nodes(render())
+
+
 def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
     """Value and default as code; the type and the comment share the widest column."""
     group = nodes.tgroup(cols=3)
@@ -357,9 +394,23 @@ def _values_table(rows: Sequence[tuple[str, str, str, str]]) -> nodes.table:
     return nodes.table("", group, classes=["colwidths-given"])  # the HTML keeps 30/20/50
 
 
+# ------------------------------------------------------------------ man pages
+
+
+def _man_line_breaks(app: Sphinx, doctree: nodes.document, _docname: str) -> None:
+    """Give each of MyST's hard line breaks a roff ``.br`` in the man pages."""
+    if app.builder.name != "man":
+        return
+    for raw in list(doctree.findall(nodes.raw)):
+        if raw.get("format") == "html" and raw.astext().strip() == "<br />":
+            raw.replace_self(nodes.raw("", "\n.br\n", format="manpage"))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the directives."""
+    """Register the directives and the man pages' line breaks."""
+    app.connect("doctree-resolved", _man_line_breaks)
     app.add_directive("kvdev-cli", CliDirective)
     app.add_directive("kvdev-agent-toml", AgentTomlDirective)
     app.add_directive("kvdev-helm-values", HelmValuesDirective)
+    app.add_directive("kvdev-versions", VersionsDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

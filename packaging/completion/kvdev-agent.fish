@@ -18,6 +18,6 @@ complete -c kvdev-agent -l log-level -x -a "debug info warning error" -d "log le
 complete -c kvdev-agent -l poll-interval -x -a "auto 0 2" -d "poll the metadata files every SECONDS"
 complete -c kvdev-agent -l read-deadline -x -a "5 15 60" -d "seconds a pass waits for its read of the metadata"
 complete -c kvdev-agent -l once -d "converge once, print the status, exit"
-complete -c kvdev-agent -l dry-run -d "plan and report; change nothing"
+complete -c kvdev-agent -l dry-run -d "plan and report; change and write nothing"
 complete -c kvdev-agent -l json -d "with --once: the status as JSON"
 complete -c kvdev-agent -l dump-config -d "the effective configuration and where each value came from"

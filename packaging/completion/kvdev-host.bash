@@ -15,7 +15,7 @@ _kvdev_host()
         -f|--filename|--network-data|--events|--domain-xml|--guest-plan|--kubeconfig)
             COMPREPLY=($(compgen -f -- "$cur"))
             return ;;
-        --plugin-data-dir|--cdi-dir|--registry-dir|--claims-dir|--from-tree|--from-cdi|--out)
+        --plugin-data-dir|--cdi-dir|--host-dir|--registry-dir|--claims-dir|--from-tree|--from-cdi|--out)
             COMPREPLY=($(compgen -d -- "$cur"))
             return ;;
         -o|--output)
@@ -50,7 +50,7 @@ _kvdev_host()
                                -o --output --json" ;;
         unprepare) words="-f --filename --driver --plugin-data-dir --cdi-dir -o --output --json" ;;
         status) words="-f --filename --driver --network-data -o --output --json" ;;
-        bundle) words="--from-tree --from-cdi --claim-uid --domain-xml --guest-plan --out
+        bundle) words="--from-tree --from-cdi --claim-uid --host-dir --domain-xml --guest-plan --out
                        -o --output --json" ;;
         serve) words="--driver --plugin-data-dir --cdi-dir --registry-dir --claims-dir --kube
                       --kubeconfig --node-name --pod-uid --grace --health-port
@@ -59,7 +59,7 @@ _kvdev_host()
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
                            --lease-duration --renew-deadline --retry-period --http-address
                            --relay-namespace --workers --log-level" ;;
-        relay) words="--once --node-name --cdi-dir --namespace --interval --kubeconfig
+        relay) words="--once --node-name --cdi-dir --host-dir --namespace --interval --kubeconfig
                       -o --output --json" ;;
         *) return ;;
     esac

@@ -37,6 +37,7 @@ complete -c kvdev-host -n "$f prepare update status" -l network-data -r -F -d "n
 complete -c kvdev-host -n "$f bundle" -l from-tree -x -a "(__fish_complete_directories)" -d "the container-side tree"
 complete -c kvdev-host -n "$f bundle" -l from-cdi -x -a "(__fish_complete_directories)" -d "a CDI spec directory"
 complete -c kvdev-host -n "$f bundle" -l claim-uid -x -d "only this claim's files"
+complete -c kvdev-host -n "$f bundle relay" -l host-dir -x -a "(__fish_complete_directories)" -d "read mounted files only beneath it"
 complete -c kvdev-host -n "$f bundle" -l domain-xml -r -F -d "libvirt domain XML"
 complete -c kvdev-host -n "$f bundle" -l guest-plan -r -F -d "a GuestPlan file"
 complete -c kvdev-host -n "$f bundle" -l out -x -a "(__fish_complete_directories)" -d "output directory"

@@ -34,7 +34,7 @@ kvdev-<vmi> (owned by the VMI) holding the VMI's guest bundle. kubectl apply -f 
 Least privilege: it reads VMIs, virt-launcher pods, ResourceClaims and ResourceSlices, writes
 ConfigMaps (create and update only: garbage collection deletes them with their VMI) and
 Events, and holds a Lease in its own namespace (leader election: more than one replica may
-run). Image: build packaging/container/Containerfile and push it where your nodes pull from.
+run). Image: dist/kvdev-host_<version>.oci.tar (make dist), pushed where your nodes pull from.
 No per-VM wiring: a MutatingAdmissionPolicy adds the ConfigMap volume and the virtiofs
 filesystem kvdev-metadata to new DRA VMIs in namespaces labelled kvdev.io/wire-vmis=true."
     render namespace.yaml controller-rbac.yaml controller.yaml vmi-wiring.yaml

@@ -41,6 +41,10 @@ def cdi_dir(tmp_path_factory):
     return root / "cdi"
 
 
+def HOSTS(cdi_dir):  # noqa: N802 - reads as the flag it gives
+    return ("--host-dir", cdi_dir.parent / "plugins")
+
+
 def run(capsys, *args):
     code = main(["bundle", *map(str, args)])
     captured = capsys.readouterr()
@@ -50,7 +54,16 @@ def run(capsys, *args):
 def test_round_trip_prepare_bundle_guest_reader(cdi_dir, tmp_path, capsys):
     out = tmp_path / "share"
     code, stdout, _ = run(
-        capsys, "--from-cdi", cdi_dir, "--domain-xml", XML, "--out", out, "-o", "json"
+        capsys,
+        "--from-cdi",
+        cdi_dir,
+        *HOSTS(cdi_dir),
+        "--domain-xml",
+        XML,
+        "--out",
+        out,
+        "-o",
+        "json",
     )
     assert code == 0
     report = json.loads(stdout)
@@ -100,7 +113,16 @@ def test_round_trip_prepare_bundle_guest_reader(cdi_dir, tmp_path, capsys):
 def test_claim_uid_keeps_only_that_claims_files(cdi_dir, tmp_path, capsys):
     out = tmp_path / "share"
     code, stdout, _ = run(
-        capsys, "--from-cdi", cdi_dir, "--claim-uid", VM1_UID, "--out", out, "-o", "json"
+        capsys,
+        "--from-cdi",
+        cdi_dir,
+        *HOSTS(cdi_dir),
+        "--claim-uid",
+        VM1_UID,
+        "--out",
+        out,
+        "-o",
+        "json",
     )
     assert code == 0
     assert [d["device"].split("/")[-1] for d in json.loads(stdout)["devices"]] == [

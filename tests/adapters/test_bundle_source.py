@@ -40,7 +40,7 @@ def test_mounts_become_the_tree_and_other_specs_are_ignored(tmp_path, host_file)
     spec(cdi, "a.json", [mount(host_file, META)])
     spec(cdi, "gpu.json", [mount(host_file, "x")], kind="nvidia.com/gpu")  # not a metadata spec
     (cdi / "notes.txt").write_text("not a spec")
-    assert read_cdi_dir(cdi) == {META: b"META\n"}
+    assert read_cdi_dir(cdi, host_dirs=[tmp_path]) == {META: b"META\n"}
 
 
 def test_only_metadata_places_are_read(tmp_path, host_file):
@@ -50,7 +50,7 @@ def test_only_metadata_places_are_read(tmp_path, host_file):
     secret.write_text("do not ship")
     spec(cdi, "a.json", [mount(host_file, META), mount(secret, "kvdev/guest-hints.json")])
     spec(cdi, "b.json", [{"hostPath": str(secret), "containerPath": "/etc/x"}])
-    assert read_cdi_dir(cdi) == {META: b"META\n"}
+    assert read_cdi_dir(cdi, host_dirs=[tmp_path]) == {META: b"META\n"}
 
 
 def test_claim_uid_filters_devices_and_skips_spec_level_edits(tmp_path, host_file):
@@ -61,9 +61,9 @@ def test_claim_uid_filters_devices_and_skips_spec_level_edits(tmp_path, host_fil
     rel2 = "resourceclaims/c2/r/d.example.com-metadata.json"
     spec(cdi, "a.yaml", [mount(host_file, META)], spec_level=[mount(other, rel2)])
     spec(cdi, "b.json", [mount(other, rel2)], device="uid2_r")
-    assert read_cdi_dir(cdi) == {META: b"META\n", rel2: b"OTHER\n"}
-    assert read_cdi_dir(cdi, ["uid1"]) == {META: b"META\n"}
-    assert read_cdi_dir(cdi, ["uid2"]) == {rel2: b"OTHER\n"}
+    assert read_cdi_dir(cdi, host_dirs=[tmp_path]) == {META: b"META\n", rel2: b"OTHER\n"}
+    assert read_cdi_dir(cdi, ["uid1"], [tmp_path]) == {META: b"META\n"}
+    assert read_cdi_dir(cdi, ["uid2"], [tmp_path]) == {rel2: b"OTHER\n"}
 
 
 def test_broken_specs_and_conflicts_name_the_spec_and_field(tmp_path, host_file):
@@ -77,7 +77,7 @@ def test_broken_specs_and_conflicts_name_the_spec_and_field(tmp_path, host_file)
     spec(cdi, "d.json", [mount(other, "../../etc/passwd")])
     (cdi / "e.json").write_text("{")
     with pytest.raises(SchemaError) as e:
-        read_cdi_dir(cdi)
+        read_cdi_dir(cdi, host_dirs=[tmp_path])
     found = [str(p) for p in e.value.problems]
     assert found[:3] == [
         (
@@ -102,7 +102,7 @@ def test_missing_host_file_is_a_read_error_naming_it(tmp_path):
     cdi.mkdir()
     spec(cdi, "a.json", [mount(tmp_path / "gone.json", META)])
     with pytest.raises(TransientReadError, match=f"{tmp_path}/gone.json: cannot read"):
-        read_cdi_dir(cdi)
+        read_cdi_dir(cdi, host_dirs=[tmp_path])
 
 
 def test_tree_dir_reads_metadata_files_only_and_refuses_links_out(tmp_path):

@@ -2,7 +2,8 @@
 
 The volume is laid out and updated by kubelet's own code (``upstreamlab.publish_configmap``:
 the configmap plugin's MakePayload and AtomicWriter, v1.37.2);
-the streams are the bundled example's, under key names that say nothing (content decides).
+the streams are the bundled example's, under key names that say nothing (content names the
+claim); the hints are at ``guest-hints.json``, the only key read as hints.
 """
 
 import json
@@ -27,9 +28,11 @@ MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}
 
 
 def example_keys() -> dict[str, bytes]:
-    """The example tree as ConfigMap keys with meaningless names (the content says it all)."""
-    streams = sorted(TREE.rglob("*.json"))
-    return {f"key-{i}": p.read_bytes() for i, p in enumerate(streams)}
+    """The example tree as ConfigMap keys: the streams with meaningless names, the hints at
+    ``guest-hints.json`` (as the controller writes them)."""
+    streams = sorted(TREE.rglob("*-metadata.json"))
+    keys = {f"key-{i}": p.read_bytes() for i, p in enumerate(streams)}
+    return {**keys, "guest-hints.json": (TREE / "kvdev/guest-hints.json").read_bytes()}
 
 
 def generations(raws) -> set[int]:
@@ -41,7 +44,7 @@ def generations(raws) -> set[int]:
     return out
 
 
-def test_every_key_is_read_by_its_content_from_the_version_in_force(tmp_path):
+def test_every_key_is_read_by_its_name_from_the_version_in_force(tmp_path):
     root = tmp_path / "volume"
     publish(root, example_keys())
     raws, complete = files.read_sources(root, root / "kvdev/guest-hints.json")
@@ -50,6 +53,9 @@ def test_every_key_is_read_by_its_content_from_the_version_in_force(tmp_path):
     assert [role for _, role in roles].count("DeviceMetadata") == 4
     assert [role for _, role in roles].count("GuestHints") == 1
     assert all(r.relpath is None for r in raws)  # no tree place: the content names the claim
+    hints = [Path(r.source).name for r in raws if r.role is Role.GUEST_HINTS]
+    assert hints == ["guest-hints.json"]
+    assert all(r.stream_key for r in raws if r.role is Role.DEVICE_METADATA)
     assert {Path(r.source).parent for r in raws} == {root}  # named by the key, not the version
 
 
@@ -147,7 +153,7 @@ def test_the_agent_configures_the_example_from_a_configmap_volume(tmp_path):
     }
     hints = json.loads((TREE / "kvdev/guest-hints.json").read_text())
     hints["devices"][0]["network"]["mtu"] = 4000
-    publish(root, {**example_keys(), "key-0": (json.dumps(hints) + "\n").encode()})
+    publish(root, {**example_keys(), "guest-hints.json": (json.dumps(hints) + "\n").encode()})
     converge(Reconciler(cfg, kernel, scan_devices=tuple))
     assert kernel.state.link(1).mtu == 4000
 
@@ -190,29 +196,29 @@ def test_keys_that_are_no_json_are_read_once_each_never_paused_for(tmp_path):
     print(f"a ConfigMap volume of {len(raws)} keys, {len(junk)} of them no JSON: {took:.3f} s")
 
 
-def test_two_hints_keys_that_tie_on_a_device_are_reported_as_one_file_would_be(tmp_path):
-    """was: two GuestHints keys selecting the same device cancelled each other, silently."""
+def test_hints_under_a_stream_key_are_an_error_on_that_key_and_never_hints(tmp_path):
+    """was: a key's role came from its content, so a GuestHints document under a stream key
+    (a driver's file, relayed from the node) was read as hints, and outranked the controller's
+    own (its key sorts first): it renamed a NIC and added routes with ``network.primary``."""
     root = tmp_path / "volume"
     keys = example_keys()
-    hints_key = next(k for k, v in keys.items() if b"GuestHints" in v)
-    hints = json.loads(keys[hints_key])
-    other = {**hints, "devices": [{**hints["devices"][0], "network": {"mtu": 4000}}]}
-    publish(root, {**keys, "zz-more-hints": (json.dumps(other) + "\n").encode()})
+    hints = json.loads(keys["guest-hints.json"])
+    evil = {**hints, "devices": [{**hints["devices"][0], "network": {"mtu": 4000}}]}
+    key = "a-claim.nic.evil.example.com-metadata.json"
+    publish(root, {**keys, key: (json.dumps(evil) + "\n").encode()})
     links = tuple(
         Link(ifindex=i, ifname=f"eth{i}", mac=mac, kind="veth") for i, mac in MACS.items()
     )
+    kernel = MemoryNetlink(NetState(links))
     cfg = AgentConfig(
         metadata_root=root,
         state_dir=tmp_path / "state",
         link_dir=tmp_path / "network",
         match_kinds=("veth",),
     )
-    status = Reconciler(cfg, MemoryNetlink(NetState(links)), scan_devices=tuple).reconcile().status
-    said = [str(p) for p in status.file_errors]
-    assert any(
-        "zz-more-hints" in p
-        and "devices[0] selects the same device(s) as devices[0] of" in p
-        and hints_key in p
-        for p in said
-    ), said
-    assert not status.converged
+    status = converge(Reconciler(cfg, kernel, scan_devices=tuple)).status
+    (problem,) = status.file_errors
+    assert (problem.source, problem.index, problem.path) == (str(root / key), 0, "apiVersion")
+    assert problem.message.startswith("a GuestHints object in a stream key: on a ConfigMap")
+    assert kernel.state.link(1).mtu == 9000  # the controller's hints, from guest-hints.json
+    assert {lk.ifname for lk in kernel.state.links} == {"data0", "data1", "fast0"}

@@ -49,7 +49,22 @@ HOST = REPO / "packaging" / "examples" / "host"
 CLAIM_UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"  # the example's vm1-devices
 DRIVER = "sriov.example.com"
 NIC1 = f"vm1-devices.nic-1.{DRIVER}-metadata.json"
-A_BYTES = b'{"apiVersion":"metadata.resource.k8s.io/v1alpha1","kind":"DeviceMetadata"}'
+
+
+def driver_bytes(uid=CLAIM_UID, namespace="vms", request="nic-1", generation=1):
+    """A driver's file of the claim ``vm1-devices``: what the controller copies (only that)."""
+    meta = {"name": "vm1-devices", "namespace": namespace, "uid": uid, "generation": generation}
+    device = {"driver": DRIVER, "pool": "p", "name": "d"}
+    body = {
+        "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+        "kind": "DeviceMetadata",
+        "metadata": meta,
+        "requests": [{"name": request, "devices": [device]}],
+    }
+    return (json.dumps(body) + "\n").encode()
+
+
+A_BYTES, B_BYTES = driver_bytes(), driver_bytes(generation=20)  # two lengths: two CDI dirs
 
 
 class RelayNode:
@@ -150,7 +165,7 @@ def refused(call):
 
 def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes, tmp_path):
     a, b = nodes
-    done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)]).sync()
+    done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
     (record_a,) = a.api().list(SYSTEM, node_selector(a.name))
 
@@ -183,14 +198,14 @@ def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes,
     assert "no node in the request's credentials" in refused(lambda: unbound.create(SYSTEM, own))
 
     # Node B's own record of the claim is accepted, and changes nothing for a VMI on node A.
-    done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, b'{"from": "b"}')]).sync()
+    done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, B_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
     stored = client.CoreV1Api(kube).list_namespaced_config_map(
         SYSTEM, label_selector="app.kubernetes.io/managed-by=kvdev-host-relay"
     )
     raws = [client.ApiClient().sanitize_for_serialization(i) for i in stored.items]
     assert data_for_vmi_on(a.name, raws)[NIC1].encode() == A_BYTES
-    assert data_for_vmi_on(b.name, raws)[NIC1] == '{"from": "b"}'
+    assert data_for_vmi_on(b.name, raws)[NIC1].encode() == B_BYTES
 
 
 def data_for_vmi_on(node, relay_configmaps):
@@ -240,7 +255,8 @@ def test_the_live_controller_copies_the_vmis_nodes_record(
         "kubevirt.io", "v1", namespace, "virtualmachineinstances", "vm1",
         {"status": {"nodeName": a.name, "phase": "Running"}},
     )  # fmt: skip
-    for node, data in ((b, b'{"from": "b"}'), (a, A_BYTES)):
+    a_bytes = driver_bytes(uid, namespace, "nic")
+    for node, data in ((b, driver_bytes(uid, namespace, "nic", 2)), (a, a_bytes)):
         f = DriverFile(uid, "nic", DRIVER, data, "/etc/cdi/x.json")
         node.api().create(SYSTEM, records(node.name, SYSTEM, [f])[0][0])
     core = client.CoreV1Api(kube)
@@ -254,7 +270,7 @@ def test_the_live_controller_copies_the_vmis_nodes_record(
             found = core.list_namespaced_config_map(
                 namespace, field_selector="metadata.name=kvdev-vm1"
             ).items
-            return found if found and (found[0].data or {}).get(key) == A_BYTES.decode() else None
+            return found if found and (found[0].data or {}).get(key) == a_bytes.decode() else None
 
         (cm,) = wait_for("node A's bytes in kvdev-vm1", copied)
     assert json.loads(cm.metadata.annotations["kvdev.io/sources"]) == {key: "driver"}

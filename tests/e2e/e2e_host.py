@@ -204,6 +204,8 @@ class HostSide:
             "bundle",
             "--from-cdi",
             str(self.cdi),
+            "--host-dir",
+            str(self.plugin),
             "--guest-plan",
             str(INPUTS / plan),
             "--out",
@@ -228,12 +230,13 @@ class ClusterSide:
         self.log = work / "kvdev-host.log"
 
     def relay(self, cdi: Path) -> None:
-        """``kvdev-host relay --once`` on the node's CDI directory: the relay records the
-        controller reads next (each driver file's bytes, unchanged)."""
+        """``kvdev-host relay --once`` on the node's CDI directory (the files beneath the
+        ``plugins`` directory beside it): the relay records the controller reads next (each
+        driver file's bytes, unchanged)."""
         out = kvdev_host(
             self.log,
             *("relay", "--once", "--node-name", NODE, "--namespace", RELAY_NAMESPACE),
-            *("--cdi-dir", str(cdi), "-o", "json"),
+            *("--cdi-dir", str(cdi), "--host-dir", str(cdi.parent / "plugins"), "-o", "json"),
         )
         self.records.write_text(out)
 

@@ -4,6 +4,7 @@ The agent runs as a real process inside the namespace (``ip netns exec``), again
 the bundled example tree; every assertion reads the kernel with ``ip -j``.
 """
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -27,6 +28,7 @@ from agentlab import (
     link,
     make_guest,
     serving,
+    snapshot,
     stream_objects,
     write_atomically,
 )
@@ -106,14 +108,33 @@ def test_once_configures_the_example(guest):
     ]
 
 
-def test_dry_run_changes_nothing(guest):
+def files_under(root):
+    """Every path under ``root`` with its type, size and content hash (directories: none)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = ("link", str(path.readlink()))
+        elif path.is_dir():
+            out[rel] = ("dir", oct(path.stat().st_mode))
+        else:
+            out[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
+def test_a_dry_run_changes_nothing_writes_nothing_and_exits_as_documented(guest):
+    """As root, a fresh state directory: no state dir, status, marks, link wishes; exit 1."""
     ns, tree, work = guest
-    before = ip_json(ns, "addr")
+    before_links, before_files = snapshot(ns), files_under(work)
+    assert not (work / "state").exists()
     done = run_once(ns, tree, work, "--dry-run", "--json")
-    assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert {d["phase"] for d in status["devices"]} == {"Pending", "Missing"}
-    assert ip_json(ns, "addr") == before
+    assert status["dryRun"] is True
+    assert snapshot(ns) == before_links
+    assert files_under(work) == before_files  # nothing created, changed or removed
+    # documented (kvdev-agent --help, kvdev-agent(8)): 1 when --once leaves devices not configured
+    assert done.returncode == 1, done.stdout + done.stderr
 
 
 def test_invalid_metadata_changes_nothing(guest):

@@ -153,15 +153,17 @@ def test_other_entry_points_answer_version(script):
 
 
 def test_a_configmap_volume_is_checked_key_by_key_as_the_agent_reads_it(tmp_path):
-    """The guest's view of a VMI's kvdev ConfigMap: flat keys, ``..data``, role by content."""
+    """The guest's view of a VMI's kvdev ConfigMap: flat keys, ``..data``, role by key name."""
     volume = tmp_path / "volume"
-    streams = sorted(TREE.rglob("*.json"))
-    publish(volume, {f"key-{i}.json": p.read_bytes() for i, p in enumerate(streams)})
+    streams = sorted(TREE.rglob("*-metadata.json"))
+    keys = {f"key-{i}.json": p.read_bytes() for i, p in enumerate(streams)}
+    hints = (TREE / "kvdev/guest-hints.json").read_bytes()
+    publish(volume, {**keys, "guest-hints.json": hints})
     done = run("metadata", "validate", "--json", str(volume))
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     kinds = sorted(f["role"] for f in report["files"])
-    assert kinds == sorted(["GuestHints"] + ["DeviceMetadata"] * (len(streams) - 1))
+    assert kinds == sorted(["GuestHints"] + ["DeviceMetadata"] * len(streams))
     assert {Path(f["path"]).parent for f in report["files"]} == {volume}  # keys, not versions
 
     publish(volume, {"key-0.json": b'{"kind": "DeviceMetadata", "apiVersion": '})
@@ -182,16 +184,17 @@ def test_a_configmap_volume_of_more_keys_than_the_agent_reads_is_invalid(tmp_pat
     assert f"{CONFIGMAP_MAX_KEYS + 1} keys, only the first {CONFIGMAP_MAX_KEYS}" in done.stdout
 
 
-def test_two_hints_keys_that_clash_are_invalid_like_one_file_with_both(tmp_path):
-    streams = sorted(TREE.rglob("*.json"))
+def test_hints_under_a_stream_key_are_invalid_and_never_read_as_hints(tmp_path):
+    """was: a key's role came from its content: GuestHints under any key were hints."""
+    streams = sorted(TREE.rglob("*-metadata.json"))
     keys = {f"key-{i}": p.read_bytes() for i, p in enumerate(streams)}
-    hints = json.loads((TREE / "kvdev/guest-hints.json").read_text())
-    other = {**hints, "devices": [{**hints["devices"][0], "network": {"mtu": 4000}}]}
+    hints = (TREE / "kvdev/guest-hints.json").read_bytes()
+    keys["guest-hints.json"] = hints
     root = tmp_path / "volume"
-    publish(root, {**keys, "zz-hints": (json.dumps(other) + "\n").encode()})
+    publish(root, {**keys, "zz-hints": hints})
     done = run("metadata", "validate", str(root))
     assert done.returncode == 2, done.stdout
     assert f"INVALID {root / 'zz-hints'}" in done.stdout
-    assert "devices[0] selects the same device(s) as devices[0] of" in done.stdout
+    assert "a GuestHints object in a stream key: on a ConfigMap volume" in done.stdout
     publish(root, keys)
     assert run("metadata", "validate", str(root)).returncode != 2

@@ -1,5 +1,6 @@
 """``kvdev-host controller`` as a program: --help, --once on the example, live on the double."""
 
+import json
 import os
 import signal
 import subprocess
@@ -97,3 +98,56 @@ def test_live_creates_the_configmap_and_stops_cleanly_on_sigterm(tmp_path, capsy
             print(f"\n  controller: exec -> ConfigMap created: {created:.2f} s")
     finally:
         double.stop()
+
+
+NIC1 = "vm1-devices.nic-1.sriov.example.com-metadata.json"
+NIC2 = "vm1-devices.nic-2.sriov.example.com-metadata.json"
+CLAIM_UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"  # vm1-devices, the example's, on node-a
+EXAMPLE_HINTS = REPO / "packaging/examples/dra-device-attributes/kvdev/guest-hints.json"
+
+
+def test_once_leaves_out_a_relayed_file_that_is_no_device_metadata_of_its_claim(tmp_path):
+    """was: a relayed file was copied to its stream key unread, so GuestHints written on the
+    node (``network.primary: true``, ``0.0.0.0/1`` + ``128.0.0.0/1``) reached the guest."""
+    from kvdev.host.publish.relayed import DriverFile, records  # noqa: PLC0415
+
+    hints = json.loads(EXAMPLE_HINTS.read_text())
+    vf2 = next(h for h in hints["devices"] if h.get("device") == "vf-2")
+    vf2["network"] = {  # what a node could not say, if it could write hints
+        "interfaceName": "evil0",
+        "primary": True,
+        "routes": [{"destination": d, "gateway": "10.1.0.1"} for d in ("0.0.0.0/1", "128.0.0.0/1")],
+    }
+    good = REPO / "packaging/examples/dra-device-attributes/resourceclaims/vm1-devices/nic-1"
+    good_bytes = (
+        (good / "sriov.example.com-metadata.json")
+        .read_bytes()
+        .replace(b'"generation": 2', b'"generation": 9')
+    )
+    files = [
+        DriverFile(CLAIM_UID, "nic-1", "sriov.example.com", good_bytes, "/var/run/cdi/a.json"),
+        DriverFile(
+            CLAIM_UID,
+            "nic-2",
+            "sriov.example.com",
+            (json.dumps(hints) + "\n").encode(),
+            "/var/run/cdi/a.json",
+        ),
+    ]
+    (record,), _ = records("node-a", "kvdev-system", files)
+    (tmp_path / "record.yaml").write_text(yaml.safe_dump(record))
+    rebuilt = yaml.safe_load(run("controller", "--once", *FILES, cwd=tmp_path).stdout)["data"]
+
+    done = run("controller", "--once", *FILES, "-f", str(tmp_path / "record.yaml"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (cm,) = list(yaml.safe_load_all(done.stdout))
+    assert cm["data"][NIC1] == good_bytes.decode()  # the driver's file of its claim: copied
+    assert cm["data"][NIC2] == rebuilt[NIC2]  # the hints: left out, the reconstruction stays
+    assert [k for k, v in cm["data"].items() if "GuestHints" in v] == ["guest-hints.json"]
+    sources = json.loads(cm["metadata"]["annotations"]["kvdev.io/sources"])
+    assert (sources[NIC1], sources[NIC2]) == ("driver", "reconstructed")
+    warned = [line for line in done.stderr.splitlines() if "warning:" in line and NIC2 in line]
+    assert len(warned) == 1, done.stderr
+    assert "nic-2.sriov.example.com-metadata.json" in warned[0]
+    assert "left out, the stream is the reconstruction" in warned[0]
+    assert "'guest.kvdev.io/v1alpha1' is not a version of DeviceMetadata" in warned[0]

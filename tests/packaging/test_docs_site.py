@@ -1,6 +1,7 @@
 """The docs site's checks hold: a broken internal link or anchor fails the build (and only what
-was broken is reported), and the generated Helm values reference lists every value of the chart
-and refuses one its schema lacks."""
+was broken is reported), the generated Helm values reference lists every value of the chart
+and refuses one its schema lacks, and the operator quickstart and the Helm guide recommend one
+install, from the packaged chart, with any helm."""
 
 import json
 import shutil
@@ -59,3 +60,29 @@ def test_the_helm_values_reference_lists_every_value():
     values["controller"]["portt"] = 8080
     with pytest.raises(kvdev_sphinx.SourceMismatchError, match=r"lacks controller\.portt"):
         kvdev_sphinx.helm_values(values, schema, {})
+
+
+def _helm_install(page: Path) -> str:
+    """The page's `helm install` command, its continuation lines joined."""
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("helm install "))
+    command = []
+    for line in lines[start:]:
+        command.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return " ".join(command)
+
+
+def test_the_quickstart_and_the_helm_guide_recommend_one_install_with_any_helm():
+    docs = REPO / "docs"
+    quickstart = _helm_install(docs / "quickstart" / "operator.md")
+    assert quickstart == _helm_install(docs / "guides" / "install-helm.md")
+    # the packaged chart that make dist or a release gives, not the clone's chart directory
+    assert " dist/kvdev-" in quickstart
+    for page in [
+        REPO / "README.md",
+        *(docs / "quickstart").glob("*.md"),
+        *(docs / "guides").glob("*.md"),
+    ]:
+        assert "make helm" not in page.read_text(), page

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kvdev import __version__
 from kvdev.host.controller.render import configmap_name
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
@@ -189,6 +190,18 @@ def test_the_controller_runs_with_leader_election_and_the_downward_api():
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def test_the_relay_runs_as_a_dedicated_uid_and_reads_only_beneath_its_host_dirs():
+    pod = by_kind("DaemonSet", "kvdev-host-relay")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["runAsUser"] != 0
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    mounted = {m["mountPath"] for m in container["volumeMounts"] if m["name"].startswith("files-")}
+    given = {a.removeprefix("--host-dir=") for a in container["args"] if "--host-dir=" in a}
+    assert given == mounted == {"/var/lib/kubelet/plugins"}
+
+
 def test_the_plugin_mounts_kubelets_directories_and_knows_its_node():
     pod = by_kind("DaemonSet", "kvdev-host-plugin")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -339,20 +352,24 @@ def test_the_example_vmi_is_the_one_the_controller_example_renders():
 # --------------------------------------------------------------------------- the image
 
 
-def test_the_containerfile_installs_this_repositorys_wheel_with_the_host_extra():
-    text = (REPO / "packaging" / "container" / "Containerfile").read_text()
-    assert "pip wheel" in text
-    assert '"${wheel}[host]"' in text
-    assert re.search(r"^ENTRYPOINT \[\"kvdev-host\"\]$", text, re.MULTILINE)
-    copied = re.findall(r"^COPY (?!--from)(.+?) \S+$", text, re.MULTILINE)
-    for line in copied:
-        for name in line.split():
-            assert (REPO / name).exists(), name
+def test_the_manifests_run_the_image_make_dist_builds_by_its_name():
+    """The image is built one way (packaging/container/build-image.sh, tagged with kvdev's
+    version in its OCI layout) and the chart's defaults name exactly it: kvdev-host:<version>."""
+    assert sorted(p.name for p in (REPO / "packaging" / "container").iterdir()) == [
+        "build-image.sh"
+    ]
+    recipe = (REPO / "packaging" / "container" / "build-image.sh").read_text()
+    assert "'/tmp/kvdev-wheels/$whl[host]'" in recipe
+    assert "--config.entrypoint kvdev-host" in recipe
+    assert 'umoci new --image "$layout:$version"' in recipe
+    values = yaml.safe_load((REPO / "packaging" / "helm" / "kvdev" / "values.yaml").read_text())
+    assert values["image"]["repository"] == "kvdev-host"
+    assert values["image"]["tag"] == ""  # the chart's appVersion: kvdev's version
     for param in documents():
         doc = param.values[0]
         if doc["kind"] in {"Deployment", "DaemonSet"}:
-            (container,) = doc["spec"]["template"]["spec"]["containers"]
-            assert container["image"] == "kvdev-host:0.1.0"
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                assert container["image"] == f"kvdev-host:{__version__}"
 
 
 def test_the_check_itself_catches_unknown_fields_wrong_types_and_missing_ones():

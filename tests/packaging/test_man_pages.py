@@ -4,6 +4,7 @@ names its man page, and both packages install every page they ship."""
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -135,3 +136,113 @@ def test_no_line_is_too_long_for_lintian():
         if len(line) > 512
     ]
     assert long == []
+
+
+# ------------------------------------------------------------------ rendered as a reader sees it
+
+SOURCES = {  # man page -> the docs page it is rendered from (docs/conf.py man_pages)
+    "kvdev.1": "kvdev.md",
+    "kvdev-agent.8": "kvdev-agent.md",
+    "kvdev-host.1": "kvdev-host.md",
+    "kvdev-agent.toml.5": "kvdev-agent.toml.md",
+}
+GROFF = shutil.which("groff")
+ASCII = str.maketrans({"\u2010": "-", "\u2212": "-", "\u2019": "'", "\u2018": "'", "\u00a0": " "})
+
+
+def rendered(page: str) -> list[str]:
+    """The page as ``man`` shows it on an 80-column terminal, styles kept as overstrikes."""
+    done = subprocess.run(
+        [GROFF, "-man", "-Tutf8", "-rLL=80n", "-P-c", str(MAN / page)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+    )
+    return done.stdout.translate(ASCII).splitlines()
+
+
+def units(line: str) -> list[tuple[str, bool]]:
+    """Each character the reader sees, and whether it is bold or italic (overstruck)."""
+    out, i = [], 0
+    while i < len(line):
+        j = i + 1
+        while line[j : j + 1] == "\x08" and j + 1 < len(line):
+            j += 2
+        out.append((line[j - 1], j > i + 1))
+        i = j
+    return out
+
+
+def plain(line: str) -> str:
+    return "".join(c for c, _ in units(line))
+
+
+def styled_runs_glued_to_words(line: str) -> list[str]:
+    """Bold or italic text followed at once by a plain letter or digit: ``GET /healthz200``."""
+    seen = units(line)
+    return [
+        "".join(c for c, _ in seen[max(0, k - 30) : k + 12])
+        for k in range(len(seen) - 1)
+        if seen[k][1] and not seen[k + 1][1] and seen[k + 1][0].isalnum()
+    ]
+
+
+def hide(char: str) -> str:
+    """``char`` out of the markup's way (a private-use character), for ``source_terms``."""
+    return chr(0xE000 + ord(char))
+
+
+def source_terms(page: str) -> list[str]:
+    """Each term of the page's definition lists, and each line a hard break ends, as text.
+
+    A term is a MyST definition list's (``term`` then ``: description``); a line ending in two
+    spaces after a blank line is one written as a hard break, which the man builder ran into
+    its description. The markup is taken off (``**``, ``*``, ``_x_``, backticks, escapes).
+    """
+    lines = (REPO / "docs" / "reference" / "cli" / SOURCES[page]).read_text().splitlines()
+    terms = []
+    for i, line in enumerate(lines):
+        after_blank = i == 0 or not lines[i - 1].strip()
+        described = i + 1 < len(lines) and lines[i + 1].startswith(": ")
+        hard = line.endswith("  ") and after_blank and not line.startswith("    ")
+        if line.strip() and after_blank and (described or hard):
+            text = re.sub(r"`([^`]*)`", lambda m: "".join(map(hide, m[1])), line.strip())
+            text = re.sub(r"\\(.)", lambda m: hide(m[1]), text)
+            text = text.replace("**", "").replace("*", "")
+            text = re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", "", text)
+            terms.append(re.sub("[\ue000-\ue0ff]", lambda m: chr(ord(m[0]) - 0xE000), text))
+    return terms
+
+
+def tagged(lines: list[str], n: int, term: str) -> bool:
+    """Line ``n`` holds ``term`` as ``.TP`` renders it: alone, the description indented below;
+    or, a term shorter than the indent, then spaces and the description at the indent."""
+    line, below = lines[n], lines[n + 1] if n + 1 < len(lines) else ""
+    at = len(line) - len(line.lstrip())
+    words = " ".join(line.split())
+    if words == term:
+        return len(below) - len(below.lstrip()) > at and bool(below.strip())
+    rest = line[at + len(term) :]
+    if not words.startswith(term + " ") or not rest.startswith(" "):
+        return False
+    column = at + len(term) + len(rest) - len(rest.lstrip())
+    return not below.strip() or len(below) - len(below.lstrip()) == column
+
+
+@pytest.mark.skipif(GROFF is None, reason="groff is not installed (apt: groff-base)")
+@pytest.mark.parametrize("page", SOURCES)
+def test_every_term_renders_on_its_own_line_with_its_description_indented(page):
+    lines = [plain(line) for line in rendered(page)]
+    terms = source_terms(page)
+    assert terms or page == "kvdev-agent.toml.5"
+    wrong = [term for term in terms if not any(tagged(lines, n, term) for n in range(len(lines)))]
+    glued = [t for line in lines for term in wrong if (t := line.strip()).startswith(term)]
+    assert wrong == [], f"{page}: a term runs into its description: {glued}"
+
+
+@pytest.mark.skipif(GROFF is None, reason="groff is not installed (apt: groff-base)")
+@pytest.mark.parametrize("page", SOURCES)
+def test_no_bold_or_italic_text_runs_into_the_next_word(page):
+    glued = [g for line in rendered(page) for g in styled_runs_glued_to_words(line)]
+    assert glued == [], f"{page}: a bold or italic term runs into the plain text after it"

@@ -1,6 +1,8 @@
 """The README and the docs pages: the README stays short and names its two commands, every figure
 says when it was measured, the stale figures are gone, and no page speaks of the tracker's
-issues or of working sessions (readers never see either)."""
+issues or of working sessions (readers never see either). The user pages (all but Development
+and the architecture map) show a command's output under it, never as a trailing comment, and
+keep the lab and its history out: those figures live in Development's Benchmarks."""
 
 import re
 from pathlib import Path
@@ -62,3 +64,49 @@ def test_every_relative_link_resolves():
             if not (base / target).exists():
                 broken.append(f"{name}: {target}")
     assert broken == []
+
+
+DEVELOPER = ("docs/development/", "docs/architecture.md")
+USER_PAGES = {name: text for name, text in PAGES.items() if not name.startswith(DEVELOPER)}
+WALKED = ("docs/quickstart/", "docs/guides/", "docs/troubleshooting.md", "docs/getting-help.md")
+SHELL = {"", "sh", "bash", "shell", "console"}
+# Package and chart installs are one block of alternatives, each line saying what it is for:
+# the install instructions' own form.
+INSTALLS = re.compile(r"\b(apt-get|apt|dnf|pip|helm) install\b")
+
+
+def shell_blocks(text: str):
+    """(line number, lines) of each fenced block in a shell language."""
+    for m in re.finditer(r"^```([^\n`]*)\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        if m[1].strip() in SHELL:
+            yield text.count("\n", 0, m.start()) + 2, m[2].splitlines()
+
+
+def test_a_command_shows_its_output_below_never_as_a_trailing_comment():
+    trailing = [
+        f"{name}:{first + i}: {line.strip()[:80]}"
+        for name, text in PAGES.items()
+        if name.startswith(WALKED)
+        for first, lines in shell_blocks(text)
+        if not any(INSTALLS.search(line) for line in lines)
+        for i, line in enumerate(lines)
+        if not line.lstrip().startswith("#") and re.search(r"\S\s+#\s", line)
+    ]
+    assert trailing == []
+
+
+INTERNAL = re.compile(
+    r"\b(2|two)-core\b|\bengineers\b|\brework\b|\bclass [A-Z]-[A-Z]\b|\be2e caught\b"
+    r"|\bnot looked up\b|\b(this|the dev|a busy|the busy|the shared) machine\b"
+    r"|\b(Measured|recorded) 20\d\d-\d\d-\d\d"
+)
+
+
+def test_user_pages_keep_the_lab_and_its_history_out():
+    said = [
+        f"{name}:{n}: {line.strip()[:80]}"
+        for name, text in USER_PAGES.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if INTERNAL.search(line)
+    ]
+    assert said == []

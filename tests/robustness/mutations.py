@@ -23,6 +23,7 @@ NICS = "resourceclaims/vm1-devices/nic-1/sriov.example.com-metadata.json"
 HINTS = "kvdev/guest-hints.json"
 TEMPLATE = "resourceclaimtemplates/fast-nic/nic/dra.net-metadata.json"
 NEW = "resourceclaims/fuzz-claim/fuzz/fuzz.example.com-metadata.json"
+SOURCES = "kvdev-sources.json"  # a ConfigMap volume's index of the streams' origins
 EXISTING = (NICS, HINTS, TEMPLATE)
 # A directory in a file's place is not among them: it cannot replace a file in one rename, and
 # the moment the path is empty is a real removal (which may legitimately change links). The
@@ -154,3 +155,33 @@ def strategy(good):
         valid_hints,
         prank,
     )
+
+
+def index_strategy(good):
+    """Inputs for the sources index ``SOURCES`` (the controller writes it), over ``good``.
+
+    Any JSON value at any place of the good index (an object or an array as an origin among
+    them), truncations, invalid UTF-8, any bytes, and valid indexes of any keys.
+    """
+    doc = json.loads(good)
+
+    @st.composite
+    def wrong_type(draw):
+        changed = json.loads(good)
+        path = draw(st.sampled_from([(), *_paths(changed), ("sources", "new.key")]))
+        if path:
+            _set(changed, path, draw(props.json_values))
+        else:
+            changed = draw(props.json_values)
+        return Input("index-wrong-type", SOURCES, json.dumps(changed).encode())
+
+    origins = st.sampled_from(("driver", "reconstructed"))
+    keys = st.from_regex(r"[-._a-zA-Z0-9]{1,40}", fullmatch=True)
+    valid = st.dictionaries(keys, origins, max_size=8).map(
+        lambda sources: Input(
+            "index-valid", SOURCES, json.dumps({**doc, "sources": sources}).encode()
+        )
+    )
+    cut = st.integers(0, len(good)).map(lambda n: Input("index-truncated", SOURCES, good[:n]))
+    junk = st.binary(max_size=256).map(lambda b: Input("index-garbage", SOURCES, b))
+    return st.one_of(wrong_type(), valid, cut, junk)

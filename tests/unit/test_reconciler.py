@@ -104,6 +104,16 @@ def test_a_dry_run_tidies_nothing_and_changes_nothing(cfg):
     assert not cfg.link_dir.exists()
 
 
+def test_a_dry_run_writes_no_status_and_leaves_a_damaged_journal_where_it_is(cfg):
+    cfg.state_dir.mkdir()
+    (cfg.state_dir / JOURNAL_FILE).write_text("not JSON")
+    outcome = converge(Reconciler(dry(cfg), example_kernel(), scan_devices=tuple))
+    assert outcome.plan.steps
+    assert not outcome.status.converged  # so --once --dry-run exits 1, as documented
+    assert sorted(p.name for p in cfg.state_dir.iterdir()) == [JOURNAL_FILE]
+    assert (cfg.state_dir / JOURNAL_FILE).read_text() == "not JSON"
+
+
 def dry(cfg):
     from dataclasses import replace  # noqa: PLC0415
 

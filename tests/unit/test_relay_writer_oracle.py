@@ -126,6 +126,8 @@ def _records(capsys, cdi: Path, node: str, out: Path, namespace: str = "kvdev-sy
         namespace,
         "--cdi-dir",
         str(cdi),
+        "--host-dir",
+        str(cdi.parent / "plugins"),
         "-o",
         "json",
     )

@@ -444,12 +444,60 @@ def test_a_device_the_hints_make_the_primary_gets_its_routes_with_warnings(cfg):
 
 
 def test_a_dns_server_the_guest_reaches_through_a_data_link_is_not_the_primarys(cfg):
-    resolv(cfg, "10.1.0.53")  # on data1's network, which kvdev configured earlier
-    data1 = Route(2, "10.1.0.0/24", None, None, 2)  # its connected route, the kernel's
+    resolv(cfg, "10.1.0.53")  # on data1's network, by the guest's own static route through it
+    data1 = Route(2, "10.1.0.0/24", "10.1.0.1", None, STATIC)  # the guest's, not kvdev's
     kernel = kernel_with(addresses=[PRIMARY_ADDRESS], routes=[LAN, PRIMARY_DEFAULT, data1])
     hint_network(cfg, "vf-2", routes=[route("10.1.0.0/25", "10.1.0.1")])
     outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
     assert devices(outcome)[VF2].phase.value == "Configured"
+
+
+def test_what_kvdev_configured_never_makes_a_dns_server_the_data_links():
+    """was: a hint route 9.9.0.0/16 through a data NIC, applied before the lease, was kept once
+    the lease named 9.9.9.9: the guest "reached" it through kvdev's own route."""
+    dns = safety.Guard(dns=("9.9.9.9", "10.1.0.53"))
+    state = primary_kernel().state
+    state = replace(
+        state,
+        addresses=(*state.addresses, Address(2, "10.1.0.6/24", KVDEV_PROTO)),
+        routes=(
+            *state.routes,
+            Route(2, "9.9.0.0/16", "10.1.0.1", None, KVDEV_PROTO),  # kvdev's, from the hint
+            Route(2, "10.1.0.0/24", None, None, 2),  # the connected prefix of kvdev's address
+        ),
+    )
+    wanted = [
+        safety.Wanted("dev", 2, "data1", ("10.1.0.6/24",), (("9.9.0.0/16", "10.1.0.1", None),))
+    ]
+    ruling = safety.judge(wanted, state, dns)[0]
+    assert ruling.routes == ()
+    assert ruling.addresses == ()
+    by_address = "address 10.1.0.6/24 (its prefix 10.1.0.0/24) through data1 would capture"
+    by_route = "route 9.9.0.0/16 through data1 would capture"
+    assert ruling.refused == (
+        f"{by_address} 10.1.0.53, a DNS server the guest reaches through eth1; {ALLOW}",
+        f"{by_route} 9.9.9.9, a DNS server the guest reaches through eth1; {ALLOW}",
+    )
+    assert ruling.refused_routes == ((("9.9.0.0/16", "10.1.0.1", None), ruling.refused[1]),)
+    # a connected prefix on a link kvdev does not manage still counts: that is the guest's
+    guests = Route(3, "9.9.0.0/16", None, None, 2)
+    other = replace(state, routes=(*primary_kernel().state.routes, guests))
+    assert safety.judge([replace(wanted[0], addresses=())], other, dns)[0].refused == ()
+
+
+def test_a_route_kvdev_applied_before_the_lease_is_removed_when_the_lease_names_a_dns_server_in_it(
+    cfg,
+):
+    kernel = primary_kernel()
+    hint_network(cfg, "vf-2", routes=[route("9.9.0.0/16", "10.1.0.1")])
+    converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert ("9.9.0.0/16", "10.1.0.1") in on(kernel, 2)[1]  # no DNS server in it yet
+    resolv(cfg, "9.9.9.9")  # the lease
+    outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
+    assert ("9.9.0.0/16", "10.1.0.1") not in on(kernel, 2)[1]
+    assert "would capture 9.9.9.9, a DNS server the guest reaches through eth1" in refusals(outcome)
+    (removed,) = [x for x in kernel.applied if isinstance(x, s.RemoveRoute)]
+    assert removed.reason.startswith("kvdev added it and the safety policy refuses it now: route")
 
 
 def test_the_guests_own_nic_without_a_default_route_is_protected_too(cfg):

@@ -16,6 +16,8 @@ import re
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.guest.views import encode, tables
@@ -37,6 +39,10 @@ REBUILT = "reconstructed from claim status and slices"
         (HEAD + '"sources": {"../x": "driver"}}', "sources['../x']"),
         ("[1, 2]", ""),
         ("{" * 100_000, ""),
+        (HEAD + '"sources": {"a.b": {}}}', "sources['a.b']"),
+        (HEAD + '"sources": {"a.b": ["driver"]}}', "sources['a.b']"),
+        (HEAD + '"sources": {"a.b": null}}', "sources['a.b']"),
+        (HEAD + '"sources": {"a.b": 1}}', "sources['a.b']"),
     ],
 )
 def test_a_bad_index_is_refused_naming_the_field(text, field):
@@ -99,9 +105,49 @@ def test_without_an_index_every_stream_of_a_volume_is_rebuilt_and_a_tree_says_no
     assert "FROM" not in tables.status_text(encode.status_json(tree))
 
 
-def test_a_bad_index_leaves_the_origins_unknown_and_the_pass_unharmed(tmp_path, caplog):
-    bad = json.dumps({"apiVersion": "kvdev.io/v1alpha1", "kind": "StreamSources", "sources": 1})
-    status = passed(configmap_volume(example_config(tmp_path, gpu=False), bad))
-    assert {d.origin for d in status.devices} == {""}
-    assert status.file_errors == ()
-    assert "stream sources index: not an object" in caplog.text
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=12), JSON, max_size=4) | JSON, JSON)
+def test_any_json_at_any_place_of_the_index_is_a_problem_never_an_exception(sources, top):
+    """was: an object or an array as an origin raised TypeError (unhashable) out of parse."""
+    for body in (
+        {"apiVersion": "kvdev.io/v1alpha1", "kind": "StreamSources", "sources": sources},
+        {"apiVersion": top, "kind": "StreamSources", "sources": {}},
+        top,
+    ):
+        found, problem = parse(json.dumps(body).encode(), "/m/kvdev-sources.json")
+        assert (found == {}) or problem is None
+        assert problem is None or problem.source == "/m/kvdev-sources.json"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_as_the_index_are_a_problem_never_an_exception(data):
+    found, problem = parse(data, "x")
+    assert (found, problem is None) in (({}, False), (found, True))
+
+
+def test_a_bad_index_is_a_metadata_error_naming_it_and_the_pass_is_otherwise_unharmed(tmp_path):
+    """was: a bad index was only logged; one holding an object as an origin ended the agent."""
+    for i, origin in enumerate((1, {}, ["driver"])):
+        body = {"apiVersion": "kvdev.io/v1alpha1", "kind": "StreamSources"}
+        volume = configmap_volume(
+            example_config(tmp_path / str(i), gpu=False),
+            json.dumps({**body, "sources": {NIC1: origin}}),
+        )
+        status = converge(Reconciler(volume, example_kernel(), scan_devices=tuple)).status
+        assert {d.origin for d in status.devices} == {""}
+        assert {d.phase.value for d in status.devices} == {"Configured"}
+        (problem,) = status.file_errors
+        assert problem.source == str(volume.metadata_root / SOURCES_KEY)
+        assert problem.path == f"sources[{NIC1!r}]"
+        assert problem.message.startswith("stream sources index: ")
+        assert not status.converged

@@ -4,8 +4,8 @@ Builds the configuration (defaults < ``/etc/kvdev/agent.toml`` < its drop-ins
 ``agent.toml.d/*.toml`` < ``KVDEV_AGENT_<KEY>`` < flags; ``--dump-config`` prints it), the adapters
 (netlink, udev, file watcher) and the reconcile loop, then either runs one converging pass
 (``--once``, for image builds, scripts and tests) or serves until SIGTERM. Exit codes:
-0 converged (or stopped cleanly), 1 ``--once`` left devices not configured, 2 usage or
-configuration error.
+0 converged (or stopped cleanly), 1 ``--once`` left devices not configured (``--dry-run``
+too: it configures nothing, and writes nothing), 2 usage or configuration error.
 
 Start-up: ``main`` turns the cyclic garbage collector off before it imports the agent
 (its modules' objects are never garbage, and the collector's passes over them cost import
@@ -41,7 +41,7 @@ EPILOG = """\
 examples:
   kvdev-agent                              # serve (systemd starts it as kvdev-agent.service)
   kvdev-agent --once                       # converge once, print the status table, exit
-  kvdev-agent --once --dry-run --json      # what would change, as JSON; changes nothing
+  kvdev-agent --once --dry-run --json      # what would change, as JSON; writes nothing
   kvdev-agent --metadata-root ./tree --once
   kvdev-agent --dump-config                # the configuration in force, each value's origin
 
@@ -51,7 +51,9 @@ KVDEV_AGENT_LOG_LEVEL=debug), then the flags; a bad configuration exits 2 (the u
 restart it: RestartPreventExitStatus=2).
 
 exit status: 0 converged / stopped cleanly, 1 --once left devices not configured,
-2 usage or configuration error.
+2 usage or configuration error. --dry-run configures nothing and writes nothing (no status,
+journal, mark or link wish): with --once it exits 1 when a device is not configured yet, so 0
+says there is nothing to do.
 
 The manual: kvdev-agent(8), kvdev-agent.toml(5) (man kvdev-agent).
 """
@@ -147,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         "answering: the pass goes on with the last good state, MetadataUnavailable); default 15",
     )
     p.add_argument("--once", action="store_true", help="converge once, print the status, exit")
-    p.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="plan and report; change and write nothing"
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -241,7 +245,7 @@ def _run(args: argparse.Namespace, cfg: config_module.AgentConfig) -> int:
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(tables.pass_text(encode.status_json(outcome.status)))
-            return 0 if outcome.status.converged or cfg.dry_run else 1
+            return 0 if outcome.status.converged else 1  # a dry run too: see EPILOG
         watcher = stack.enter_context(
             files.Watcher(
                 cfg.metadata_root,

@@ -65,7 +65,6 @@ from kvdev.guest.views import encode, tables
 from kvdev.schema.origins import SOURCES_KEY, Origins
 from kvdev.schema.origins import parse as parse_origins
 from kvdev.schema.reading import DeviceMetadata
-from kvdev.schema.tree import Role
 
 log = logging.getLogger("kvdev.agent")
 J = TypeVar("J", dict[int, str], dict[int, frozenset[str]])  # a journal, as its module keeps it
@@ -144,6 +143,7 @@ class Reconciler:
     _limits: tuple[Problem, ...] = ()  # what the last read of the metadata tree left out
     _unavailable: tuple[str, ...] = ()  # why the last read could not read the metadata at all
     _origins: Origins = field(default_factory=Origins)  # a ConfigMap's streams: driver or rebuilt
+    _index_problem: Problem | None = None  # why the ConfigMap's sources index was not read
     _unsaved: dict[str, str] = field(default_factory=dict)  # what could not be saved, and why
     _journal_error: KvdevError | None = None  # the last failure to save the rename journal
     _marked: frozenset[str] | None = None  # the marks on disk after the last sync
@@ -195,6 +195,8 @@ class Reconciler:
         errors = [p for problems in self.belief.errors().values() for p in problems]
         errors.extend(self.belief.device_rejections())
         errors.extend(self.belief.hint_conflicts())
+        if self._index_problem is not None:
+            errors.append(self._index_problem)
         status = summarize(
             matching,
             the_plan,
@@ -269,6 +271,8 @@ class Reconciler:
         under = str(cfg.metadata_root).rstrip("/") + "/"  # content read from the root: a root
         expected = any(e.source.startswith(under) for e in self.belief.entries)  # gone is a gap
 
+        volume = [False]  # the root is a ConfigMap volume (read() says)
+
         def read() -> tuple[list[RawFile], bool]:  # on the reads' thread when there is one
             self.before_pass()
             raws, complete = files.read_sources(
@@ -280,11 +284,7 @@ class Reconciler:
                 root_expected=expected,
                 on_unavailable=unavailable.append,
             )
-            index = str(cfg.metadata_root / SOURCES_KEY)
-            if files.is_configmap_volume(cfg.metadata_root) and all(
-                r.source != index for r in raws
-            ):
-                raws.append(RawFile(index, None, Role.UNRELATED, b""))  # a volume, no index
+            volume[0] = files.is_configmap_volume(cfg.metadata_root)
             return raws, complete
 
         result = read() if self.reads is None else self.reads.run(read)
@@ -295,7 +295,10 @@ class Reconciler:
         else:
             self._limits, self._unavailable = tuple(limits), tuple(unavailable)
             self.belief = sources.update(self.belief, result[0], listing_complete=result[1])
-            self._origins = _origins_of(result[0])
+            before = self._index_problem
+            self._origins, self._index_problem = _origins_of(result[0], configmap=volume[0])
+            if self._index_problem is not None and self._index_problem != before:
+                log.warning("%s", self._index_problem)  # once, not on every pass
         self._lap("parse")
         if self.stale_links:
             self._state = self.net.read_state()
@@ -364,7 +367,7 @@ class Reconciler:
     def _guest_owned(self, matching: Matching) -> primary.Decision:
         """The guest's own NICs (``core.primary``); the record is saved when it grows."""
         if self._owned is None:
-            self._owned = primary_record.load(self.config.state_dir)
+            self._owned = primary_record.load(self.config.state_dir, set_aside=self._writes)
         protected = tuple(
             primary.Configured(where, p.name, p.mac_address, p.pci_address)
             for where, p in self.belief.protected()
@@ -403,6 +406,11 @@ class Reconciler:
         self._owned = decision
         return decision
 
+    @property
+    def _writes(self) -> bool:
+        """False on a dry run: it reads the state directory and writes nothing there."""
+        return not self.config.dry_run
+
     def _conditions(self) -> list[Condition]:
         """What holds about the agent itself after this pass's read (see ``Condition``)."""
         out = [Condition("MetadataTruncated", p.message, p.severity) for p in self._limits]
@@ -417,7 +425,7 @@ class Reconciler:
     def _loaded_journal(self) -> dict[int, str]:
         """The rename journal, read from the state directory once."""
         if self._journal is None:
-            self._journal = rename_journal.load(self.config.state_dir)
+            self._journal = rename_journal.load(self.config.state_dir, set_aside=self._writes)
         return self._journal
 
     @property
@@ -462,7 +470,7 @@ class Reconciler:
     def _loaded_added(self) -> dict[int, frozenset[str]]:
         """The address journal, read from the state directory once."""
         if self._added is None:
-            self._added = address_journal.load(self.config.state_dir)
+            self._added = address_journal.load(self.config.state_dir, set_aside=self._writes)
             self._added_saved = dict(self._added)
         return self._added
 
@@ -482,7 +490,7 @@ class Reconciler:
     def _loaded_altnames(self) -> dict[int, frozenset[str]]:
         """The altname journal, read from the state directory once."""
         if self._altnames is None:
-            self._altnames = altname_journal.load(self.config.state_dir)
+            self._altnames = altname_journal.load(self.config.state_dir, set_aside=self._writes)
             self._altnames_saved = dict(self._altnames)
         return self._altnames
 
@@ -594,8 +602,11 @@ class Reconciler:
         """Keep the last status in ``<state-dir>/status.json`` (written only when it changes).
 
         A failure is kept in ``_unsaved`` (the status shows it) until a later write succeeds.
+        A dry run writes nothing, its status included.
         """
         self._unwritten = None
+        if self.config.dry_run:
+            return
         body = encode.status_json(status)
         body.pop("reconcile")
         text = json.dumps(body, indent=2, sort_keys=True) + "\n"
@@ -644,22 +655,25 @@ class Reconciler:
         return results
 
 
-def _origins_of(raws: list[RawFile]) -> Origins:
+def _origins_of(raws: list[RawFile], *, configmap: bool) -> tuple[Origins, Problem | None]:
     """The streams' origins a ConfigMap volume's index says (read as data: ``schema/origins``).
 
-    No index entry (a tree, not a ConfigMap volume): not known. An index that does not parse
-    is logged; the origins are then not known either.
+    A tree (not a ConfigMap volume): not known. A volume without an index (an older
+    controller): every stream is the reconstruction. An index that cannot be read or does not
+    parse, an empty one included, is its problem (a metadata error naming the key and the
+    field); the origins are then not known.
     """
+    if not configmap:
+        return Origins(), None
     index = next((r for r in raws if r.source.rsplit("/", 1)[-1] == SOURCES_KEY), None)
-    if index is None or index.data is None:
-        return Origins()
-    if not index.data:
-        return Origins(configmap=True)
+    if index is None:
+        return Origins(configmap=True), None
+    if index.data is None:
+        return Origins(), index.problem
     found, problem = parse_origins(index.data, index.source)
     if problem is not None:
-        log.warning("%s", problem)
-        return Origins()
-    return Origins(configmap=True, sources=found)
+        return Origins(), problem
+    return Origins(configmap=True, sources=found), None
 
 
 def _fields(step: Step) -> dict[str, str]:

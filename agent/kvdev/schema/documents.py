@@ -5,6 +5,12 @@ meta_data.json, validates it, derives the normalized device view, and checks tha
 file's content agrees with its place in the tree (claim, request and driver in the path). It
 never raises for bad input: errors and warnings are data in the ``FileResult``.
 
+A ConfigMap volume's stream key (``stream_key``: every key but ``guest-hints.json`` and the
+sources index) holds DeviceMetadata only: a GuestHints object in it, wherever in the stream, is
+an error on that key (``HINTS_IN_STREAM``), never hints. On a ConfigMap volume hints come only
+from the controller's ``guest-hints.json`` key, which it derives from the VMI's spec; a stream
+key holds a driver's bytes, relayed from the node.
+
 An empty metadata file in a tree (nothing but white space) is the first state of a driver's
 deferred metadata, not an error: its request is ``pending`` (``described.pending``) until the
 driver writes it. An object that names neither claim nor uid is read as upstream reads it; the
@@ -31,8 +37,9 @@ from kvdev.schema.stream import (
     GUEST_HINTS,
     decode_document,
     decode_stream,
+    type_metas,
 )
-from kvdev.schema.tree import CONFIG_DRIVE_NAME, MetadataLocation, Role
+from kvdev.schema.tree import CONFIG_DRIVE_NAME, CONFIGMAP_HINTS_KEY, MetadataLocation, Role
 
 AnyDocument = DeviceMetadata | GuestHints | ConfigDriveMetadata
 
@@ -85,12 +92,28 @@ def sniff_role(name: str, data: bytes) -> Role:
     return Role.DEVICE_METADATA
 
 
+HINTS_IN_STREAM: Final = (
+    f"a {hints_module.KIND} object in a stream key: on a ConfigMap volume kvdev reads hints only "
+    f"from the key {CONFIGMAP_HINTS_KEY}; this key is not used"
+)
+
+
 def check_file(
-    source: str, role: Role, data: bytes, location: MetadataLocation | None = None
+    source: str,
+    role: Role,
+    data: bytes,
+    location: MetadataLocation | None = None,
+    *,
+    stream_key: bool = False,
 ) -> FileResult:
-    """Validate one file's bytes as ``role``; never raises for bad input."""
+    """Validate one file's bytes as ``role``; never raises for bad input.
+
+    ``stream_key``: the file is a ConfigMap volume's stream key (DeviceMetadata only).
+    """
     try:
         if role is Role.DEVICE_METADATA:
+            if stream_key and (found := _hints_objects(source, data)):
+                return FileResult(source, role, location, errors=found)
             return _metadata(source, data, location)
         if role is Role.GUEST_HINTS:
             read = decode_stream(data, GUEST_HINTS, source=source)
@@ -109,6 +132,18 @@ def check_file(
     except SchemaError as e:
         return FileResult(source, role, location, errors=e.problems)
     return FileResult(source, role, errors=(Problem("not a file kvdev reads", source),))
+
+
+def _hints_objects(source: str, data: bytes) -> tuple[Problem, ...]:
+    """A problem per GuestHints object of a stream (by its group or its kind)."""
+    out = []
+    for index, api, kind in type_metas(data, source=source):
+        of_hints = isinstance(api, str) and api.startswith(hints_module.GROUP + "/")
+        if of_hints or kind == hints_module.KIND:
+            out.append(
+                Problem(HINTS_IN_STREAM, source, index, "apiVersion" if of_hints else "kind")
+            )
+    return tuple(out)
 
 
 NO_IDENTITY: Final = (

@@ -8,8 +8,10 @@ each ``KEY`` a stream's key (``<dir>.<request>.<driver>-metadata.json``) and ``O
 
 Shared by the controller (``index_json``) and the agent (``parse``, ``Origins``). Read as data
 only, in plain Python (no pydantic): at most ``MAX_BYTES`` bytes and
-``MAX_ENTRIES`` entries, the fields above and nothing else of meaning; anything else is a
-``Problem`` naming the field, and the streams' origins are then unknown. A key the index does
+``MAX_ENTRIES`` entries, the fields above and nothing else of meaning, each of its JSON type
+(every key a ConfigMap key, every origin one of the two strings). Anything else, whatever the
+bytes, is a ``Problem`` naming the field (``parse`` raises nothing), and the streams' origins
+are then unknown. A key the index does
 not name is ``reconstructed`` (an older controller wrote no index; the streams of a ConfigMap
 are the controller's). Streams read from a tree (not a ConfigMap volume) have no origin here.
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from kvdev.errors import Problem
+from kvdev.schema.plain import json_type
 
 SOURCES_KEY: Final = "kvdev-sources.json"
 API_VERSION: Final = "kvdev.io/v1alpha1"
@@ -84,20 +87,29 @@ def _sources(value: object) -> dict[str, str]:
         raise _BadIndexError(f"{len(value)} entries, more than {MAX_ENTRIES}", "sources")
     out = {}
     for key, origin in value.items():
-        if not _KEY.match(key):
-            raise _BadIndexError("not a ConfigMap key", f"sources[{key[:64]!r}]")
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise _BadIndexError("not a ConfigMap key", f"sources[{str(key)[:64]!r}]")
+        if not isinstance(origin, str):
+            found = f"found {json_type(origin)}"
+            raise _BadIndexError(f"{found}, not one of {sorted(LABELS)}", f"sources[{key!r}]")
         if origin not in LABELS:
-            raise _BadIndexError(f"{origin!r} is not one of {sorted(LABELS)}", f"sources[{key!r}]")
+            shown = repr(origin[:64])
+            raise _BadIndexError(f"{shown} is not one of {sorted(LABELS)}", f"sources[{key!r}]")
         out[key] = origin
     return out
 
 
 def parse(data: bytes, source: str) -> tuple[dict[str, str], Problem | None]:
-    """The index's sources by key, or ({}, the problem) when it is not a valid index."""
+    """The index's sources by key, or ({}, the problem) when it is not a valid index.
+
+    Never raises for bad input: every failure to read the index is its problem.
+    """
     try:
         return _sources(_document(data).get("sources")), None
     except _BadIndexError as e:
         return {}, Problem(f"stream sources index: {e.message}", source, None, e.path)
+    except (TypeError, ValueError, RecursionError) as e:  # a shape the checks above missed
+        return {}, Problem(f"stream sources index: not read: {e}", source)
 
 
 def index_json(sources: dict[str, str]) -> str:

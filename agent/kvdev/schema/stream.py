@@ -436,6 +436,54 @@ def _check_later(
     return []
 
 
+def type_metas(data: bytes | str, *, source: str = "") -> tuple[tuple[int, object, object], ...]:
+    """(index, apiVersion, kind) of every object of a stream, as the reader finds them.
+
+    The values are as read (``godecode.ABSENT`` when a key is not there). Reading stops at the
+    first value that is not JSON, the end of what a reader sees (``decode_stream`` takes it
+    for a torn tail after the object it uses).
+
+    Raises:
+        SchemaError: the stream is larger than ``MAX_STREAM_BYTES``.
+    """
+    text, _ = _text(data, source)
+    out: list[tuple[int, object, object]] = []
+    try:
+        for index, value in _objects(text, []):
+            api, kind = _type_meta(value) if isinstance(value, dict) else (None, None)
+            out.append((index, api, kind))
+    except _JsonError:
+        pass
+    return tuple(out)
+
+
+def decode_every(data: bytes | str, kind: DocumentKind[D], *, source: str = "") -> tuple[D, ...]:
+    """Every object of a stream, each read as ``kind``: a stream only that kind's writer wrote.
+
+    Stricter than ``decode_stream`` (which skips what it does not know): every object must be
+    JSON, carry an ``apiVersion`` the reader knows for ``kind`` and the kind's name, and decode.
+
+    Raises:
+        SchemaError: naming the first object that is not so, or the stream holds none.
+    """
+    text, _ = _text(data, source)
+    out: list[D] = []
+    try:
+        for index, value in _objects(text, []):
+            api = _api_version(value, source, index)
+            if api not in kind.versions:
+                message = f"{api!r} is not a version of {kind.kind} kvdev reads"
+                wanted = f"{', '.join(kind.versions)}"
+                problem = Problem(f"{message} ({wanted})", source, index, "apiVersion")
+                raise SchemaError([problem])
+            out.append(_as_document(value, kind, api, source, index))
+    except _JsonError as e:
+        raise SchemaError([Problem(e.message, source, e.index)]) from e
+    if not out:
+        raise SchemaError([Problem("the stream holds no object (empty file?)", source)])
+    return tuple(out)
+
+
 def encode_stream(
     document: Writable, kind: DocumentKind[Any], versions: Sequence[str] = ()
 ) -> bytes:

@@ -27,6 +27,9 @@ RESOURCE_CLAIM_TEMPLATES: Final = "resourceclaimtemplates"
 METADATA_SUFFIX: Final = "-metadata.json"
 HINTS_PATH: Final = "kvdev/guest-hints.json"
 CONFIG_DRIVE_NAME: Final = "meta_data.json"
+# The key of a ConfigMap volume the controller writes the guest hints to: the only key of a
+# volume read as hints (every other key is a DeviceMetadata stream, ``configmap_role``).
+CONFIGMAP_HINTS_KEY: Final = "guest-hints.json"
 # Keys of a ConfigMap volume the agent reads (the first ones by name; a read of more is cut and
 # says so). The controller refuses to render a ConfigMap of more: the agent would not read it.
 CONFIGMAP_MAX_KEYS: Final = 256
@@ -89,6 +92,15 @@ def metadata_location(relpath: str) -> MetadataLocation | None:
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from e
     return MetadataLocation(template=template, claim=claim, request=request, driver=driver)
+
+
+def configmap_role(key: str) -> Role:
+    """The role of a ConfigMap volume's key: hints at ``CONFIGMAP_HINTS_KEY``, else a stream.
+
+    By name, never by content: a stream key holds a driver's bytes, relayed from the node, and
+    may not speak as the controller's hints. (The sources index is the caller's: it is data.)
+    """
+    return Role.GUEST_HINTS if key == CONFIGMAP_HINTS_KEY else Role.DEVICE_METADATA
 
 
 def role_of(relpath: str) -> Role:

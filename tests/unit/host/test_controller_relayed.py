@@ -19,7 +19,16 @@ from kvdev.host.publish.relayed import records
 from kvdev.host.relay.finder import DriverFile
 
 CLAIM_UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"  # vm1-devices, the example's
-DRIVER_BYTES = '{"apiVersion":"metadata.resource.k8s.io/v1alpha1","kind":"DeviceMetadata"}'
+DRIVER_BYTES = json.dumps(  # the driver's own file: a DeviceMetadata of that claim and request
+    {
+        "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+        "kind": "DeviceMetadata",
+        "metadata": {"name": "vm1-devices", "namespace": "vms", "uid": CLAIM_UID},
+        "requests": [
+            {"name": "nic-1", "devices": [{"driver": "sriov.example.com", "name": "vf-1"}]}
+        ],
+    }
+)
 
 
 @pytest.fixture

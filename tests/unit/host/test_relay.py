@@ -26,6 +26,7 @@ from kvdev.schema.tree import ROOT
 
 GOOD_UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"
 OTHER_UID = "0b6f4c3e-91d4-4d2a-8f55-6a7e2c1d9b30"
+THIRD_UID = "3c5e7a90-0d1f-4b2a-9c8e-7f6a5b4c3d21"
 DRIVER = "sriov.example.com"
 BODY = b'{"apiVersion":"metadata.resource.k8s.io/v1alpha1","kind":"DeviceMetadata"}'
 
@@ -58,6 +59,10 @@ def spec(
     return path
 
 
+def unpack(found):
+    return found.files, found.problems
+
+
 @pytest.fixture
 def node(tmp_path):
     cdi, files = tmp_path / "cdi", tmp_path / "files"
@@ -70,7 +75,7 @@ def node(tmp_path):
 
 
 def test_a_good_spec_gives_its_file_unchanged(node):
-    found, problems = find([node[0], node[0].parent / "missing"])
+    found, problems = unpack(find([node[0], node[0].parent / "missing"], [node[1]]))
     assert problems == []
     (f,) = found
     assert (f.claim_uid, f.request, f.driver, f.data) == (GOOD_UID, "nic-1", DRIVER, BODY)
@@ -107,9 +112,10 @@ def test_hostile_specs_are_named_and_harm_no_other_claim(node):
     )
     (cdi / "g_yaml.yaml").write_text("kind: [unclosed\n")
     spec(cdi, "h_clash.json", other, uid=GOOD_UID)  # the same claim/request, other bytes
-    spec(cdi, "i_latin.json", latin, uid=OTHER_UID, request="nic-2")
+    spec(cdi, "i_latin.json", latin, uid=THIRD_UID, request="nic-2")
     spec(cdi, "j_plain.json", files / "good.json", kind="nvidia.com/gpu")  # not metadata
-    found, problems = find([cdi])
+    result = find([cdi], [files])
+    found, problems = unpack(result)
     named = sorted(Path(p.source).name for p in problems)
     assert named == [
         "b_fifo.json",
@@ -122,14 +128,16 @@ def test_hostile_specs_are_named_and_harm_no_other_claim(node):
     ]
     assert "not a regular file" in str(next(p for p in problems if "fifo" in p.source))
     # The clash: neither of the two is relayed; the non-UTF-8 file is left out by records().
-    assert [(f.claim_uid, f.request) for f in found] == [(OTHER_UID, "nic-2")]
+    assert [(f.claim_uid, f.request) for f in found] == [(THIRD_UID, "nic-2")]
+    # A claim with a file that failed is held as a whole: its record is neither cut nor gone.
+    assert result.held == {GOOD_UID, OTHER_UID}
     bodies, left_out = records("node-a", "kvdev-system", found)
     assert bodies == []
     assert [Path(p.source).name for p in left_out] == ["i_latin.json"]
 
 
 def test_a_record_reads_back_and_a_foreign_one_does_not(node):
-    found, _ = find([node[0]])
+    found, _ = unpack(find([node[0]], [node[1]]))
     (body,), _ = records("node-a", "kvdev-system", found)
     assert body["metadata"]["labels"][relayed.NODE_LABEL] == "node-a"
     record = read_record(body)
@@ -162,7 +170,9 @@ def test_the_loop_writes_only_what_changed_and_deletes_what_is_gone(node):
                 }
             )
         )
-        relay = Relay(RelayApi(api_client(config)), "node-a", "kvdev-system", [cdi], relist=4)
+        relay = Relay(
+            RelayApi(api_client(config)), "node-a", "kvdev-system", [cdi], [files], relist=4
+        )
         first = relay.sync()
         assert (first.created, first.failed) == (1, 0)
         requests = len(api.requests)
@@ -189,10 +199,10 @@ def test_the_loop_writes_only_what_changed_and_deletes_what_is_gone(node):
 def test_a_read_that_never_returns_costs_passes_that_change_nothing_and_one_thread(node):
     release, calls = threading.Event(), []
 
-    def stuck(dirs):
+    def stuck(dirs, roots):
         calls.append(dirs)
         release.wait()  # a hung file system under a hostPath
-        return find(dirs)
+        return find(dirs, roots)
 
     class NoApi:
         def list(self, *_):
@@ -201,7 +211,9 @@ def test_a_read_that_never_returns_costs_passes_that_change_nothing_and_one_thre
         def create(self, _namespace, body):
             return dict(body)
 
-    relay = Relay(NoApi(), "node-a", "kvdev-system", [node[0]], read_deadline=0.01, finder=stuck)
+    relay = Relay(
+        NoApi(), "node-a", "kvdev-system", [node[0]], [node[1]], read_deadline=0.01, finder=stuck
+    )
     for _ in range(3):
         assert relay.sync().failed == 1  # nothing written, nothing deleted
     assert len(calls) == 1  # every pass waited for the one stuck read

@@ -20,9 +20,11 @@ MAX_BYTES = 1 << 20  # 256 addresses on each of a few hundred links fit many tim
 MAX_ADDRESSES = 256  # per link, as the metadata reader's MAX_IPS
 
 
-def load(state_dir: Path) -> dict[int, frozenset[str]]:
+def load(state_dir: Path, *, set_aside: bool = True) -> dict[int, frozenset[str]]:
     """The journal in ``state_dir`` (empty if none or bad)."""
-    body = journal_file.load_object(state_dir / JOURNAL_FILE, MAX_BYTES, "address journal")
+    body = journal_file.load_object(
+        state_dir / JOURNAL_FILE, MAX_BYTES, "address journal", set_aside=set_aside
+    )
     return {
         int(key): frozenset(a for a in value[:MAX_ADDRESSES] if isinstance(a, str))
         for key, value in body.items()

@@ -32,9 +32,11 @@ MAX_BYTES = 1 << 20  # 16 names of 127 bytes on each of a few hundred links fit 
 Journal = Mapping[int, frozenset[str]]
 
 
-def load(state_dir: Path) -> dict[int, frozenset[str]]:
+def load(state_dir: Path, *, set_aside: bool = True) -> dict[int, frozenset[str]]:
     """The journal in ``state_dir`` (empty if none or bad)."""
-    body = journal_file.load_object(state_dir / JOURNAL_FILE, MAX_BYTES, "altname journal")
+    body = journal_file.load_object(
+        state_dir / JOURNAL_FILE, MAX_BYTES, "altname journal", set_aside=set_aside
+    )
     out = {
         int(key): frozenset([a for a in value if isinstance(a, str) and a][:MAX_PER_LINK])
         for key, value in body.items()

@@ -15,8 +15,12 @@ A root can also be a kubelet ConfigMap volume (shared with the guest over virtio
     ROOT/..data -> ..2026_12_01_20_41_08.123456789   swapped by rename: the version in force
     ROOT/<key> -> ..data/<key>                    what a reader sees, one per key
 
-Each key is one stream (KEP-5304 DeviceMetadata, or kvdev GuestHints). The key names are not
-trusted: a file's role, claim, request and driver come from its content. ``..data`` is resolved
+Each key is one stream. A key's role is its name's, never its content's: ``guest-hints.json`` is
+the controller's GuestHints (the only key read as hints), ``kvdev-sources.json`` the sources
+index (data, read by the reconciler), every other key a KEP-5304 DeviceMetadata stream
+(``stream_key``: a GuestHints object in it is an error on that key, as a stream key may hold a
+driver's bytes relayed from the node). A stream's claim, request and driver come from its
+content, not the key's name. ``..data`` is resolved
 once per read and every key read from that version (again when it moved meanwhile), so one
 result never mixes two versions; only regular files directly in that version's directory
 count, at most ``CONFIGMAP_MAX_KEYS`` of them (the first by name; more is a cut, reported as
@@ -28,6 +32,7 @@ whole, by reading it again when ``..data`` moved during the read.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -51,6 +56,7 @@ from kvdev.schema.tree import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     Role,
+    configmap_role,
     role_of,
 )
 
@@ -470,9 +476,11 @@ def _read_configmap(root: Path, version: Path, budget: Budget) -> tuple[list[Raw
     raws = []
     for name in names[:CONFIGMAP_MAX_KEYS]:
         path = version / name
-        role = Role.UNRELATED if name == SOURCES_KEY else None  # the index: data, no stream
+        role = Role.UNRELATED if name == SOURCES_KEY else configmap_role(name)  # index: data
         if not path.is_symlink() and path.is_file():  # kubelet writes regular files only
-            raws.append(_load(str(root / name), path, None, role, _ONCE, budget))
+            raw = _load(str(root / name), path, None, role, _ONCE, budget)
+            stream = role is Role.DEVICE_METADATA
+            raws.append(dataclasses.replace(raw, stream_key=True) if stream else raw)
     return raws, len(names) <= CONFIGMAP_MAX_KEYS, len(names)
 
 

@@ -21,8 +21,11 @@ from kvdev._atomic import write_atomic
 log = logging.getLogger("kvdev.agent")
 
 
-def load_object(path: Path, max_bytes: int, what: str) -> dict[str, Any]:
-    """The JSON object in ``path``; empty when there is none, it cannot be read, or is bad."""
+def load_object(path: Path, max_bytes: int, what: str, *, set_aside: bool = True) -> dict[str, Any]:
+    """The JSON object in ``path``; empty when there is none, it cannot be read, or is bad.
+
+    ``set_aside=False`` (a dry run) leaves a bad file where it is, warning only.
+    """
     try:
         with path.open("rb") as f:
             data = f.read(max_bytes + 1)
@@ -32,15 +35,15 @@ def load_object(path: Path, max_bytes: int, what: str) -> dict[str, Any]:
         log.warning("cannot read the %s %s: %s; not used", what, path, e.strerror or e)
         return {}
     if len(data) > max_bytes:
-        _set_aside(path, what, f"larger than {max_bytes} bytes")
+        _set_aside(path, what, f"larger than {max_bytes} bytes", move=set_aside)
         return {}
     try:
         body = json.loads(data)
     except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
-        _set_aside(path, what, f"not JSON: {e}")
+        _set_aside(path, what, f"not JSON: {e}", move=set_aside)
         return {}
     if not isinstance(body, dict):
-        _set_aside(path, what, f"a JSON {type(body).__name__}, not an object")
+        _set_aside(path, what, f"a JSON {type(body).__name__}, not an object", move=set_aside)
         return {}
     return body
 
@@ -57,7 +60,10 @@ def save_object(path: Path, body: Mapping[str, Any]) -> None:
     write_atomic(path, (json.dumps(body, sort_keys=True) + "\n").encode(), mode=0o644)
 
 
-def _set_aside(path: Path, what: str, why: str) -> None:
+def _set_aside(path: Path, what: str, why: str, *, move: bool) -> None:
+    if not move:
+        log.warning("ignoring the %s %s (%s); a dry run leaves it there", what, path, why)
+        return
     aside = path.with_name(f"{path.name}.corrupt")
     try:
         path.replace(aside)

@@ -19,9 +19,11 @@ MAX_BYTES = 65536
 MAX_REASON = 512
 
 
-def load(state_dir: Path) -> Decision:
+def load(state_dir: Path, *, set_aside: bool = True) -> Decision:
     """The recorded decision (empty when there is none, or it is bad)."""
-    body = journal_file.load_object(state_dir / RECORD_FILE, MAX_BYTES, "primary NIC record")
+    body = journal_file.load_object(
+        state_dir / RECORD_FILE, MAX_BYTES, "primary NIC record", set_aside=set_aside
+    )
     owned = body.get("owned")
     if not isinstance(owned, dict):
         return Decision({})

@@ -25,13 +25,15 @@ CORRUPT_FILE = f"{JOURNAL_FILE}.corrupt"  # a journal that could not be read, ke
 MAX_BYTES = 65536  # a journal names at most every link once: far below this
 
 
-def load(state_dir: Path) -> dict[int, str]:
+def load(state_dir: Path, *, set_aside: bool = True) -> dict[int, str]:
     """The journal in ``state_dir``: ifindex -> name before the trade (empty if none or bad).
 
     A damaged journal is set aside once (``journal_file``); entries that are no ifindex and
     name are left out.
     """
-    body = journal_file.load_object(state_dir / JOURNAL_FILE, MAX_BYTES, "rename journal")
+    body = journal_file.load_object(
+        state_dir / JOURNAL_FILE, MAX_BYTES, "rename journal", set_aside=set_aside
+    )
     return {
         int(key): name
         for key, name in body.items()

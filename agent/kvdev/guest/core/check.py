@@ -68,7 +68,7 @@ def check_raw(raw: RawFile) -> FileResult:
             location = metadata_location(raw.relpath)
         except ValueError as e:
             return FileResult(raw.source, raw.role, errors=(Problem(f"path: {e}", raw.source),))
-    return check_file(raw.source, raw.role, raw.data, location)
+    return check_file(raw.source, raw.role, raw.data, location, stream_key=raw.stream_key)
 
 
 def build(raws: Iterable[RawFile]) -> Report:

@@ -27,6 +27,8 @@ class RawFile:
         role: what the file is, by its place (or, outside a tree, by its content).
         data: the bytes read; None when the file could not be read.
         problem: why it could not be read (set exactly when ``data`` is None).
+        stream_key: a ConfigMap volume's stream key: DeviceMetadata only, a GuestHints
+            object in it is an error (``schema.documents.check_file``).
     """
 
     source: str
@@ -34,6 +36,7 @@ class RawFile:
     role: Role
     data: bytes | None = None
     problem: Problem | None = None
+    stream_key: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class GuestDevice:
 
 
 KVDEV_PROTO = 75  # route protocol and address protocol (IFA_PROTO) marking what kvdev added
+RTPROT_KERNEL, RTPROT_RA = 2, 9  # routes the kernel makes by itself: connected prefixes, RA
 
 
 @dataclass(frozen=True, slots=True)

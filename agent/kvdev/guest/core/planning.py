@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from kvdev.guest.core import linkwish, safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
-from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route
+from kvdev.guest.core.observed import KVDEV_PROTO, RTPROT_KERNEL, RTPROT_RA, Link, NetState, Route
 from kvdev.guest.core.primary import Decision
 from kvdev.guest.core.steps import (
     AddAddress,
@@ -69,7 +69,6 @@ from kvdev.schema.hints import IPV6_MIN_MTU
 ALTNAME_MAX_BYTES = 127  # ALTIFNAMSIZ (128) minus the NUL
 TEMP_PREFIX = "kvtmp"
 _DEFAULT_METRIC = {4: 0, 6: 1024}  # what the kernel stores when no metric is given
-RTPROT_KERNEL, RTPROT_RA = 2, 9  # routes the kernel makes again by itself
 IFAPROT_KERNEL = frozenset({1, 2, 3})  # addresses the kernel made: loopback, RA, link-local
 
 
@@ -103,6 +102,8 @@ class Desired:
     routes: tuple[DesiredRoute, ...]
     link_file: tuple[str, str] | None = None  # a link wish's (path, content), for a rename
     primary: bool = False  # its hint says it is to become the guest's primary NIC (safety)
+    refused_routes: tuple[tuple[tuple[str, str | None, int | None], str], ...] = ()
+    """Routes the hints list that the safety policy refuses, with why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +374,10 @@ def _link_steps(d: Desired, link: Link, state: NetState, was_downed: bool) -> li
     )
     steps.extend(AddAddress(*at, "listed in the metadata", a) for a in d.addresses if a not in have)
     wanted = {(r.destination, r.gateway, _metric(r)) for r in d.routes}
+    refused = {
+        (dest, gw, _metric(DesiredRoute(dest, gw, metric))): why
+        for (dest, gw, metric), why in d.refused_routes
+    }
     routes = [r for r in state.routes if r.ifindex == d.ifindex and not was_downed]
     present = set()
     for r in routes:
@@ -383,10 +388,13 @@ def _link_steps(d: Desired, link: Link, state: NetState, was_downed: bool) -> li
         )
         present.add(key)
         if r.protocol == KVDEV_PROTO and key not in wanted:
+            why = refused.get(key)
             steps.append(
                 RemoveRoute(
                     *at,
-                    "kvdev added it and the hints no longer list it",
+                    f"kvdev added it and the safety policy refuses it now: {why}"
+                    if why is not None
+                    else "kvdev added it and the hints no longer list it",
                     r.destination,
                     r.gateway,
                     r.metric,
@@ -542,6 +550,7 @@ def _safe(
                 d,
                 addresses=ruling.addresses,
                 routes=tuple(DesiredRoute(*r) for r in ruling.routes),
+                refused_routes=ruling.refused_routes,
             )
         )
         blocked.extend(Blocked(d.device, d.ifname, reason) for reason in ruling.refused)

@@ -37,6 +37,12 @@ Refused:
   a device whose hint says it is to become the primary (``network.primary``): it is warned
   about instead.
 
+Where the guest reaches a DNS server is judged as if kvdev had configured nothing: without the
+routes kvdev added and without the connected prefixes of the links kvdev manages (``_Judge.
+_route_to``). What kvdev added earlier never vouches for itself: a route applied before the
+guest's lease named a DNS server inside it is refused on the next pass (every pass judges
+again), and planning removes it.
+
 Warned about (applied; the warning is in the device's ``warnings``, shown by ``kvdev explain``):
 
 * any other **default route** (a fallback behind the guest's own, or the only one);
@@ -57,7 +63,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from kvdev.guest.core.observed import KVDEV_PROTO, Link, NetState, Route, interface_ip, network
+from kvdev.guest.core.observed import (
+    KVDEV_PROTO,
+    RTPROT_KERNEL,
+    Link,
+    NetState,
+    Route,
+    interface_ip,
+    network,
+)
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NET = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -118,6 +132,8 @@ class Ruling:
     routes: tuple[tuple[str, str | None, int | None], ...]
     refused: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    refused_routes: tuple[tuple[tuple[str, str | None, int | None], str], ...] = ()
+    """Each route refused, with why (planning says it when it removes one kvdev added)."""
 
 
 def _via(route: Route, state: NetState) -> str:
@@ -272,6 +288,10 @@ class _Judge:
             if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen
         ]
         self.primaries = {r.ifindex for r in self.defaults} | set(guard.links)
+        # The links kvdev manages: those it configures now, and those holding what it added.
+        self.managed = {w.ifindex for w in wanted}
+        self.managed.update(a.ifindex for a in state.addresses if a.proto == KVDEV_PROTO)
+        self.managed.update(r.ifindex for r in state.routes if r.protocol == KVDEV_PROTO)
         self.protected = [
             (net.version, *_span(net), label) for net, label in self._protected(guard)
         ]
@@ -308,10 +328,21 @@ class _Judge:
         return list(out.items())
 
     def _route_to(self, ip: _IP) -> Route | None:
-        """The route the guest takes to ``ip`` now: the longest prefix, then the lowest metric."""
+        """The route the guest takes to ``ip`` on its own, without what kvdev configured.
+
+        The longest prefix, then the lowest metric, not counting the routes kvdev added nor the
+        connected prefixes of links kvdev manages (the kernel's routes for their addresses).
+        Counting them would let what kvdev applied earlier vouch for itself: a hint route
+        applied before the lease brought a DNS server inside it would be where the guest
+        "reaches" that server, and be kept.
+        """
         best: tuple[int, int] | None = None
         found = None
         for r in self.state.routes:
+            if r.protocol == KVDEV_PROTO or (
+                r.ifindex in self.managed and r.protocol == RTPROT_KERNEL and r.gateway is None
+            ):
+                continue
             net = network(r.destination)
             if net.version == ip.version and ip in net:
                 key = (net.prefixlen, -_metric(net.version, r.metric))
@@ -433,12 +464,21 @@ def judge(wanted: Sequence[Wanted], state: NetState, guard: Guard | None = None)
             warnings += [beware] if beware else []
             addresses += [] if no else [address]
         routes = []
+        refused_routes = []
         for route in w.routes:
             no, beware = judging.route(w, route)
             refused += [no] if no else []
             warnings += [beware] if beware else []
             routes += [] if no else [route]
+            refused_routes += [(route, no)] if no else []
         out.append(
-            Ruling(w.device, tuple(addresses), tuple(routes), tuple(refused), tuple(warnings))
+            Ruling(
+                w.device,
+                tuple(addresses),
+                tuple(routes),
+                tuple(refused),
+                tuple(warnings),
+                tuple(refused_routes),
+            )
         )
     return out

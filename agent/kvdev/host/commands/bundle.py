@@ -37,7 +37,12 @@ input:
                     /var/run/kubernetes.io/dra-device-attributes
   --from-cdi DIR    rebuild that tree from the '<driver>/metadata' CDI specs in DIR
                     (/var/run/cdi): each mount's hostPath is read and placed at its
-                    containerPath; --claim-uid UID (repeatable) keeps those claims only
+                    containerPath; --claim-uid UID (repeatable) keeps those claims only.
+                    Each hostPath must lie beneath a --host-dir DIR (repeatable; default
+                    /var/lib/kubelet/plugins) and is read there without following a link;
+                    only a regular file with one link is opened (a device, a FIFO, a link
+                    or a path outside is refused, named). At most 128 devices and 256
+                    mounts per spec, YAML aliases counted expanded.
   --domain-xml FILE the VM's libvirt domain ('virsh dumpxml'): <hostdev> elements are
                     matched by source PCI address = resource.kubernetes.io/pciBusID,
                     <interface> elements by <mac address> = networkData.hardwareAddress
@@ -74,15 +79,22 @@ def register(commands: Commands) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-tree", type=Path, metavar="DIR", help="the container-side tree")
-    source.add_argument("--from-cdi", type=Path, metavar="DIR", help="a CDI spec directory")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--from-tree", type=Path, metavar="DIR", help="the container-side tree")
+    given.add_argument("--from-cdi", type=Path, metavar="DIR", help="a CDI spec directory")
     p.add_argument(
         "--claim-uid",
         action="append",
         default=[],
         metavar="UID",
         help="with --from-cdi: only this claim's specs (repeatable)",
+    )
+    p.add_argument(
+        "--host-dir",
+        action="append",
+        metavar="DIR",
+        help="with --from-cdi: read hostPath files only beneath DIR (repeatable; default: "
+        f"{', '.join(source.DEFAULT_HOST_DIRS)})",
     )
     plan = p.add_mutually_exclusive_group()
     plan.add_argument("--domain-xml", type=Path, metavar="FILE", help="libvirt domain XML")
@@ -120,14 +132,20 @@ def make_bundle(
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.claim_uid and args.from_cdi is None:
-        err.write("kvdev-host bundle: --claim-uid needs --from-cdi\n")
-        return EXIT_INVALID
+    for flag, given in (("--claim-uid", args.claim_uid), ("--host-dir", args.host_dir)):
+        if given and args.from_cdi is None:
+            err.write(f"kvdev-host bundle: {flag} needs --from-cdi\n")
+            return EXIT_INVALID
     try:
         if args.from_tree is not None:
             files, root = source.read_tree_dir(args.from_tree), str(args.from_tree)
         else:
-            files, root = source.read_cdi_dir(args.from_cdi, args.claim_uid), ""
+            files, root = (
+                source.read_cdi_dir(
+                    args.from_cdi, args.claim_uid, args.host_dir or source.DEFAULT_HOST_DIRS
+                ),
+                "",
+            )
         tree = build.read_tree(files, root)
         placement = _placement(args, tree)
         built: list[build.Bundle] = []

@@ -78,8 +78,11 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
   A driver's own file, relayed by its node (kvdev-host relay: a ConfigMap labelled
   app.kubernetes.io/managed-by=kvdev-host-relay in --relay-namespace, whose kvdev.io/node is
   the VMI's node and whose claim UID is one the VMI uses) wins over the reconstruction: its
-  bytes are copied unchanged, generation included. Annotation kvdev.io/sources: JSON, each
-  stream's key -> "driver" or "reconstructed" (from claim status and slices); the same as
+  bytes are copied unchanged, generation included, when every object in it is a
+  DeviceMetadata (v1beta1, v1alpha1) of that claim, request and driver; anything else (a
+  GuestHints document) is left out with a warning and a RelayedMetadataRefused Event, and
+  the reconstruction stays. Annotation kvdev.io/sources: JSON, each stream's key ->
+  "driver" or "reconstructed" (from claim status and slices); the same as
   key kvdev-sources.json for the guest (kvdev status/explain), when some stream is a driver's.
 
 --once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, existing
@@ -104,8 +107,9 @@ endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, po
             vmis_tracked, claims_tracked, leader, events{{result}}
 
 Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
-  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapRefused (Warning). The same
-  reason and message again raises the Event's count; at most 25 per VMI, then 1 per 5 min.
+  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapRefused,
+  RelayedMetadataRefused (Warning). The same reason and message again raises the Event's
+  count; at most 25 per VMI, then 1 per 5 min.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml

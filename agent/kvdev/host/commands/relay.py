@@ -39,15 +39,25 @@ what it reads (the standard way a container gets a driver's KEP-5304 metadata fi
   every CDI spec (*.json, *.yaml) of kind '<driver>/metadata' in the --cdi-dir directories
   (default /etc/cdi and /var/run/cdi); for each device '<claimUID>_<request>', the file its
   mount's hostPath names, when the mount's containerPath is that driver's and request's place
-  under /var/run/kubernetes.io/dra-device-attributes. At most 4096 specs per directory;
-  specs up to 4 MiB, files up to 960 KiB, regular files only (a FIFO is never waited on).
-  A bad spec or file is skipped and named (stderr, log); it affects no other claim.
+  under /var/run/kubernetes.io/dra-device-attributes, and the hostPath lies beneath a
+  --host-dir (default /var/lib/kubelet/plugins). Specs and files are read beneath their
+  directory without following a link or '..'; each is looked at before it is opened, and
+  only a regular file with one link is opened (a device, FIFO, socket or link never is).
+
+bounds of one pass:
+  per directory 65536 names looked at, 4096 metadata specs read (other kinds do not count);
+  per spec 4 MiB, 128 devices and 256 mounts counted with YAML aliases expanded, 3840 KiB
+  of files; per file 960 KiB, each distinct hostPath read once; 32 MiB read in all.
+  A bad spec or file, or one over a bound, is skipped and named (stderr, log); it affects
+  no other claim.
 
 what it writes (one relay record per claim on this node):
   ConfigMap kvdev-relay-<claimUID>-<node hash> in --namespace, labels
   app.kubernetes.io/managed-by={RELAY_MANAGER}, kvdev.io/claim-uid, kvdev.io/relay-node;
   annotation kvdev.io/node=<node>; data '<request>.<driver>-metadata.json' = the driver's bytes,
-  unchanged (its generation included). Records of claims with no file any more are deleted.
+  unchanged (its generation included). A record is deleted only when a complete read (every
+  directory listed in full, every spec read, none over a bound) names its claim in no spec;
+  a claim whose spec or file failed keeps its record as it is.
   The controller copies them into the kvdev-<vmi> ConfigMap of a VMI running on this node
   whose claim it is; the chart's admission policy lets a relay write only records whose
   kvdev.io/node is the node in its own token.
@@ -58,7 +68,8 @@ live: in-cluster service account, --kubeconfig FILE, or the default kubeconfig; 
   --interval seconds writes only what changed.
 
 examples:
-  kvdev-host relay --once --node-name node-a --cdi-dir ./cdi -o json > records.json
+  kvdev-host relay --once --node-name node-a --cdi-dir ./cdi --host-dir ./plugins \\
+      -o json > records.json
   kvdev-host controller --once -f vms.yaml -f slices.yaml -f records.json
   kvdev-host relay --node-name "$NODE_NAME" --interval 2
 
@@ -92,6 +103,13 @@ def register(commands: Commands) -> None:
         help="a CDI spec directory (repeatable; default: /etc/cdi and /var/run/cdi)",
     )
     p.add_argument(
+        "--host-dir",
+        action="append",
+        metavar="DIR",
+        help="read the files the specs mount only beneath DIR (repeatable; default: "
+        "/var/lib/kubelet/plugins)",
+    )
+    p.add_argument(
         "--namespace",
         default=os.environ.get("POD_NAMESPACE") or None,
         metavar="NS",
@@ -117,7 +135,7 @@ def _namespace(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from kvdev.host.relay.finder import cdi_dirs  # noqa: PLC0415
+    from kvdev.host.relay.finder import cdi_dirs, host_dirs  # noqa: PLC0415
     from kvdev.host.relay.live import Relay  # noqa: PLC0415
 
     if not args.node_name:
@@ -126,12 +144,12 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.interval <= 0:
         err.write("kvdev-host relay: --interval must be positive\n")
         return EXIT_INVALID
-    dirs = cdi_dirs(args.cdi_dir)
+    dirs, hosts = cdi_dirs(args.cdi_dir), host_dirs(args.host_dir)
     namespace = _namespace(args)
     if args.once:
         from kvdev.host.commands.controller import print_configmaps  # noqa: PLC0415
 
-        bodies, problems = Relay(_NoApi(), args.node_name, namespace, dirs).desired()
+        bodies, problems = Relay(_NoApi(), args.node_name, namespace, dirs, hosts).desired()
         err.writelines(f"kvdev-host relay: not relayed: {p}\n" for p in problems)
         print_configmaps(bodies, args.output, out)
         return EXIT_LEFT_OUT if problems else EXIT_OK
@@ -152,7 +170,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
     log.info("relaying node %s's metadata files into %s", args.node_name, namespace)
-    Relay(api, args.node_name, namespace, dirs).run(stop, args.interval)
+    Relay(api, args.node_name, namespace, dirs, hosts).run(stop, args.interval)
     return EXIT_OK
 
 

@@ -46,6 +46,7 @@ class Reason(enum.Enum):
     HINT_REFUSED = ("HintRefused", True)
     CONFIGMAP_NOT_OWNED = ("ConfigMapNotOwned", True)
     CONFIGMAP_REFUSED = ("ConfigMapRefused", True)
+    RELAYED_METADATA_REFUSED = ("RelayedMetadataRefused", True)
 
     @property
     def reason(self) -> str:

@@ -14,7 +14,9 @@ The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as 
   bytes the host writer writes (``publish.metadata.build_metadata`` + ``encode_stream``);
 * ``guest-hints.json``: the kvdev GuestHints stream derived from the VMI spec (``hints``);
 * a stream of a claim that the node relay's record (``publish/relayed``) of the VMI's node
-  holds is the driver's own file, its bytes unchanged; where there is none, the stream is
+  holds is the driver's own file, its bytes unchanged, when it is a DeviceMetadata stream of
+  that claim and request (``relayed.refusal``; else it is left out, with a warning and a
+  ``RelayedMetadataRefused`` Event on the VMI); where there is none, the stream is
   rebuilt from the claim's status and the slices. Annotation ``kvdev.io/sources`` (JSON, key
   -> ``driver`` | ``reconstructed``) says which, always; the key ``kvdev-sources.json``
   (``schema/origins``) says it to the guest, written only when some stream is the driver's;
@@ -54,17 +56,17 @@ from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.names import bounded
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
-from kvdev.host.publish.relayed import Record, for_node
+from kvdev.host.publish.relayed import Claim, Record, for_node, record_key, refusal
 from kvdev.host.schema.hints import GuestHints
 from kvdev.schema.origins import SOURCES_KEY, index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
-from kvdev.schema.tree import CONFIGMAP_MAX_KEYS, METADATA_SUFFIX
+from kvdev.schema.tree import CONFIGMAP_HINTS_KEY, CONFIGMAP_MAX_KEYS, METADATA_SUFFIX
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGER: Final = "kvdev-host-controller"
 VMI_LABEL: Final = "kvdev.io/vmi"
 NAME_PREFIX: Final = "kvdev-"
-HINTS_KEY: Final = "guest-hints.json"
+HINTS_KEY: Final = CONFIGMAP_HINTS_KEY  # the only key the agent reads as hints
 SOURCES_ANNOTATION: Final = "kvdev.io/sources"
 DRIVER: Final = "driver"
 RECONSTRUCTED: Final = "reconstructed"
@@ -250,16 +252,37 @@ def _directory(claim: ResourceClaim) -> str:
 
 
 def _relayed_streams(
-    claim: ResourceClaim, record: Record, problems: list[Problem]
+    claim: ResourceClaim, record: Record, problems: list[Problem], notes: list[Note]
 ) -> dict[str, str]:
-    """The driver's own files of the claim, by key: the bytes as the node relayed them."""
+    """The driver's own files of the claim, by key: the bytes as the node relayed them.
+
+    Only a DeviceMetadata stream of this claim and request is copied (``relayed.refusal``):
+    anything else is left out, with a warning and an Event, and the reconstruction stays. An
+    empty file (the first state of a driver's deferred metadata) is left out without a word.
+    """
     directory = _directory(claim)
+    meta = claim.metadata
+    whose = Claim(meta.namespace or "", meta.name or "", meta.uid or "")
     out = {}
     for (request, driver), text in sorted(record.files.items()):
         key = f"{directory}.{request}.{driver}{METADATA_SUFFIX}"
         if len(key) > NAME_MAX or not _KEY.match(key):
             message = f"relayed key {key!r} is not a valid key (at most {NAME_MAX} characters)"
             problems.append(Problem(message, f"ConfigMap/{record.name}", severity=Severity.WARNING))
+            continue
+        if not text.strip(" \t\r\n"):  # deferred metadata: the driver has not written it yet
+            continue
+        why = refusal(text, whose, request, driver)
+        if why is not None:
+            message = (
+                f"the file node {record.node} relayed for {key} is left out, the stream is the "
+                f"reconstruction: {why}"
+            )
+            where = f"ConfigMap/{record.name}"
+            problems.append(
+                Problem(message, where, path=record_key(request, driver), severity=Severity.WARNING)
+            )
+            notes.append(Note(Reason.RELAYED_METADATA_REFUSED, message))
             continue
         out[key] = text
     return out
@@ -371,7 +394,7 @@ def _streams(
             )
             problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
         record = records.get((claim.metadata.uid or "").lower())
-        driven = _relayed_streams(claim, record, problems) if record is not None else {}
+        driven = _relayed_streams(claim, record, problems, notes) if record is not None else {}
         streams = _rebuilt(claim, inputs, old, problems, driven=bool(driven))
         for key, value in {**streams, **driven}.items():
             if key in data:

@@ -13,20 +13,27 @@ one ConfigMap per (node, claim) in the relay's own namespace:
 
 The controller is the only writer of a VMI's ``kvdev-<vmi>`` ConfigMap: it copies a record's
 bytes to the VMI's key for that claim and request only when the record's node is the VMI's
-node and the claim is one the VMI uses (``controller/render``). ``read_record`` turns a stored
-ConfigMap back into a ``Record``, checking what the controller relies on.
+node, the claim is one the VMI uses (``controller/render``), and ``refusal`` finds nothing: a
+relayed file is a DeviceMetadata stream of that claim and request, never anything else (the
+guest reads a stream key as DeviceMetadata; a GuestHints document there would speak as the
+controller's hints). ``read_record`` turns a stored ConfigMap back into a ``Record``, checking
+what the controller relies on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kvdev.errors import Problem
+from kvdev.errors import Problem, SchemaError
 from kvdev.host.k8s.names import bounded, digest
+from kvdev.schema.fields import base_request
+from kvdev.schema.reading import DeviceMetadata
+from kvdev.schema.stream import DEVICE_METADATA, decode_every
 from kvdev.schema.tree import METADATA_SUFFIX
 
 RELAY_MANAGER: Final = "kvdev-host-relay"
@@ -190,6 +197,92 @@ def split_key(key: str) -> tuple[str, str] | None:
     return request, driver
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The claim a relayed file must be for: the one the VMI uses, as the API server has it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+_VERDICTS: dict[tuple[bytes, Claim, str, str], str | None] = {}
+_UNKNOWN: Final = object()
+VERDICTS_MAX: Final = 4096  # remembered verdicts (a digest and a short reason each)
+
+
+def refusal(text: str, claim: Claim, request: str, driver: str) -> str | None:
+    """Why a relayed file may not be copied to the VMI's key of ``claim`` and ``request``.
+
+    None when it may: every object in it is a DeviceMetadata of a version the guest's reader
+    knows (``kvdev.schema.stream.decode_every``: the same reader, never a second parser), that
+    decodes, and is for that claim (its ``metadata.uid`` or ``metadata.name``, one of them at
+    least, and its namespace where given), that request (every ``requests[].name``, a
+    subrequest of it counting as it) and that driver (every ``devices[].driver`` given).
+
+    A verdict is a function of its inputs: it is remembered by the text's digest (a VMI is
+    rendered again on every change of its pods, and a record's file is up to 960 KiB).
+    """
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), claim, request, driver)
+    found = _VERDICTS.get(key, _UNKNOWN)  # one lookup: the workers share it (under the GIL)
+    if found is not _UNKNOWN:
+        return found if isinstance(found, str) else None
+    if len(_VERDICTS) >= VERDICTS_MAX:
+        _VERDICTS.clear()
+    verdict = _VERDICTS[key] = _judged(text, claim, request, driver)
+    return verdict
+
+
+def _judged(text: str, claim: Claim, request: str, driver: str) -> str | None:
+    try:
+        documents = decode_every(text, DEVICE_METADATA)
+    except SchemaError as e:
+        first = e.problems[0]
+        where = f"stream[{first.index}]" if first.index is not None else ""
+        at = ".".join(x for x in (where, first.path) if x)
+        return f"not a {DEVICE_METADATA.kind} stream: {at + ': ' if at else ''}{first.message}"
+    for index, doc in enumerate(documents):
+        why = _not_for(doc, claim, request, driver)
+        if why is not None:
+            return f"stream[{index}]: {why}"
+    return None
+
+
+def _not_for(doc: DeviceMetadata, claim: Claim, request: str, driver: str) -> str | None:
+    return _not_of_claim(doc, claim) or _not_of_request(doc, request, driver)
+
+
+def _not_of_claim(doc: DeviceMetadata, claim: Claim) -> str | None:
+    meta = doc.metadata
+    if meta is None or not (meta.uid or meta.name):
+        return "metadata names no claim (neither uid nor name)"
+    given = (
+        ("uid", (meta.uid or "").lower(), claim.uid.lower()),  # a UID's hex in either case
+        ("name", meta.name, claim.name),
+        ("namespace", meta.namespace, claim.namespace),
+    )
+    for field_name, value, wanted in given:
+        if value and value != wanted:
+            return f"metadata.{field_name} is {value[:64]!r}, not the claim's {wanted!r}"
+    return None
+
+
+def _not_of_request(doc: DeviceMetadata, request: str, driver: str) -> str | None:
+    if not doc.requests:
+        return f"no request: the record's key is request {request!r}"
+    for r, entry in enumerate(doc.requests):
+        named = (entry.name if entry else None) or ""
+        if base_request(named) != request:
+            return f"requests[{r}].name is {named[:64]!r}, not the record's request {request!r}"
+        for d, device in enumerate((entry.devices if entry else None) or []):
+            if device is not None and device.driver and device.driver != driver:
+                return (
+                    f"requests[{r}].devices[{d}].driver is {device.driver[:64]!r}, not the "
+                    f"record's driver {driver!r}"
+                )
+    return None
+
+
 def for_node(found: Sequence[Record], node: str | None) -> dict[str, Record]:
     """The records of ``node``, by claim UID (none without a node)."""
     if not node:
@@ -203,6 +296,7 @@ __all__ = [
     "NODE_LABEL",
     "RELAY_MANAGER",
     "SPECS_ANNOTATION",
+    "Claim",
     "DriverFile",
     "Record",
     "for_node",
@@ -213,5 +307,6 @@ __all__ = [
     "record_key",
     "record_name",
     "records",
+    "refusal",
     "split_key",
 ]

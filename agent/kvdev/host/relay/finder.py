@@ -7,72 +7,133 @@ the file at ``/var/run/kubernetes.io/dra-device-attributes/.../<driver>-metadata
 finder reads those specs and, for each such mount, the ``hostPath`` file (the placement rule is
 ``bundle.source.mount_place``, the one ``kvdev-host bundle --from-cdi`` uses).
 
-Bounded and isolated: at most ``MAX_SPECS`` specs per directory (by name), each spec and file
-read with ``read_bounded`` (a size limit; a FIFO or device refused, never waited on), and a
-spec that is bad in any way (not YAML, a mount that leaves the tree, a file of another driver
-or another request than its device says, a file too large) is skipped with a problem naming
-it and its field: it never keeps another spec's files from being found.
+What it reads, and how, is ``bundle.source``'s (one set of rules for both): each spec beneath
+its directory and each file beneath the host directories (``--host-dir``), with no link
+followed, and only a regular file with one link opened. Bounds of one pass:
+
+* per directory, at most ``MAX_LISTED`` names looked at and ``MAX_SPECS`` metadata specs read
+  (specs of other kinds do not count);
+* per spec, the spec itself ``MAX_SPEC_BYTES``, at most ``MAX_DEVICES`` devices and
+  ``MAX_MOUNTS`` mounts counted after YAML aliases are expanded, and ``MAX_SPEC_FILE_BYTES`` of
+  the files it mounts;
+* per pass, each distinct ``hostPath`` read at most once, each file ``RECORD_BYTES_MAX``, and
+  ``MAX_PASS_BYTES`` read in all (specs and files); the file that crosses it is the last read.
+
+A spec over a bound, or bad in any way (not YAML, a mount that leaves the tree, a file of
+another driver or another request than its device says, a file refused or unreadable), is
+skipped with a problem naming it and its field: it never keeps another spec's files from being
+found. What it tells the relay's deletion rule (``Found``): whether the read was ``complete``
+(every directory listed in full, every spec read, none over a bound: only then is a claim
+named by no spec gone), and which ``claims`` the specs read name, a file of theirs failing
+or not (such a claim is ``held``: its files are not returned, so its record stays as it is).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from kvdev._confined import RefusedError
 from kvdev.errors import KvdevError, Problem, SchemaError
-from kvdev.host.bundle.source import CDI_SUFFIXES, mount_place, read_bounded
+from kvdev.host.bundle.source import (
+    DEFAULT_HOST_DIRS,
+    MAX_DEVICES,
+    MAX_LISTED,
+    MAX_MOUNTS,
+    MAX_SPEC_BYTES,
+    HostFiles,
+    check_counts,
+    load_spec,
+    mount_place,
+    read_spec,
+    spec_names,
+)
 from kvdev.host.publish.relayed import RECORD_BYTES_MAX, DriverFile
-from kvdev.schema.stream import MAX_STREAM_BYTES
 from kvdev.schema.tree import metadata_location
 
 DEFAULT_CDI_DIRS: Final = ("/etc/cdi", "/var/run/cdi")
-MAX_SPECS: Final = 4096  # per directory: a node's claims times requests, with room
+MAX_SPECS: Final = 4096  # metadata specs per directory: a node's claims times requests, with room
+MAX_SPEC_FILE_BYTES: Final = 4 * RECORD_BYTES_MAX  # the files one spec mounts, in all
+MAX_PASS_BYTES: Final = 32 * 1024 * 1024  # specs and files read in one pass, in all
 KIND_SUFFIX: Final = "/metadata"
 
 
-def _spec_names(directory: Path) -> tuple[list[str], list[Problem]]:
-    try:
-        names = sorted(
-            e.name
-            for e in os.scandir(directory)
-            if e.name.endswith(CDI_SUFFIXES) and not e.name.startswith(".")
-        )
-    except FileNotFoundError:
-        return [], []  # a CDI directory that is not there holds no spec
-    except OSError as e:
-        return [], [Problem(f"cannot list: {e.strerror or e}", str(directory))]
-    if len(names) > MAX_SPECS:
-        message = f"{len(names)} spec files, only the first {MAX_SPECS} by name are read"
-        return names[:MAX_SPECS], [Problem(message, str(directory))]
-    return names, []
+@dataclass
+class Found:
+    """One read of the node's specs.
+
+    The files found, the specs and files left out (named), whether the read was complete,
+    every claim a spec read names, and those held (a file of theirs failed).
+    """
+
+    files: list[DriverFile] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    complete: bool = True
+    claims: set[str] = field(default_factory=set)
+    held: set[str] = field(default_factory=set)
+
+    def incomplete(self, problem: Problem) -> None:
+        """A part of the node that was not read: no claim may be taken as gone."""
+        self.complete = False
+        self.problems.append(problem)
 
 
-def _device_files(spec: dict[str, Any], path: Path, driver: str) -> list[DriverFile]:
-    """The files of one ``<driver>/metadata`` spec.
+class _Pass:
+    """The bounds and the one-read-per-path cache of one pass."""
+
+    def __init__(self, host_dirs: Sequence[str | os.PathLike[str]]) -> None:
+        self.host_files = HostFiles(host_dirs, RECORD_BYTES_MAX)
+        self.spec_bytes = 0
+
+    @property
+    def bytes_read(self) -> int:
+        return self.spec_bytes + self.host_files.bytes_read
+
+
+def _device_files(
+    spec: dict[str, Any], path: Path, driver: str, run: _Pass, found: Found
+) -> list[DriverFile]:
+    """The files of one ``<driver>/metadata`` spec; its claims are added to ``found.claims``.
+
+    A claim with a file that cannot be read this pass is held (``found.held``), named.
 
     Raises:
-        SchemaError, TransientReadError: the spec breaks a rule (the first is named).
+        SchemaError: the spec breaks a rule or a bound (the first is named).
     """
-    out = []
-    devices = spec.get("devices") or []
-    if not isinstance(devices, list):
-        raise SchemaError([Problem("devices is not a list", str(path), None, "devices")])
+    devices = check_counts(spec, path)
+    named = []
     for i, device in enumerate(devices):
-        where = f"devices[{i}]"
-        if not isinstance(device, dict):
-            raise SchemaError([Problem("a device is not an object", str(path), None, where)])
         uid, sep, request = str(device.get("name", "")).partition("_")
         if not sep or not uid or not request:
             message = f"device name {device.get('name')!r} is not <claimUID>_<request>"
-            raise SchemaError([Problem(message, str(path), None, f"{where}.name")])
+            raise SchemaError([Problem(message, str(path), None, f"devices[{i}].name")])
+        named.append((uid.lower(), request))
+    found.claims.update(uid for uid, _ in named)
+    try:
+        return _mounted(devices, named, path, driver, run, found)
+    except SchemaError:
+        found.held.update(uid for uid, _ in named)  # a bad spec never updates a claim in part
+        raise
+
+
+def _mounted(
+    devices: list[dict[str, Any]],
+    named: list[tuple[str, str]],
+    path: Path,
+    driver: str,
+    run: _Pass,
+    found: Found,
+) -> list[DriverFile]:
+    out: list[DriverFile] = []
+    spent = 0
+    for i, ((uid, request), device) in enumerate(zip(named, devices, strict=True)):
         edits = device.get("containerEdits") or {}
         mounts = edits.get("mounts") if isinstance(edits, dict) else None
-        for j, mount in enumerate(mounts or []):
-            at = f"{where}.containerEdits.mounts[{j}]"
+        for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
+            at = f"devices[{i}].containerEdits.mounts[{j}]"
             placed = mount_place(mount, path, at)
             if placed is None:
                 continue
@@ -85,61 +146,101 @@ def _device_files(spec: dict[str, Any], path: Path, driver: str) -> list[DriverF
                 )
                 raise SchemaError([Problem(message, str(path), None, f"{at}.containerPath")])
             try:
-                data = read_bounded(Path(host), RECORD_BYTES_MAX)
-            except KvdevError as e:
-                what = "; ".join(p.message for p in e.problems) if isinstance(e, SchemaError) else e
+                data = run.host_files.read(host)
+            except (RefusedError, OSError) as e:
+                what = e.reason if isinstance(e, RefusedError) else f"cannot read: {e.strerror}"
                 problem = Problem(f"hostPath {host}: {what}", str(path), None, f"{at}.hostPath")
-                raise SchemaError([problem]) from e
-            out.append(DriverFile(uid.lower(), request, driver, data, str(path)))
+                found.problems.append(problem)
+                found.held.add(uid)
+                continue
+            spent += len(data)
+            if spent > MAX_SPEC_FILE_BYTES:
+                message = f"the files it mounts pass {MAX_SPEC_FILE_BYTES} bytes in all: not read"
+                raise SchemaError([Problem(message, str(path), None, at)])
+            out.append(DriverFile(uid, request, driver, data, str(path)))
     return out
 
 
-def _one_spec(path: Path) -> list[DriverFile]:
-    """The files of the spec at ``path`` ([] when it is not a metadata spec).
+def _one_spec(
+    directory: Path, name: str, run: _Pass, found: Found
+) -> tuple[list[DriverFile], bool]:
+    """The files of the spec ``name`` and whether it is a metadata spec.
 
     Raises:
-        SchemaError, TransientReadError: the spec or a file it mounts is bad (named).
+        SchemaError, TransientReadError: the spec is bad, over a bound or unreadable (named).
     """
-    try:
-        spec = yaml.safe_load(read_bounded(path, MAX_STREAM_BYTES))
-    except yaml.YAMLError as e:
-        raise SchemaError([Problem(f"not valid JSON or YAML: {e}", str(path))]) from e
+    path = directory / name
+    data = read_spec(directory, name)
+    run.spec_bytes += len(data)
+    spec = load_spec(data, path)
     if not isinstance(spec, dict):
-        return []
+        return [], False
     kind = spec.get("kind")
     if not isinstance(kind, str) or not kind.endswith(KIND_SUFFIX):
-        return []
-    return _device_files(spec, path, kind.removesuffix(KIND_SUFFIX))
+        return [], False
+    return _device_files(spec, path, kind.removesuffix(KIND_SUFFIX), run, found), True
 
 
-def find(cdi_dirs: Iterable[Path]) -> tuple[list[DriverFile], list[Problem]]:
-    """Every driver file of the metadata specs in ``cdi_dirs``; the specs skipped, and why.
+def _directory(directory: Path, run: _Pass, found: Found) -> Iterable[DriverFile]:
+    """The files of one directory's metadata specs, within the pass's bounds."""
+    try:
+        names, cut = spec_names(directory)
+    except FileNotFoundError:
+        return  # a CDI directory that is not there holds no spec
+    except OSError as e:
+        found.incomplete(Problem(f"cannot list: {e.strerror or e}", str(directory)))
+        return
+    if cut:
+        message = f"more than {MAX_LISTED} names: the listing is cut, no record is deleted"
+        found.incomplete(Problem(message, str(directory)))
+    metadata = 0
+    for at, name in enumerate(names):
+        if run.bytes_read >= MAX_PASS_BYTES:
+            message = (
+                f"{MAX_PASS_BYTES} bytes read this pass: {len(names) - at} specs from {name} "
+                "on are not read, no record is deleted"
+            )
+            found.incomplete(Problem(message, str(directory)))
+            return
+        if metadata == MAX_SPECS:
+            message = (
+                f"{MAX_SPECS} metadata specs read: {len(names) - at} spec files from {name} "
+                "on are not read, no record is deleted"
+            )
+            found.incomplete(Problem(message, str(directory)))
+            return
+        try:
+            files, is_metadata = _one_spec(directory, name, run, found)
+        except KvdevError as e:
+            problems = e.problems if isinstance(e, SchemaError) else [Problem(str(e))]
+            found.incomplete(problems[0])
+            found.problems += problems[1:]
+            continue
+        metadata += is_metadata
+        yield from files
+
+
+def find(
+    cdi_dirs: Iterable[Path], host_dirs: Sequence[str | os.PathLike[str]] = DEFAULT_HOST_DIRS
+) -> Found:
+    """Every driver file of the metadata specs in ``cdi_dirs``, read beneath ``host_dirs``.
 
     Two specs that give one claim, request and driver different bytes: both are skipped (the
-    node cannot tell which holds), each named.
+    node cannot tell which holds), each named, and the claim is held.
     """
-    found: dict[tuple[str, str, str], DriverFile] = {}
-    clashed: set[tuple[str, str, str]] = set()
-    problems: list[Problem] = []
+    found = Found()
+    run = _Pass(host_dirs)
+    chosen: dict[tuple[str, str, str], DriverFile] = {}
     for directory in cdi_dirs:
-        names, listed = _spec_names(directory)
-        problems += listed
-        for name in names:
-            try:
-                files = _one_spec(directory / name)
-            except KvdevError as e:
-                problems += e.problems if isinstance(e, SchemaError) else [Problem(str(e))]
-                continue
-            for f in files:
-                at = (f.claim_uid, f.request, f.driver)
-                before = found.setdefault(at, f)
-                if before.data != f.data:
-                    message = (
-                        f"{f.key} of claim {f.claim_uid} is also in {before.spec}, other bytes"
-                    )
-                    problems.append(Problem(message + ": neither is relayed", f.spec))
-                    clashed.add(at)
-    return [f for at, f in sorted(found.items()) if at not in clashed], problems
+        for f in _directory(directory, run, found):
+            at = (f.claim_uid, f.request, f.driver)
+            before = chosen.setdefault(at, f)
+            if before.data != f.data:
+                message = f"{f.key} of claim {f.claim_uid} is also in {before.spec}, other bytes"
+                found.problems.append(Problem(message + ": neither is relayed", f.spec))
+                found.held.add(f.claim_uid)
+    found.files = [f for at, f in sorted(chosen.items()) if f.claim_uid not in found.held]
+    return found
 
 
 def cdi_dirs(given: Sequence[str] | None) -> list[Path]:
@@ -147,4 +248,22 @@ def cdi_dirs(given: Sequence[str] | None) -> list[Path]:
     return [Path(d) for d in (given or DEFAULT_CDI_DIRS)]
 
 
-__all__ = ["DEFAULT_CDI_DIRS", "MAX_SPECS", "cdi_dirs", "find"]
+def host_dirs(given: Sequence[str] | None) -> list[Path]:
+    """The directories the files may lie beneath: those given, else ``DEFAULT_HOST_DIRS``."""
+    return [Path(d) for d in (given or DEFAULT_HOST_DIRS)]
+
+
+__all__ = [
+    "DEFAULT_CDI_DIRS",
+    "DEFAULT_HOST_DIRS",
+    "MAX_DEVICES",
+    "MAX_MOUNTS",
+    "MAX_PASS_BYTES",
+    "MAX_SPECS",
+    "MAX_SPEC_BYTES",
+    "MAX_SPEC_FILE_BYTES",
+    "Found",
+    "cdi_dirs",
+    "find",
+    "host_dirs",
+]

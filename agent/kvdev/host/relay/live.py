@@ -2,10 +2,13 @@
 
 Each pass reads the CDI spec directories (``finder.find``), makes the records
 (``publish.relayed.records``), lists this node's records in the API server (by its label) and
-creates, replaces or deletes the difference: a record whose claim has no file any more is
-deleted, so the controller falls back to its reconstruction. A pass that changes nothing writes
-nothing. A failed write is logged and tried again next pass; a bad spec is logged (named) and
-never keeps another claim's files from being relayed. The directories are read on one worker
+creates, replaces or deletes the difference. A record is deleted only when a complete read
+(``finder.Found.complete``: every directory listed in full, every spec read, none over a bound)
+names its claim in no spec: then the controller falls back to its reconstruction. A record of
+a claim that a spec still names, its file failing or not, is kept as it is; an incomplete read
+deletes nothing (``_gone``). A pass that changes nothing writes nothing. A failed write is
+logged and tried again next pass; a bad spec is logged (named) and never keeps another
+claim's files from being relayed. The directories are read on one worker
 thread, waited for at most ``read_deadline`` (30 s): a read that never returns (a hung file
 system) costs passes that change nothing, and one stuck thread, never the process.
 
@@ -28,10 +31,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kvdev.errors import KvdevError, Problem
-from kvdev.host.publish.relayed import DriverFile, node_selector, records
+from kvdev.host.publish.relayed import CLAIM_UID_LABEL, node_selector, records
+from kvdev.host.relay.finder import DEFAULT_HOST_DIRS, Found
 from kvdev.host.relay.finder import find as find_files
-
-Found = tuple[list[DriverFile], list[Problem]]
 
 log = logging.getLogger("kvdev.host.relay")
 
@@ -61,6 +63,7 @@ class Pass:
     deleted: int = 0
     unchanged: int = 0
     failed: int = 0
+    kept: int = 0  # not produced this pass, not deleted: the read was incomplete or held it
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -74,6 +77,20 @@ def _same(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
     )
 
 
+def _gone(stored: Mapping[str, Any], found: Found, produced: set[str]) -> bool:
+    """A stored record that this pass did not produce is to be deleted.
+
+    When its claim's record was made this pass under another name (it is superseded), or
+    when the read was complete and no spec read names its claim (a record without a claim
+    label is judged by completeness alone).
+    """
+    uid = ((stored.get("metadata") or {}).get("labels") or {}).get(CLAIM_UID_LABEL)
+    claim = uid.lower() if isinstance(uid, str) else None
+    if claim in produced:
+        return True
+    return found.complete and claim not in found.claims
+
+
 @dataclass
 class Relay:
     """One node's relay: its name, the records' namespace, the CDI spec directories."""
@@ -82,25 +99,27 @@ class Relay:
     node: str
     namespace: str
     cdi_dirs: Sequence[Path]
+    host_dirs: Sequence[Path] = tuple(Path(d) for d in DEFAULT_HOST_DIRS)
     relist: int = 150  # passes between two lists (every 5 min at the default 2 s)
     read_deadline: float = 30.0  # seconds a pass waits for its read of the directories
-    finder: Callable[[Sequence[Path]], Found] = find_files
+    finder: Callable[[Sequence[Path], Sequence[Path]], Found] = find_files
     _reading: Future[Found] | None = field(default=None, repr=False)
     _stored: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
     _passes: int = 0
 
     def desired(self) -> tuple[list[dict[str, Any]], list[Problem]]:
         """The records this node's files make, and the specs or files left out."""
-        files, problems = self.finder(self.cdi_dirs)
-        bodies, left_out = records(self.node, self.namespace, files)
-        return bodies, problems + left_out
+        found = self.finder(self.cdi_dirs, self.host_dirs)
+        bodies, left_out = records(self.node, self.namespace, found.files)
+        return bodies, found.problems + left_out
 
     def _read(self) -> Found | None:
         """The finder's answer, read on one worker and waited for at most ``read_deadline``.
 
         A read that does not return (a hung file system under a hostPath) leaves this pass
         without an answer (None: nothing is written, nothing deleted); the next passes wait for
-        that same read, so at most one worker is ever stuck.
+        that same read, so at most one worker is ever stuck. A read that raises is logged and
+        is no answer either: no spec's content ends the loop.
         """
         if self._reading is None:
             self._reading = self._start_read()
@@ -113,6 +132,9 @@ class Relay:
                 self.read_deadline,
             )
             return None
+        except Exception:
+            log.exception("reading %s failed: this pass changes nothing", self.cdi_dirs)
+            return None
         finally:
             if self._reading is not None and self._reading.done():
                 self._reading = None
@@ -124,7 +146,7 @@ class Relay:
 
         def work() -> None:
             try:
-                future.set_result(self.finder(self.cdi_dirs))
+                future.set_result(self.finder(self.cdi_dirs, self.host_dirs))
             except BaseException as e:  # noqa: BLE001 - handed to the pass that waits
                 future.set_exception(e)
 
@@ -136,8 +158,8 @@ class Relay:
         found = self._read()
         if found is None:
             return Pass(failed=1)
-        bodies, problems = records(self.node, self.namespace, found[0])
-        problems = found[1] + problems
+        bodies, problems = records(self.node, self.namespace, found.files)
+        problems = found.problems + problems
         done = Pass(problems=problems)
         for problem in problems:
             log.warning("not relayed: %s", problem)
@@ -152,7 +174,10 @@ class Relay:
                 return done
             self._stored = {o["metadata"]["name"]: o for o in listed}
         stored = self._stored
-        gone = set(stored) - {b["metadata"]["name"] for b in bodies}
+        produced = {b["metadata"]["name"] for b in bodies}
+        claims = {b["metadata"]["labels"][CLAIM_UID_LABEL] for b in bodies}
+        gone = {n for n in stored if n not in produced and _gone(stored[n], found, claims)}
+        done.kept = len(set(stored) - produced - gone)
         for body in bodies:
             self._write(body, stored, done)
         for name in sorted(gone):
@@ -167,11 +192,12 @@ class Relay:
             self._stored = None  # list again next pass: what is stored is not known
         if done.created or done.updated or done.deleted or done.failed:
             log.info(
-                "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d failed",
+                "relay pass: %d created, %d updated, %d deleted, %d unchanged, %d kept, %d failed",
                 done.created,
                 done.updated,
                 done.deleted,
                 done.unchanged,
+                done.kept,
                 done.failed,
             )
         return done
