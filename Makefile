@@ -31,7 +31,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick test-loaded check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
-.PHONY: upstream-cluster cluster cluster-down bench-controller helm manifests
+.PHONY: upstream-cluster cluster cluster-down bench-controller helm manifests go-early
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -54,7 +54,18 @@ demo: $(STAMP)  ## (root) the agent configures real links for the bundled exampl
 example: $(STAMP)  ## validate the bundled example metadata tree, hints and config drive
 	$(BIN)/kvdev metadata validate packaging/examples/dra-device-attributes packaging/examples/config-drive/openstack/latest/meta_data.json
 
-test: check docs unit test-compat dist e2e  ## everything CI runs: lint, types, imports, docs, tests, dist/, VM e2e
+test: go-early check docs test-compat dist unit e2e  ## everything CI runs: lint, types, imports, docs, tests, dist/, VM e2e
+
+# make test starts the Go builds (the judges and control plane, helm) in the background first:
+# a cold one (about 30 min of a loaded 2-core machine) then overlaps the steps before the unit
+# run, which wait on the network and the disk as much as on the cores; the unit run's own
+# prerequisites wait for it (each build script's lock) and find it up to date. Warm, both
+# answer "up to date" at once. Its output: build/go-early.log (a failure there is repeated, in
+# the foreground, by the prerequisite that needs it).
+go-early:
+	@mkdir -p build
+	@{ tests/helm/build.sh; tests/upstream/build.sh --cluster; } >build/go-early.log 2>&1 </dev/null &
+	@echo "make test: helm, the Go judges and the control plane build in the background (build/go-early.log)"
 
 quick: check unit  ## the fast loop: lint, types, imports, tests (no packages, no VM)
 
@@ -78,8 +89,12 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
+# UNIT_JOBS pytest workers share the suite (pytest-xdist); the tests on the session's one real
+# control plane stay together on one worker (tests/conftest.py), so it starts once. UNIT_JOBS=0:
+# one process, as before.
+UNIT_JOBS ?= 2
 unit: $(STAMP) upstream-cluster helm
-	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest
+	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadgroup) --durations=15
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
 	$(BIN)/python tests/bench/bench_agent.py $(BENCH_ARGS)

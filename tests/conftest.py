@@ -45,3 +45,17 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "robustness: abuse and fuzzing of the running agent (tests/robustness)"
     )
+
+
+# Fixtures that hold one process-wide resource for the whole session: with pytest-xdist (make
+# unit: --dist loadgroup) every test that uses one runs on the same worker, so it starts once.
+_SESSION_GROUPS = {"cluster": "cluster", "kube": "cluster", "shipped": "cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # the .deb's build tests and the compat legs run without it
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        for group in sorted({_SESSION_GROUPS[n] for n in names if n in _SESSION_GROUPS}):
+            item.add_marker(pytest.mark.xdist_group(group))

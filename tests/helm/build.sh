@@ -9,6 +9,11 @@ mkdir -p "$out/bin"
 out="$(cd "$out" && pwd)"
 cd "$here"
 
+# One build at a time per output directory: a second caller (make test's early background
+# build, then unit's prerequisite) waits here and then finds the key up to date. Not .lock: the
+# tests' Python helpers hold that one while they call this script.
+exec 9>"$out/.build.lock"
+flock 9
 key="$(cat go.mod go.sum build.sh | sha256sum | cut -c1-32)"
 if [[ -f "$out/.key" && "$(cat "$out/.key")" == "$key" && -x "$out/bin/helm" ]]; then
     echo "build/helm: up to date (key $key)"

@@ -15,6 +15,11 @@ cd "$here"
 with_tools=0
 [[ "${1:-}" == "--cluster" ]] && with_tools=1
 
+# One build at a time per output directory: a second caller (make test's early background
+# build, then unit's prerequisite) waits here and then finds the key up to date. Not .lock: the
+# tests' Python helpers hold that one while they call this script.
+exec 9>"$out/.build.lock"
+flock 9
 sources="$( { cat go.mod go.sum build.sh; find . -name '*.go' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-32)"
 key="$with_tools-$sources"
 # A build with the control plane holds everything a build without it does.
