@@ -122,13 +122,7 @@ def read_beneath(root: str | os.PathLike[str], rel: str, limit: int) -> bytes:
         os.close(here)
         if parent >= 0:
             os.close(parent)
-    try:
-        data = _read(fd, limit)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise RefusedError(rel, f"larger than {limit} bytes; not read")
-    return data
+    return _read_closing(fd, limit, rel)
 
 
 def read_path(path: str | os.PathLike[str], limit: int) -> bytes:
@@ -151,13 +145,7 @@ def read_path(path: str | os.PathLike[str], limit: int) -> bytes:
         fd = _reopen(looked, None, where, seen, where)
     finally:
         os.close(looked)
-    try:
-        data = _read(fd, limit)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise RefusedError(where, f"larger than {limit} bytes; not read")
-    return data
+    return _read_closing(fd, limit, where)
 
 
 def _reopen(looked: int, parent: int | None, name: str, seen: os.stat_result, rel: str) -> int:
@@ -172,6 +160,17 @@ def _reopen(looked: int, parent: int | None, name: str, seen: os.stat_result, re
         os.close(fd)
         raise RefusedError(rel, "replaced between look and open; not read")
     return fd
+
+
+def _read_closing(fd: int, limit: int, rel: str) -> bytes:
+    """All of ``fd`` (closed after), refused when larger than ``limit``."""
+    try:
+        data = _read(fd, limit)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise RefusedError(rel, f"larger than {limit} bytes; not read")
+    return data
 
 
 def _read(fd: int, limit: int) -> bytes:
