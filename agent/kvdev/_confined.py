@@ -165,7 +165,7 @@ def _reopen(looked: int, parent: int | None, name: str, seen: os.stat_result, re
 def _read_closing(fd: int, limit: int, rel: str) -> bytes:
     """All of ``fd`` (closed after), refused when larger than ``limit``."""
     try:
-        data = _read(fd, limit)
+        data = read_upto(fd, limit)
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -173,7 +173,8 @@ def _read_closing(fd: int, limit: int, rel: str) -> bytes:
     return data
 
 
-def _read(fd: int, limit: int) -> bytes:
+def read_upto(fd: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``fd`` from where it stands (one more than allowed tells)."""
     chunks, left = [], limit + 1
     while left > 0:
         chunk = os.read(fd, min(left, 1 << 20))

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from kvdev._confined import read_upto
 from kvdev.errors import Problem, Severity
 from kvdev.guest.adapters import walk
 from kvdev.guest.adapters.resolve import real_path, real_path_or
@@ -131,17 +132,9 @@ def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES, budget: Budget | Non
     """
     fd = _open_regular(path, budget)
     try:
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_upto(fd, limit)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if budget is not None:
         budget.left = max(0, budget.left - len(data))
     if len(data) > limit:
