@@ -13,13 +13,15 @@ import re
 from typing import Final
 
 from kvdev.host.k8s.names import bounded_label, bounded_name
+from kvdev.schema.fields import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX
 from kvdev.schema.origins import DRIVER, RECONSTRUCTED, SOURCES_KEY
+from kvdev.schema.origins import stream_key as _origins_stream_key
 from kvdev.schema.tree import CONFIGMAP_HINTS_KEY, CONFIGMAP_MAX_KEYS, METADATA_SUFFIX
 
 # --------------------------------------------------------------------------- the API's limits
 
-NAME_MAX: Final = 253  # an object's name (a DNS-1123 subdomain), a ConfigMap key
-LABEL_MAX: Final = 63  # a label value
+NAME_MAX: Final = DNS_SUBDOMAIN_MAX  # 253: an object's name, a ConfigMap key
+LABEL_MAX: Final = DNS_LABEL_MAX  # 63: a label value
 CONFIGMAP_BYTES_MAX: Final = 1024 * 1024  # the API server's limit on a ConfigMap's data
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 _KEY: Final = re.compile(r"[-._a-zA-Z0-9]+\Z")
@@ -53,8 +55,8 @@ def record_key(request: str, driver: str) -> str:
 
 
 def stream_key(directory: str, request: str, driver: str) -> str:
-    """A ConfigMap's stream key: ``<dir>.<request>.<driver>-metadata.json``."""
-    return f"{directory}.{record_key(request, driver)}"
+    """A ConfigMap's stream key: ``<dir>.<request>.<driver>-metadata.json`` (the guest's too)."""
+    return _origins_stream_key(directory, None, request, driver)
 
 
 def key_fits(key: str) -> bool:

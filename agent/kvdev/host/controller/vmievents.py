@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, TypeVar
 
+from kvdev.host.contract import NAME_MAX
+
 MESSAGE_MAX: Final = 1024  # events.k8s.io's note limit; a bound on the caches' keys too
-NAME_MAX: Final = 253
 LRU_SIZE: Final = 4096
 BURST: Final = 25
 REFILL_SECONDS: Final = 300.0
