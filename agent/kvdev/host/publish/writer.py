@@ -14,7 +14,7 @@ threads or processes, are serialized by an ``flock``. The record is written befo
 (the union of old and new) and after (the new set), so a crash never leaves a file
 ``unprepare`` does not know.
 
-Documents come from ``metadata``, specs from ``cdi`` (both pure).
+Documents come from ``metadata``, specs from ``kvdev.host.cdi.spec`` (both pure).
 """
 
 from __future__ import annotations
