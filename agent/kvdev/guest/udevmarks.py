@@ -26,7 +26,7 @@ wrote only as data it checks (``core.linkwish``):
    its own configuration and udev, and makes its connection again), ``managed yes`` where
    ``reset`` is refused (an older NetworkManager); one name per argument. A managed state a
    person made permanent (``managed --permanent yes``, NetworkManager 1.58) beats the mark: the
-   agent reports it (``core.marks.nm_overrides``), the helper does not undo it.
+   agent reports it (``core.marking.nm_overrides``), the helper does not undo it.
 
 ``KVDEV_LINK_WISHES``, ``KVDEV_NETWORK_DIR``, ``KVDEV_MARK_DIR`` and ``KVDEV_SYSFS`` name other
 places (tests only). Imports only the stdlib, ``_atomic``, ``_confined`` and the pure

@@ -33,7 +33,7 @@ cache) name nothing. Same bounds per file; at most ``MAX_NAMESERVERS`` servers.
 
 ``nm_managed`` reads NetworkManager's runtime device state (``run/NetworkManager/devices/
 <ifindex>``, ``managed=`` of ``[device]``) of the links asked about: which it manages now
-(``core.marks.nm_overrides``). At most 4 KiB per file.
+(``core.marking.nm_overrides``). At most 4 KiB per file.
 
 ``auto_default`` reads NetworkManager's configuration (``etc/NetworkManager/NetworkManager.conf``
 and ``conf.d/*.conf``, then ``usr/lib/NetworkManager/conf.d``): whether NetworkManager is there
