@@ -101,7 +101,7 @@ def _text(path: Path, budget: _Budget, problems: list[str]) -> str | None:
             problems.append(f"{path}: {e.reason}")
         return None
     except OSError as e:
-        if not isinstance(e, FileNotFoundError | NotADirectoryError):
+        if not isinstance(e, FileNotFoundError):
             problems.append(f"{path}: cannot read: {e.strerror or e}")
         return None
     budget.left -= len(data)
