@@ -12,7 +12,7 @@ No I/O here.
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated
 
 from pydantic import AfterValidator, Field, ValidationError
 
@@ -80,9 +80,6 @@ class DeviceMetadata(Document):
 
 
 # --------------------------------------------------------------------------- conformance
-
-
-CONFORMANCE: Final = "breaks a rule every conforming writer follows (upstream accepts it)"
 
 
 def conformance(data: dict[str, object], *, source: str, index: int | None) -> tuple[Problem, ...]:

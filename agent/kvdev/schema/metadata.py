@@ -57,7 +57,6 @@ HARDWARE_ADDRESS_MAX_BYTES = 128  # NetworkDeviceDataHardwareAddressMaxLength
 IPS_MAX = 16  # NetworkDeviceDataMaxIPs
 RESULTS_MAX = 32  # AllocationResultsMaxSize: devices per claim
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-ATTRIBUTE_KEYS: Final = ("string", "int", "bool", "version", "strings", "ints", "bools", "versions")
 
 
 def max_bytes(limit: int) -> Rule:
