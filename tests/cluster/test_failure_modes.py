@@ -12,8 +12,8 @@ from clusterlab import SYSTEM, kvdev_host, wait_for
 from kubernetes import client
 
 from kvdev.host.controller.index import Kind, parse
-from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
+from kvdev.host.kube.wire import KubeApi
 
 LEASE = "kvdev-host-controller"
 

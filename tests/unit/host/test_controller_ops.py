@@ -25,12 +25,12 @@ from kvdev.host.controller.events import (
     event_name,
 )
 from kvdev.host.controller.index import Kind, parse
-from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.metrics import Metrics
 from kvdev.host.controller.reflector import Upsert
 from kvdev.host.controller.render import MANAGED_BY, MANAGER, VMI_LABEL, Inputs, Rendered, Verb
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.kube.wire import KubeApi
 
 VMI = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1", "uid-1")
 OTHER = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm2", "uid-2")
