@@ -98,8 +98,8 @@ class Reconciler:
     """One level-triggered pass at a time: read -> observe -> decide -> apply, then the status.
 
     It holds the store of state files and each stage's cache; the stages are ``Intake`` (read),
-    ``Observer`` (observe), ``_decide`` (pure: match, the guest's own NICs, plan) and
-    ``Applier`` (apply: the journals on disk first).
+    ``Observer`` (observe), ``_decide`` (the core's match, the guest's own NICs and plan, over
+    what was read and observed) and ``Applier`` (apply: the journals on disk first).
     """
 
     config: AgentConfig
