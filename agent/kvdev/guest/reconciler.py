@@ -29,8 +29,7 @@ from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.intake import Intake, Reads
 from kvdev.guest.adapters.observer import Observer
 from kvdev.guest.adapters.state import ADDRESSES, ALTNAMES, PRIMARY, RENAMES, STATUS, Store
-from kvdev.guest.core import inventory, journals, primary, sources
-from kvdev.guest.core import marks as marking
+from kvdev.guest.core import inventory, journals, marking, primary, sources
 from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, MatchState, match
 from kvdev.guest.core.observed import GuestDevice, NetState

@@ -8,7 +8,7 @@ Two rules of writing before applying (``core.journals`` decides what the journal
 * an altname is added only once the altname journal holds it.
 
 Kernel steps go over netlink in one batch, link wishes to disk (``linkfiles``). The mark files
-other network managers read through udev (``marks``) are kept before anything is renamed.
+other network managers read through udev (``markfiles``) are kept before anything is renamed.
 After the steps, the address journal records what was added and removed, and the altname
 journal forgets what was removed.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvdev.errors import os_error
-from kvdev.guest.adapters import linkfiles, marks
+from kvdev.guest.adapters import linkfiles, markfiles
 from kvdev.guest.adapters.state import ADDRESSES, ALTNAMES, RENAMES, Store
 from kvdev.guest.core import journals
 from kvdev.guest.core.steps import (
@@ -54,9 +54,9 @@ class Applier:
         self.store.put(RENAMES, kept.renames)
         if wanted == self.marked and not self.store.unsaved("marks"):
             return
-        path = marks.directory(state_dir)
+        path = markfiles.directory(state_dir)
         try:
-            added, removed = marks.sync(path, wanted)
+            added, removed = markfiles.sync(path, wanted)
         except OSError as e:
             self.store.failed("marks", os_error(e, "keep the link marks in", path))
             return

@@ -11,7 +11,7 @@ start. ``tidy`` removes the temporary files a killed write left of any slot. A d
 reads, sets nothing aside and writes nothing.
 
 Only this module writes the state directory's files (the mark files and link wishes are steps:
-``marks``, ``linkfiles``).
+``markfiles``, ``linkfiles``).
 """
 
 from __future__ import annotations
