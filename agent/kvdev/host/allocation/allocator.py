@@ -21,7 +21,6 @@ from kvdev.host.allocation.pools import (
     NodeLike,
     Pool,
     PoolIndex,
-    gather_pools,
 )
 from kvdev.host.allocation.results import allocation_result
 from kvdev.host.allocation.search import Clock, Search
@@ -112,7 +111,7 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
     feats = features or Features()
     if selection is not None and selection.features != feats:
         raise ValueError("allocate: the selection cache was made for other features")
-    node_pools = list(pools) if pools is not None else gather_pools(node, slices, feats)
+    node_pools = list(pools) if pools is not None else PoolIndex.of(slices, feats).pools_for(node)
     search = Search(
         pools=node_pools,
         allocated=frozenset(allocated_devices),
