@@ -2,8 +2,10 @@
 
 ``cases()`` extracts every VirtualMachineInstance from the files kvdev ships or documents (the
 packaging examples, the docs' YAML files and fenced YAML blocks, the e2e inputs) and the VMIs
-the chart's admission policy wired (``tests/data/kubevirt/wired``, saved by the cluster tests):
-each as the API server receives it on create (no status, no server-set metadata).
+the chart's admission policy wired (``tests/data/kubevirt/wired/<slug>.yaml``, one per VMI the
+policy changed, saved by tests/cluster/test_vmi_wiring.py: ``wired_text``), each as the API
+server receives it on create (no status, no server-set metadata); a wired VMI is documented for
+the versions its original is.
 ``judge_input(version)`` is the document ``tests/kubevirt/judge`` reads for a KubeVirt version:
 the feature gates ``packaging/versions.toml`` names for it, the binding plugins the VMIs use,
 the cases. ``inputs_digest`` and ``case_digest`` are the hashes a recording carries, so a test
@@ -56,13 +58,14 @@ class Case:
     name: str
     source: str
     vmi: dict[str, Any]
+    wired_from: str = ""  # a wired VMI: the name of the documented one it was wired from
 
     @property
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9.-]+", "_", self.name)
 
     def documented_for(self, supported: tuple[str, ...]) -> tuple[str, ...]:
-        return DOCUMENTED_FOR.get(self.name, supported)
+        return DOCUMENTED_FOR.get(self.wired_from or self.name, supported)
 
 
 def _as_created(vmi: dict[str, Any]) -> dict[str, Any]:
@@ -96,8 +99,8 @@ def _files() -> list[Path]:
     return found
 
 
-def cases() -> list[Case]:
-    """Every shipped or documented VMI, then every wired one, in a stable order."""
+def documented() -> list[Case]:
+    """Every shipped or documented VMI, in a stable order."""
     out: list[Case] = []
     for path in _files():
         rel = path.relative_to(ROOT).as_posix()
@@ -112,10 +115,33 @@ def cases() -> list[Case]:
                 )
             continue
         out.extend(Case(f"{rel}#{v['metadata']['name']}", rel, _as_created(v)) for v in _vmis(text))
+    return out
+
+
+def wired_path(case: Case) -> Path:
+    """Where the chart's policy's version of the documented ``case`` is saved."""
+    return WIRED / f"{case.slug}.yaml"
+
+
+def wired_text(case: Case, spec: dict[str, Any]) -> str:
+    """The saved form of ``case`` as the policy left it: its metadata, the wired ``spec``."""
+    doc = {k: v for k, v in case.vmi.items() if k != "spec"} | {"spec": spec}
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, allow_unicode=True)
+
+
+def cases() -> list[Case]:
+    """Every shipped or documented VMI, then every wired one, in a stable order."""
+    out = documented()
+    origin = {wired_path(c).name: c.name for c in out}
     for path in sorted(WIRED.glob("*.yaml")) if WIRED.is_dir() else []:
         rel = path.relative_to(ROOT).as_posix()
         out.extend(
-            Case(f"wired:{path.stem}#{v['metadata']['name']}", rel, _as_created(v))
+            Case(
+                f"wired:{path.stem}#{v['metadata']['name']}",
+                rel,
+                _as_created(v),
+                origin.get(path.name, ""),
+            )
             for v in _vmis(path.read_text())
         )
     return out

@@ -69,6 +69,8 @@ def main(judge: str, version: str, commit: str) -> None:
             "hostPCI": r.get("hostPCI") or {},
             "files": files,
         }
+        if case.wired_from:
+            entry["wiredFrom"] = case.wired_from
         for key in ("mutateError", "domainError", "devicesError", "podError"):
             if r.get(key):
                 entry[key] = r[key]

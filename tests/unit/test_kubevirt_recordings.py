@@ -2,8 +2,9 @@
 
 The recordings are made by ``make record-kubevirt KUBEVIRT=DIR`` (tests/kubevirt/record.sh) from
 a KubeVirt checkout; here they must still answer the tree's questions (their inputs' hashes),
-cover every shipped and documented VMI, and say that KubeVirt admits each VMI for the version
-it is documented for.
+cover every shipped and documented VMI and every one the chart's admission policy wired
+(tests/data/kubevirt/wired), and say that KubeVirt admits each VMI for the version it is
+documented for (a wired one: for the versions its original is).
 """
 
 from __future__ import annotations
@@ -55,6 +56,22 @@ def test_documented_vmis_are_admitted_by_their_version(version: str) -> None:
     assert refused == {}, f"KubeVirt {version} refuses documented VMIs: change the docs"
 
 
+def test_every_wired_vmi_is_recorded_and_wired_from_a_documented_one() -> None:
+    """Each saved file is the policy's version of a VMI still documented, one VMI, recorded."""
+    wired = [c for c in kubevirtlab.cases() if c.source.startswith("tests/data/kubevirt/wired/")]
+    assert [c.name for c in wired if not c.wired_from] == [], (
+        "tests/data/kubevirt/wired holds VMIs no documented VMI is wired into: re-save with "
+        "KVDEV_SAVE_WIRED=1 (tests/cluster/test_vmi_wiring.py) and delete the others"
+    )
+    assert len({c.source for c in wired}) == len(wired)
+    for version in VERSIONS:
+        recorded = {c["name"]: c for c in kubevirtlab.recording(version)["cases"]}
+        for c in wired:
+            assert recorded[c.name]["wiredFrom"] == c.wired_from, (version, c.name)
+            origin = recorded[c.wired_from]
+            assert recorded[c.name]["documentedFor"] == origin["documentedFor"], c.name
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_recorded_files_are_there(version: str) -> None:
     rec = kubevirtlab.recording(version)
@@ -95,12 +112,14 @@ def test_cases_come_from_the_shipped_files() -> None:
 def test_documented_refusals_are_refused_and_quoted(version: str) -> None:
     """A VMI documented for no version shows a refusal: KubeVirt's words are on its page."""
     rec = kubevirtlab.recording(version)
+    by_name = {c["name"]: c for c in rec["cases"]}
     examples = [c for c in rec["cases"] if not c["documentedFor"]]
     assert examples
     for c in examples:
         admission = c["admission"]
         assert admission is not None
         assert not admission["allowed"], c["name"]
-        page = (kubevirtlab.ROOT / c["source"]).read_text()
+        source = by_name[c["wiredFrom"]]["source"] if "wiredFrom" in c else c["source"]
+        page = (kubevirtlab.ROOT / source).read_text()
         for cause in admission["causes"]:
             assert cause["message"] in page, (c["source"], cause["message"])
