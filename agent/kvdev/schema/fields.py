@@ -100,6 +100,8 @@ def base_request(name: str) -> str:
 def check_qualified_name(value: str) -> str:
     """An attribute or capacity name: ``[<domain>/]<C identifier>``, identifier <= 32 chars."""
     domain, sep, ident = value.rpartition("/")
+    if "/" in domain:
+        raise ValueError(f"domain of {value!r}: more than one '/' (Kubernetes 1.38 refuses that)")
     if sep:
         try:
             check_dns_subdomain(domain, DEVICE_MAX_DOMAIN_LENGTH)

@@ -69,6 +69,8 @@ class DeviceStatus:
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
     origin: str = ""  # its stream's origin (schema/origins: driver, reconstructed; "" unknown)
     mdev_uuid: str | None = None  # a mediated device's UUID, as its metadata says
+    notes: tuple[str, ...] = ()  # facts about its metadata worth showing (described.notes)
+    driver_mtu: int | None = None  # the driver's MTU for the NIC (its mtu attribute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,8 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         ),
         warnings=tuple(by.warnings.get(ref, ())),
         mdev_uuid=d.mdev_uuid,
+        notes=d.notes,
+        driver_mtu=d.mtu,
     )
 
 

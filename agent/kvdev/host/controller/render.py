@@ -51,6 +51,7 @@ from pydantic import ValidationError
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.host.controller.events import Note, Reason
 from kvdev.host.controller.hints import vmi_hints, what
+from kvdev.host.controller.podclaims import pod_claims
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
@@ -246,6 +247,8 @@ def _resolve(
             problems.append(Problem(message, path=path, severity=Severity.WARNING))
             notes.append(_note(Reason.CLAIM_PENDING, problems[-1], subject))
         out.append(_Claim(entry.name, path, name, template=True))
+    found = pod_claims(inputs.vmi, pods)  # the claims KubeVirt makes itself
+    out.extend(_Claim(c.entry, c.path, c.claim_name, template=False) for c in found)
     return out
 
 
@@ -558,7 +561,7 @@ def render(inputs: Inputs) -> Rendered:
         "namespace": namespace,
         "name": name,
     }
-    if not uses_dra(vmi):
+    if not (uses_dra(vmi) or pod_claims(vmi, _launcher(inputs))):
         return Rendered(**base, verb=Verb.NONE)
     checked = _precheck(inputs, base)
     if isinstance(checked, Rendered):
