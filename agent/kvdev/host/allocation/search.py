@@ -69,8 +69,10 @@ class _Stop(Exception):  # noqa: N818 - control flow, not an error
     """Unwinds the recursion: the search was proven hopeless, or ran out of steps."""
 
 
-def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bool:
-    """Some toleration matches the taint (key, operator/value, effect)."""
+def toleration_for(
+    taint: DeviceTaint, tolerations: Sequence[DeviceToleration]
+) -> DeviceToleration | None:
+    """The first toleration that matches the taint (key, operator/value, effect), or None."""
     for tol in tolerations:
         if tol.effect and tol.effect != taint.effect:
             continue
@@ -78,8 +80,13 @@ def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bo
             continue
         if tol.operator == "Equal" and (tol.value or "") != (taint.value or ""):
             continue
-        return True
-    return False
+        return tol
+    return None
+
+
+def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bool:
+    """Some toleration matches the taint (key, operator/value, effect)."""
+    return toleration_for(taint, tolerations) is not None
 
 
 @dataclass(slots=True, eq=False)
