@@ -75,3 +75,21 @@ def test_a_hint_above_the_driver_mtu_gets_the_drivers_with_a_warning(guest):
     device = vhu(run_once(ns, tree, work))
     assert link(ns, "eth4")["mtu"] == 1450
     assert any("MTU 9000, more than the driver's 1450" in w for w in device["warnings"]), device
+
+
+def test_an_ifcfg_file_and_cloud_init_hotplug_on_its_nics_are_warnings(guest):
+    ns, tree, work = guest
+    root = work / "guest-root"
+    ifcfg = root / "etc/sysconfig/network-scripts/ifcfg-eth4"
+    ifcfg.parent.mkdir(parents=True)
+    ifcfg.write_text(f"DEVICE=eth4\nHWADDR={MAC}\nBOOTPROTO=dhcp\n")
+    cfg = root / "etc/cloud/cloud.cfg.d/10-hotplug.cfg"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("updates:\n  network:\n    when: [boot, hotplug]\n")
+    status = run_once(ns, tree, work)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["IfcfgNamesManagedNic"]["severity"] == "Warning"
+    assert f"{ifcfg} names eth4" in conditions["IfcfgNamesManagedNic"]["message"]
+    assert str(cfg) in conditions["CloudInitHotplug"]["message"]
+    assert vhu(status)["phase"] == "Configured"  # kvdev still configures it
+    assert link(ns, "eth4")["mtu"] == 1450

@@ -45,7 +45,7 @@ from kvdev.guest.adapters import (
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.deadline import Deadline, Late
 from kvdev.guest.core import added as kvdev_added
-from kvdev.guest.core import inventory, primary, sources
+from kvdev.guest.core import inventory, primary, rivals, sources
 from kvdev.guest.core import marks as marking
 from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, MatchState, match
@@ -158,6 +158,8 @@ class Reconciler:
     _owned: primary.Decision | None = None  # the guest's own NICs, as last recorded
     _auto: primary.AutoDefault | None = None  # NetworkManager's auto-default, as last read
     _nm_overrides: tuple[str, ...] = ()  # links NetworkManager manages although kvdev does
+    _rival_config: tuple[tuple[primary.Configured, ...], str | None] = ((), None)  # ifcfg, hotplug
+    _rivals: tuple[tuple[str, str], ...] = ()  # (condition type, why): see core/rivals
     woke_at: float | None = None  # perf_counter when the loop woke for this pass (the loop sets it)
     more_pending: Callable[[], bool] = lambda: False  # the loop: events wait, a pass is next
     _unwritten: Status | None = None  # a status left for the pass after it to save
@@ -335,6 +337,8 @@ class Reconciler:
         configured, problems = netconfig.read(self.config.config_root)
         self._auto, nm_problems = netconfig.auto_default(self.config.config_root)
         problems += nm_problems
+        named, hotplug, more = netconfig.rival_config(self.config.config_root)
+        self._rival_config, problems = (named, hotplug), problems + more
         for problem in problems:
             if problem not in self._config_problems:
                 log.warning("the guest's network configuration: %s", problem)
@@ -350,6 +354,9 @@ class Reconciler:
         managed = netconfig.nm_managed(self.config.config_root, [i for i, _ in configured])
         overrides = marking.nm_overrides(configured, managed)
         self._nm_overrides = tuple(why for _, why in overrides)
+        links = [(d.ifname, self._state.link(d.ifindex)) for d in the_plan.desired]
+        macs = [(name, link.mac if link else None) for name, link in links]
+        self._rivals = tuple(rivals.findings(macs, *self._rival_config))
         if not overrides:
             return the_plan
         devices = {d.ifname: d.device for d in the_plan.desired}
@@ -418,6 +425,7 @@ class Reconciler:
         out.extend(
             Condition("NetworkManagerManages", why, Severity.WARNING) for why in self._nm_overrides
         )
+        out.extend(Condition(kind, why, Severity.WARNING) for kind, why in self._rivals)
         if (why := self.watch_problem()) is not None:
             out.append(Condition("MetadataPolled", why, Severity.WARNING))
         return out
