@@ -5,19 +5,13 @@ each become a warning condition; kvdev still configures the NIC.
 """
 
 import pytest
+from test_netconfig import write
 
 from kvdev.guest.adapters import netconfig
 from kvdev.guest.core import rivals
 from kvdev.guest.core.primary import Configured
 
 MAC = "02:00:00:3b:02:01"
-
-
-def write(root, rel, text):
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return str(path)
 
 
 def test_ifcfg_files_name_their_nic_by_device_hwaddr_or_file_name(tmp_path):
