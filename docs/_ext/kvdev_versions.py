@@ -259,7 +259,7 @@ def readme_table(v: Versions) -> str:
 
 def versions_table(v: Versions) -> str:
     """Supported and tested versions, and how they are tested."""
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (name, ", ".join(p.supported), p.all_tested, p.tested_how)
         for name, p in (("Kubernetes", v.kubernetes), ("KubeVirt", v.kubevirt))
     ]
