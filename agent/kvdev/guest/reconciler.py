@@ -62,8 +62,7 @@ from kvdev.guest.core.steps import (
     WriteLinkFile,
 )
 from kvdev.guest.views import encode, tables
-from kvdev.schema.origins import SOURCES_KEY, Origins
-from kvdev.schema.origins import parse as parse_origins
+from kvdev.schema.origins import SOURCES_KEY, Origins, read_index
 from kvdev.schema.reading import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
@@ -678,10 +677,7 @@ def _origins_of(raws: list[RawFile], *, configmap: bool) -> tuple[Origins, Probl
         return Origins(configmap=True), None
     if index.data is None:
         return Origins(), index.problem
-    found, problem = parse_origins(index.data, index.source)
-    if problem is not None:
-        return Origins(), problem
-    return Origins(configmap=True, sources=found), None
+    return read_index(index.data, index.source)
 
 
 def _fields(step: Step) -> dict[str, str]:

@@ -54,6 +54,8 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         out["driverMtu"] = d.driver_mtu
     if d.notes:
         out["notes"] = list(d.notes)
+    if d.taints:
+        out["taints"] = list(d.taints)
     if d.desired is not None:
         out["desired"] = {
             "interface": d.desired.ifname,

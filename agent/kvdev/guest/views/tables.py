@@ -410,9 +410,10 @@ def _guest_text(g: Json) -> str:
 
 
 def _notes(d: Json) -> list[tuple[str, str]]:
-    """The driver's MTU and the notes on a device's metadata, as explain's labelled lines."""
+    """The driver's MTU, notes on its metadata and its taints, as explain's labelled lines."""
     pairs = [("driver MTU", _s(d["driverMtu"]))] if d.get("driverMtu") is not None else []
     pairs.extend(("notes" if i == 0 else "", _s(n)) for i, n in enumerate(d.get("notes") or []))
+    pairs.extend(("taints" if i == 0 else "", _s(t)) for i, t in enumerate(d.get("taints") or []))
     return pairs
 
 

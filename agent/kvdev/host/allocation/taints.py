@@ -6,7 +6,8 @@ VM's virt-launcher pod included, unless the claim's allocation tolerates it (the
 tolerations, copied into each allocation result); ``NoSchedule`` only keeps the device from new
 allocations. ``allocated_taints`` lists, per allocated device that carries a taint, each taint
 with the toleration that tolerates it (None: not tolerated), matched as the allocator matches
-them (``search.toleration_for``). ``taints_text`` is its wording for ``--explain``.
+them (``search.toleration_for``). ``taint_lines`` words each taint (the controller passes them to
+the guest's ``kvdev explain``), ``taints_text`` a device's for ``kvdev-host allocate --explain``.
 
 Pure: data in, data out.
 """
@@ -28,8 +29,15 @@ class TaintedDevice:
 
     claim: str  # namespace/name
     request: str
-    device: str  # driver/pool/device
+    driver: str
+    pool: str
+    name: str
     taints: tuple[tuple[DeviceTaint, DeviceToleration | None], ...]
+
+    @property
+    def device(self) -> str:
+        """``driver/pool/device``."""
+        return f"{self.driver}/{self.pool}/{self.name}"
 
 
 def allocated_taints(
@@ -54,7 +62,9 @@ def allocated_taints(
                 TaintedDevice(
                     f"{claim.metadata.namespace or 'default'}/{claim.metadata.name}",
                     r.request,
-                    f"{r.driver}/{r.pool}/{r.device}",
+                    r.driver,
+                    r.pool,
+                    r.device,
                     tuple((t, toleration_for(t, tolerations)) for t in found),
                 )
             )
@@ -76,19 +86,26 @@ def _toleration(t: DeviceToleration) -> str:
     return f"{what} ({t.operator}), {effect}{seconds}"
 
 
+def taint_lines(device: TaintedDevice) -> tuple[str, ...]:
+    """One line per taint of ``device``: the taint, and what tolerates it (or what it does)."""
+    lines = []
+    for taint, toleration in device.taints:
+        if toleration is not None:
+            verdict = f"tolerated by {_toleration(toleration)}"
+        elif taint.effect == "NoExecute":
+            verdict = "NOT tolerated: the pods using it (the VM's launcher pod) are evicted"
+        elif taint.effect == "NoSchedule":
+            verdict = "not tolerated: kept, but no new allocation gets it"
+        else:
+            verdict = "no effect the allocator acts on"
+        lines.append(f"{_taint(taint)}: {verdict}")
+    return tuple(lines)
+
+
 def taints_text(devices: Sequence[TaintedDevice]) -> str:
     """Per tainted device: each taint, and the toleration that lets the claim keep it."""
     lines = []
     for d in devices:
         lines.append(f"claim {d.claim}, request {d.request}: device {d.device} is tainted")
-        for taint, toleration in d.taints:
-            if toleration is not None:
-                verdict = f"tolerated by {_toleration(toleration)}"
-            elif taint.effect == "NoExecute":
-                verdict = "NOT tolerated: the pods using it (the VM's launcher pod) are evicted"
-            elif taint.effect == "NoSchedule":
-                verdict = "not tolerated: kept, but no new allocation gets it"
-            else:
-                verdict = "no effect the allocator acts on"
-            lines.append(f"  taint {_taint(taint)}: {verdict}")
+        lines.extend(f"  taint {line}" for line in taint_lines(d))
     return "".join(f"{line}\n" for line in lines)

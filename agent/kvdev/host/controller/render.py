@@ -49,6 +49,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.host.allocation.taints import allocated_taints, taint_lines
 from kvdev.host.controller.events import Note, Reason
 from kvdev.host.controller.hints import vmi_hints, what
 from kvdev.host.controller.podclaims import pod_claims
@@ -62,6 +63,7 @@ from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Claim, Record, for_node, record_key, refusal
 from kvdev.host.schema.hints import GuestHints
+from kvdev.schema.fields import base_request
 from kvdev.schema.origins import SOURCES_KEY, index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
 from kvdev.schema.tree import CONFIGMAP_HINTS_KEY, CONFIGMAP_MAX_KEYS, METADATA_SUFFIX
@@ -531,6 +533,17 @@ def sources_annotation(sources: Mapping[str, str]) -> str:
     return json.dumps(dict(sorted(sources.items())), separators=(",", ":"))
 
 
+def stream_taints(inputs: Inputs) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    """The taints of the VMI's allocated devices, by (stream key, pool, device): for the guest."""
+    slices = [s for group in inputs.slices.values() for s in group]
+    out = {}
+    for claim in inputs.claims.values():
+        for d in allocated_taints([claim], slices):
+            key = f"{_directory(claim)}.{base_request(d.request)}.{d.driver}{METADATA_SUFFIX}"
+            out[(key, d.pool, d.name)] = taint_lines(d)
+    return out
+
+
 def _data(
     inputs: Inputs,
     old: Mapping[str, str],
@@ -546,8 +559,11 @@ def _data(
     notes.extend(_note(Reason.HINT_REFUSED, w, subject) for w in warnings)
     hints = _hints_generation(hints, old.get(HINTS_KEY))
     data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
-    if DRIVER in sources.values():  # only then: an agent older than the index never sees it
-        data[SOURCES_KEY] = index_json(sources)
+    taints = stream_taints(inputs)
+    if (
+        DRIVER in sources.values() or taints
+    ):  # only then: an agent older than the index never sees it
+        data[SOURCES_KEY] = index_json(sources, taints)
     return {k: data[k] for k in sorted(data)}
 
 
