@@ -22,7 +22,7 @@ from kvdev.host.schema.types import (
     PoolName,
     RequestName,
 )
-from kvdev.schema.fields import check_qualified_name, check_semver
+from kvdev.schema.fields import check_qualified_name, check_semver, lookup_attribute
 from kvdev.schema.metadata import (
     ATTRIBUTE_VALUE_MAX_BYTES,
     HARDWARE_ADDRESS_MAX_BYTES,
@@ -122,15 +122,9 @@ class Device(Model):
         return self
 
     def attribute(self, name: str) -> DeviceAttribute | None:
-        """Look up an attribute; an unqualified name is in the driver's own domain."""
-        attrs = self.attributes or {}
-        domain, _, ident = name.rpartition("/")
-        found = attrs.get(name)
-        if found is None and domain == self.driver:
-            found = attrs.get(ident)
-        if found is None and not domain:
-            found = attrs.get(f"{self.driver}/{ident}")
-        return found
+        """Look up an attribute; ``X`` and ``<driver>/X`` are one key (``lookup_attribute``)."""
+        attrs: dict[str, DeviceAttribute] = dict(self.attributes or {})
+        return lookup_attribute(attrs, self.driver, name)
 
 
 class DeviceMetadataRequest(Model):
