@@ -8,6 +8,7 @@ import copy
 
 from test_controller_render import KEY, by_kind, docs, index_of, rendered
 
+from kvdev.host.controller.index import Kind, parse
 from kvdev.host.controller.render import Verb, render
 from kvdev.schema import Role, check_file, metadata_location
 
@@ -113,3 +114,16 @@ def test_a_vmi_whose_only_claim_kubevirt_made_is_rendered():
     result = render(inputs)
     assert result.verb is Verb.CREATE
     assert set(result.data) >= {CPU_KEY}
+
+
+def test_a_change_of_a_vmi_whose_only_claim_kubevirt_made_concerns_it():
+    objects = with_cpu_claim("status")
+    vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
+    vmi["spec"].pop("resourceClaims")
+    pod = by_kind(objects, "Pod", "virt-launcher-vm1-abcde")
+    pod["status"]["resourceClaimStatuses"] = [{"name": "cpu", "resourceClaimName": "vm1-cpu-claim"}]
+    index = index_of(objects)
+    changed = copy.deepcopy(vmi)
+    changed["metadata"]["resourceVersion"] = "2"
+    changed["status"]["nodeName"] = "node-b"
+    assert index.upsert(Kind.VMI, parse(Kind.VMI, changed)) == {KEY}

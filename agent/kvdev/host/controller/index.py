@@ -299,7 +299,9 @@ class Index:
     def _concerns(self, kind: Kind, stored: Stored) -> set[Key]:
         namespace, name = stored.key
         if kind is Kind.VMI:
-            return {stored.key} if uses_dra(stored.model) else set()
+            return (
+                {stored.key} if uses_dra(stored.model) or self._claims_of.get(stored.key) else set()
+            )
         if kind is Kind.POD:
             return {(namespace, o.name) for o in _vmi_owners(stored.model)}
         if kind is Kind.RECORD:
