@@ -12,6 +12,7 @@ from kvdev.guest.core.matching import match
 from kvdev.guest.core.observed import NetState, RawFile
 from kvdev.guest.core.planning import plan
 from kvdev.guest.core.status import MetadataState, Phase, summarize
+from kvdev.guest.views import validation
 from kvdev.guest.views.encode import device_json
 from kvdev.guest.views.tables import devices_table, explain_text
 from kvdev.schema import Role, check_file, metadata_location
@@ -91,10 +92,10 @@ def test_validate_report_shows_the_kubevirt_note_and_driver_mtu():
     relpath = "resourceclaims/vm1-dpdk/nic/ovsdpdk.dra.example.com-metadata.json"
     raw = RawFile(name, relpath, Role.DEVICE_METADATA, (DATA / name).read_bytes())
     report = check.build([raw])
-    text = check.render_text(report)
+    text = validation.render_text(report)
     assert f"note: {OLDER_READERS_NOTE}" in text
     assert "driver mtu 1450" in text
-    device = check.render_json(report)["files"][0]["devices"][0]
+    device = validation.render_json(report)["files"][0]["devices"][0]
     assert (device["mtu"], device["notes"]) == (1450, [OLDER_READERS_NOTE])
     assert report.valid
 
