@@ -55,6 +55,7 @@ from kvdev.host.allocation.plans import (
     plan_request,
 )
 from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
+from kvdev.host.allocation.taints import toleration_for
 from kvdev.host.k8s.claim import DeviceSubRequest, ExactDeviceRequest, ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 from kvdev.host.k8s.resource import DeviceClass
@@ -67,21 +68,6 @@ PROBE_WORK = 1_000_000  # ... the search asks once whether it is hopeless (``hop
 
 class _Stop(Exception):  # noqa: N818 - control flow, not an error
     """Unwinds the recursion: the search was proven hopeless, or ran out of steps."""
-
-
-def toleration_for(
-    taint: DeviceTaint, tolerations: Sequence[DeviceToleration]
-) -> DeviceToleration | None:
-    """The first toleration that matches the taint (key, operator/value, effect), or None."""
-    for tol in tolerations:
-        if tol.effect and tol.effect != taint.effect:
-            continue
-        if tol.key and tol.key != taint.key:
-            continue
-        if tol.operator == "Equal" and (tol.value or "") != (taint.value or ""):
-            continue
-        return tol
-    return None
 
 
 def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bool:

@@ -6,8 +6,9 @@ VM's virt-launcher pod included, unless the claim's allocation tolerates it (the
 tolerations, copied into each allocation result); ``NoSchedule`` only keeps the device from new
 allocations. ``allocated_taints`` lists, per allocated device that carries a taint, each taint
 with the toleration that tolerates it (None: not tolerated), matched as the allocator matches
-them (``search.toleration_for``). ``taint_lines`` words each taint (the controller passes them to
-the guest's ``kvdev explain``), ``taints_text`` a device's for ``kvdev-host allocate --explain``.
+them (``toleration_for``, which the search uses too). ``taint_lines`` words each taint (the
+controller passes them to the guest's ``kvdev explain``), ``taints_text`` a device's for
+``kvdev-host allocate --explain``.
 
 Pure: data in, data out.
 """
@@ -17,10 +18,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kvdev.host.allocation.search import toleration_for
 from kvdev.host.k8s.claim import ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 from kvdev.host.k8s.resource import ResourceSlice
+
+
+def toleration_for(
+    taint: DeviceTaint, tolerations: Sequence[DeviceToleration]
+) -> DeviceToleration | None:
+    """The first toleration that matches the taint (key, operator/value, effect), or None."""
+    for tol in tolerations:
+        if tol.effect and tol.effect != taint.effect:
+            continue
+        if tol.key and tol.key != taint.key:
+            continue
+        if tol.operator == "Equal" and (tol.value or "") != (taint.value or ""):
+            continue
+        return tol
+    return None
 
 
 @dataclass(frozen=True, slots=True)
