@@ -244,7 +244,7 @@ def readme_table(v: Versions) -> str:
             (
                 "KubeVirt",
                 " and ".join(kv.supported),
-                f"{kv.all_tested} (read from its sources, not run)",
+                f"{kv.all_tested} (its own code judges kvdev's VMIs; not run as a cluster)",
                 ", ".join(kv.read_only) or "-",
             ),
             (
