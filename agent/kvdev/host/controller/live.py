@@ -483,7 +483,7 @@ class Controller:
         watched = [Watched(r.kind.kind, r.lists, r.watches) for r in self.reflectors]
         with self._lock:
             vmis, claims = self.index.count(Kind.VMI), self.index.count(Kind.CLAIM)
-        return State(watched, vmis, claims, self.leading.is_set())
+        return State(watched, vmis, claims, self.leading.is_set(), len(self._queue))
 
     def healthz(self) -> tuple[bool, str]:
         """Alive: no watch and no worker silent for ``stale_after`` seconds."""

@@ -4,7 +4,8 @@ Owns the names, types, labels and help texts (``kvdev_controller_*``; counters e
 ``_total``, the histogram is in seconds), and their exposition (``exposition``: the text
 format ``/metrics`` serves). What the controller does increments them (``live``); what it
 holds is read when scraped (``State``: each reflector's lists and watches, the VMIs and claims
-in the cache, whether it leads), so the watch loops and the cache carry no metric code.
+in the cache, the work queue's depth, whether it leads), so the watch loops and the cache
+carry no metric code.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class State:
     vmis: int
     claims: int
     leader: bool
+    queued: int = 0
 
 
 class _StateCollector(Collector):
@@ -76,6 +78,11 @@ class _StateCollector(Collector):
         )
         yield GaugeMetricFamily(
             f"{PREFIX}claims_tracked", "ResourceClaims in the cache.", value=state.claims
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}queue_depth",
+            "VMIs waiting to be synced (ready or delayed), not counting those being synced.",
+            value=state.queued,
         )
         yield GaugeMetricFamily(
             f"{PREFIX}leader",
