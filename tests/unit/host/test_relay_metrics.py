@@ -82,3 +82,19 @@ def test_the_loop_hands_each_pass_to_the_metrics_served_on_metrics(node):  # noq
         server.stop()
     assert 'kvdev_relay_passes_total{outcome="complete"} 2.0' in text
     assert "kvdev_relay_records 1.0" in text
+
+
+def test_a_bad_metrics_address_is_a_usage_error_naming_the_flag(capsys, tmp_path):
+    from kvdev.host.cli import main  # noqa: PLC0415
+
+    code = main(
+        [
+            "relay",
+            "--node-name=node-a",
+            f"--cdi-dir={tmp_path}",
+            "--metrics-address=nonsense",
+            f"--kubeconfig={tmp_path / 'none'}",
+        ]
+    )
+    assert code == 2
+    assert "--metrics-address 'nonsense'" in capsys.readouterr().err
