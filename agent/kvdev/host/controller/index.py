@@ -36,7 +36,8 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.host.controller.render import VMI_LABEL, Inputs, configmap_name, uses_dra
+from kvdev.host.contract import VMI_LABEL, configmap_name
+from kvdev.host.controller.render import Inputs, uses_dra
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION

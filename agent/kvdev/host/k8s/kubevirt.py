@@ -10,7 +10,7 @@ Owns, from KubeVirt's API types (``staging/src/kubevirt.io/api/core/v1``): the V
 other field is ignored, as for every kvdev model.
 
 Values KubeVirt itself checks (MAC and PCI syntax) are kept as strings here: what kvdev cannot
-use costs only that value (see ``kvdev.host.controller.hints``), never the VMI.
+use costs only that value (see ``kvdev.host.controller.vmihints``), never the VMI.
 
 No I/O here.
 """

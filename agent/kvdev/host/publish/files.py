@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from kvdev.errors import Problem, SchemaError
+from kvdev.host.cdi import spec as cdi
 from kvdev.host.k8s import ResourceClaim
-from kvdev.host.publish import cdi
 from kvdev.host.publish.metadata import (
     CLAIM_DIR_MAX,
     ClaimIdentity,
@@ -164,7 +164,7 @@ def record_bytes(ident: ClaimIdentity, files: Sequence[Path]) -> bytes:
 def _ours(path: Path, layout: Layout, claim_dir: Path) -> bool:
     """A recorded path is one this writer could have written for that claim (a guard)."""
     if path.parent == layout.cdi_dir.absolute():
-        return path.name.startswith(f"{layout.driver}_{cdi.CLASS}_") and path.suffix == ".json"
+        return path.name.startswith(cdi.spec_file_prefix(layout.driver)) and path.suffix == ".json"
     return path.name == METADATA_FILE and path.parent.parent == claim_dir
 
 

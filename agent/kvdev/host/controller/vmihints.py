@@ -1,33 +1,11 @@
 """The kvdev ``GuestHints`` a VMI's spec implies: which described device is which, in the guest.
 
-Owns the mapping from KubeVirt's VMI spec to hints, one per claimed device:
-
-* each ``spec.networks[]`` with ``resourceClaim {claimName, requestName}``: the interface of the
-  same name in ``spec.domain.devices.interfaces[]`` gives ``guest.pciAddress`` (its
-  ``pciAddress``), ``guest.tag`` (its ``tag``) and, only where KubeVirt itself puts that MAC on
-  the guest's NIC (a network binding plugin's interface), ``guest.macAddress``. A DRA SR-IOV
-  interface (``sriov: {}``) is a plain host device that KubeVirt gives no MAC
-  (``CreateDRAHostDevices``): the guest sees the MAC the driver set, which the metadata's
-  ``networkData.hardwareAddress`` reports, so a ``macAddress`` there is left out with a
-  warning instead of overriding it;
-* each ``gpus[]`` / ``hostDevices[]`` entry with ``claimName`` + ``requestName``: ``guest.tag``
-  when it has one;
-* the hint's claim is ``{resourceClaimName: X}`` when the VMI's ``spec.resourceClaims[]`` entry
-  named ``claimName`` has ``resourceClaimName: X``, else ``{podClaimName: claimName}`` (a
-  template claim: the directory upstream's tree uses is the pod's claim name).
-
-The VMI's own interfaces (each ``spec.networks[]`` without ``resourceClaim``: the pod
-network, a multus network) become ``protectedNICs``, NICs the agent never touches: by the MAC
-KubeVirt reports in ``status.interfaces[]`` (else the interface's ``macAddress``) and the
-interface's ``pciAddress``. That is the evidence the guest lacks at first boot, before any lease
-or configuration names its own NIC.
-
-A hint that would say nothing is not written. A value kvdev cannot use (a MAC or PCI address
-that does not parse, an unknown claim entry, a second hint for the same request) costs only
-that value or that hint, with a warning naming the VMI and the field; past the document's
-bounds (``HINTS_MAX`` hints, ``PROTECTED_NICS_MAX`` protected NICs) the rest are left out, with
-a warning naming the first one left out. Whatever the spec says, ``vmi_hints`` returns a valid
-document. Pure: no I/O.
+``vmi_hints`` maps KubeVirt's VMI spec to one hint per claimed device (the interface's PCI
+address, tag and, for a binding plugin's interface only, MAC; a GPU's or host device's tag) and
+the VMI's own interfaces to ``protectedNICs``, the evidence the guest lacks at first boot. A
+value kvdev cannot use costs only that value, with a warning naming the VMI and the field;
+whatever the spec says, the document is valid. The mapping: docs/reference/controller.md.
+Pure: no I/O.
 """
 
 from __future__ import annotations
