@@ -21,10 +21,10 @@ class Api:
     def __init__(self) -> None:
         self.failing = False
 
-    def list(self, *_args: object) -> list[dict[str, object]]:
+    def list_configmaps(self, *_args: object) -> list[dict[str, object]]:
         return []
 
-    def create(self, _namespace: str, body: dict[str, object]) -> dict[str, object]:
+    def create_configmap(self, _namespace: str, body: dict[str, object]) -> dict[str, object]:
         if self.failing:
             raise RetryableError("the API server answered 503")
         return dict(body)

@@ -39,7 +39,7 @@ from kvdev.host.contract import (
     stream_key,
     vmi_label,
 )
-from kvdev.host.contract import CONTROLLER as MANAGER  # the name controller.kube imports
+from kvdev.host.contract import CONTROLLER as MANAGER
 from kvdev.host.controller.vmievents import Note, Reason
 from kvdev.host.controller.vmihints import vmi_hints, what
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
@@ -50,7 +50,7 @@ from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Claim, Record, for_node, refusal
-from kvdev.host.schema.hints import GuestHints
+from kvdev.schema.hints import GuestHints
 from kvdev.schema.origins import index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
 
@@ -387,8 +387,8 @@ def _hints_generation(document: GuestHints, old: str | None) -> GuestHints:
             content = _without_generation(before)
     if content is None or content != _without_generation(document):
         generation += 1
-    meta = document.metadata.model_copy(update={"generation": max(generation, 1)})
-    return document.model_copy(update={"metadata": meta})
+    meta = replace(document.metadata, generation=max(generation, 1))
+    return replace(document, metadata=meta)
 
 
 def _without_generation(document: Writable) -> dict[str, Any]:
@@ -603,8 +603,6 @@ def _update(
 
 
 __all__ = [
-    "MANAGED_BY",
-    "MANAGER",
     "Inputs",
     "Rendered",
     "Verb",

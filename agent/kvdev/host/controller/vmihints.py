@@ -13,12 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from kvdev.errors import Problem, Severity
 from kvdev.host.k8s.kubevirt import ClaimedDevice, VirtualMachineInstance
-from kvdev.host.schema.hints import DeviceHint, GuestHints, GuestLocation, ProtectedNic
-from kvdev.schema.hints import HINTS_MAX, KIND, PROTECTED_NICS_MAX, V1ALPHA1
+from kvdev.schema.hints import (
+    HINTS_MAX,
+    KIND,
+    PROTECTED_NICS_MAX,
+    V1ALPHA1,
+    DeviceHint,
+    GuestHints,
+    GuestLocation,
+    ProtectedNic,
+)
+from kvdev.schema.plain import Errors, read
 
 _GUEST_FIELDS = {"mac_address": "macAddress", "pci_address": "pciAddress", "tag": "tag"}
 
@@ -80,6 +87,10 @@ def _uses(vmi: VirtualMachineInstance, ignored: list[Problem]) -> Iterator[_Use]
             yield _Use(path, entry.claim_name, entry.request_name, guest, {"tag": f"{path}.tag"})
 
 
+def _reason(errors: Errors) -> str:
+    return "; ".join(message for _, message in errors)
+
+
 def _claim_ref(vmi: VirtualMachineInstance, claim_name: str) -> dict[str, str] | None:
     for entry in vmi.spec.resource_claims or []:
         if entry.name == claim_name:
@@ -95,14 +106,13 @@ def _guest(use: _Use, subject: str, warnings: list[Problem]) -> dict[str, str]:
     for key, value in use.guest.items():
         if value is None or value == "":
             continue
-        try:
-            checked = GuestLocation.model_validate({key: value}).to_json_dict()
-        except ValidationError as e:
-            reason = "; ".join(err["msg"] for err in e.errors())
+        checked, errors = read(GuestLocation, {key: value})
+        if checked is None:
+            reason = _reason(errors)
             message = f"{subject}: {value!r} cannot be a hint's guest.{key} ({reason}); left out"
             warnings.append(Problem(message, path=use.origins[key], severity=Severity.WARNING))
             continue
-        out.update(checked)
+        out.update(checked.to_json_dict())
     return out
 
 
@@ -131,12 +141,14 @@ def _protected(vmi: VirtualMachineInstance, warnings: list[Problem]) -> list[dic
         for key, (value, path) in values.items():
             if not value:
                 continue
-            try:
-                entry.update(ProtectedNic.model_validate({key: value}).to_json_dict())
-            except ValidationError as e:
-                reason = "; ".join(err["msg"] for err in e.errors())
-                message = f"{subject}: {value!r} cannot be a protectedNICs {key} ({reason})"
+            nic, errors = read(ProtectedNic, {key: value})
+            if nic is None:
+                message = (
+                    f"{subject}: {value!r} cannot be a protectedNICs {key} ({_reason(errors)})"
+                )
                 warnings.append(Problem(message, path=path, severity=Severity.WARNING))
+            else:
+                entry.update(nic.to_json_dict())
         if not entry:
             continue
         if len(out) == PROTECTED_NICS_MAX:
@@ -172,13 +184,10 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
         if not guest:
             continue
         body = {"claim": claim, "request": use.request_name, "guest": guest}
-        try:
-            hint = DeviceHint.model_validate(body)
-        except ValidationError as e:
-            reason = "; ".join(err["msg"] for err in e.errors())
-            warnings.append(
-                Problem(f"{subject}: no hint: {reason}", path=use.path, severity=Severity.WARNING)
-            )
+        hint, errors = read(DeviceHint, body)
+        if hint is None:
+            message = f"{subject}: no hint: {_reason(errors)}"
+            warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
             continue
         key = hint.selector()
         if key in seen:
@@ -199,5 +208,5 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
     }
     if protected := _protected(vmi, warnings):
         document_body["protectedNICs"] = protected
-    document = GuestHints.model_validate(document_body)
+    document = GuestHints.parse(document_body)
     return document, tuple(warnings)

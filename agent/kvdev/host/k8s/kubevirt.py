@@ -21,7 +21,7 @@ from typing import Final, Literal
 
 from kvdev.host.k8s.common import ObjectMeta
 from kvdev.host.k8s.core import PodResourceClaim
-from kvdev.host.schema.base import Document, Model
+from kvdev.host.k8s.model import Document, Model
 
 GROUP: Final = "kubevirt.io"
 API_VERSION: Final = f"{GROUP}/v1"

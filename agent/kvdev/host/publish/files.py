@@ -32,10 +32,9 @@ from kvdev.host.publish.metadata import (
     driver_results,
     with_generation,
 )
-from kvdev.host.schema.metadata import DeviceMetadata
 from kvdev.schema import gojson
 from kvdev.schema.fields import base_request, check_dns_label, check_dns_subdomain
-from kvdev.schema.metadata import GO_LAYOUT
+from kvdev.schema.metadata import GO_LAYOUT, DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_stream, encode_stream
 
 METADATA_DIR: Final = "dra-device-metadata"

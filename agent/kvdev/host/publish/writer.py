@@ -27,6 +27,7 @@ from kvdev.errors import Problem, SchemaError, os_error
 from kvdev.host.cdi import spec as cdi
 from kvdev.host.fs import locked, mkdirs, prune, read, remove, remove_temps, rewrite, write
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
+from kvdev.host.k8s.device import NetworkDeviceData
 from kvdev.host.publish.files import (
     METADATA_FILE,
     RECORD_FILE,
@@ -49,7 +50,6 @@ from kvdev.host.publish.metadata import (
     check_uid,
     claim_identity,
 )
-from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema.fields import check_dns_label
 
 __all__ = [

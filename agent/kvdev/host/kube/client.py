@@ -1,4 +1,4 @@
-"""The kubernetes client, for ``controller.kube`` and ``plugin.kube`` alike.
+"""The kubernetes client every kvdev-host component uses (through ``kube.wire``).
 
 Owns: its configuration (a kubeconfig when one is named; else the in-cluster service account,
 falling back to the default kubeconfig), ``api_client`` (an ``ApiClient`` whose every request,
