@@ -44,6 +44,7 @@ from kvdev.host.commands.common import (
     print_objects,
 )
 from kvdev.host.commands.inputs import load_files_of
+from kvdev.host.controller.guestwatch import GRACE_SECONDS
 from kvdev.host.controller.index import Index, Kind, Stored
 from kvdev.host.controller.render import (
     HINTS_KEY,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from kvdev.host.controller.kube import KubeApi
     from kvdev.host.controller.live import Controller
 
+GRACE_MAX = 86400.0  # a day: a grace longer than that hides what it is meant to show
 EXIT_NOT_RENDERED = 1
 EXIT_CANNOT_RUN = 1
 DEFAULT_RELAY_NAMESPACE = "kvdev-system"
@@ -97,6 +99,15 @@ what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-age
   "driver" or "reconstructed" (from claim status and slices); the same as
   key kvdev-sources.json for the guest (kvdev status/explain), when some stream is a driver's.
 
+whether each guest applied them (live): each described NIC (its MAC from the hints, the
+  metadata or the VMI status) against the VMI's status.interfaces[] entry of that MAC from the
+  guest agent (qemu-guest-agent in the guest): Applied, Differs (naming what: "10.1.0.5/24 not
+  on the guest's data0"), Unreported (vmi_not_running, no_guest_agent, mac_not_seen,
+  mac_unknown) or Pending (nothing to apply yet; or within --guest-grace after the VMI starts
+  Running or its metadata changes). Annotation kvdev.io/guest on the ConfigMap: a short
+  summary ("Differs: 1/2 Applied, 1 Differs (net1: ...)"); the VMI's status is never
+  written. kvdev-host guests prints it per NIC.
+
 --once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, existing
   ConfigMaps and relay records ('kubectl get -o yaml' shapes) from -f files; print the
   ConfigMaps it would create or update (-o yaml: one document each; -o json: a v1 List),
@@ -117,12 +128,16 @@ endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, po
   /leader   200 "leader" while it holds the Lease (or runs without one), else 503
   /metrics  Prometheus text, kvdev_controller_*: configmap renders/writes{{result}}/conflicts,
             errors{{reason}}, configmap_owner_refusals, relists/watch_restarts{{resource}},
-            event_to_write_seconds, vmis_tracked, claims_tracked, leader, events{{result}}
+            event_to_write_seconds, vmis_tracked, claims_tracked, leader, events{{result}},
+            guest_nics{{state}}, guest_unreported_nics{{reason}}, guest_vmis{{state}},
+            guest_differs_oldest_seconds
 
 Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
-  ClaimPending (Normal); HintRefused, ConfigMapNotOwned, ConfigMapOwnedByAnother,
-  ConfigMapRefused, RelayedMetadataRefused (Warning). The same reason and message again raises
-  the Event's count; at most 25 per VMI, then 1 per 5 min.
+  ClaimPending, GuestNICApplied, GuestNICPending (Normal); HintRefused, ConfigMapNotOwned,
+  ConfigMapOwnedByAnother, ConfigMapRefused, RelayedMetadataRefused, GuestNICDiffers,
+  GuestNICUnreported (Warning). A GuestNIC<state> Event when a NIC's state changes, at most one
+  per NIC a minute. The same reason and message again raises the Event's count; at most 25 per
+  VMI, then 1 per 5 min.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
@@ -201,6 +216,14 @@ def register(commands: Commands) -> None:
         metavar="N",
         help="live: sync this many VMIs at once, never one VMI twice at once; all share "
         f"--kube-api-qps (default: {WORKERS})",
+    )
+    sub.add_argument(
+        "--guest-grace",
+        type=float,
+        default=GRACE_SECONDS,
+        metavar="SECONDS",
+        help="live: a guest's NICs are Pending, not Differs or Unreported, this long after its "
+        f"VMI starts Running or its metadata changes (default: {GRACE_SECONDS:g})",
     )
     sub.add_argument(
         "--lease-duration",
@@ -402,6 +425,8 @@ def _settings_error(args: argparse.Namespace) -> str | None:
         return "--resync must be positive"
     if args.workers < 1:
         return f"--workers must be at least 1, not {args.workers}"
+    if not 0 <= args.guest_grace <= GRACE_MAX:
+        return f"--guest-grace must be between 0 and {GRACE_MAX:g} seconds"
     timing = _lease_timing(args)
     if timing is not None:
         return timing
@@ -517,6 +542,7 @@ def _assemble(
         metrics=metrics,
         recorder=recorder,
         relay_namespace=_relay_namespace(args),
+        guest_grace=args.guest_grace,
     )
     address = parse_address(args.http_address)
     if address is None:
