@@ -405,3 +405,38 @@ def test_guests_names_what_differs_in_its_table_and_exits_1(tmp_path, capsys):
     assert row.endswith("10.1.0.6/24 not on the guest's data1")
     assert cli.main(["guests", "-f", path, "-n", "other"]) == 0
     assert capsys.readouterr().out == "no VMI with DRA claims found\n"
+
+
+def test_the_e2e_turns_a_guest_agent_answer_into_the_status_kubevirt_writes():
+    sys.path.insert(0, str(Path(__file__).parents[2] / "e2e"))
+    from e2e_guestagent import status_interfaces  # noqa: PLC0415 - a test helper of the e2e
+
+    answer = [
+        {"name": "lo", "hardware-address": "00:00:00:00:00:00",
+         "ip-addresses": [{"ip-address-type": "ipv4", "ip-address": "127.0.0.1", "prefix": 8}]},
+        {"name": "data0", "hardware-address": "02:00:00:3b:02:01",
+         "ip-addresses": [
+             {"ip-address-type": "ipv6", "ip-address": "fe80::1", "prefix": 64},
+             {"ip-address-type": "ipv4", "ip-address": "10.1.0.5", "prefix": 24},
+         ]},
+        *({"name": f"g{i}", "hardware-address": f"02:00:00:00:01:{i:02x}"} for i in range(12)),
+    ]  # fmt: skip
+    spec = [{"name": "data0", "macAddress": "02:00:00:3b:02:01", "binding": {"name": "x"}}]
+    statuses = status_interfaces(spec, answer)
+    assert statuses[0] == {
+        "name": "data0",
+        "mac": "02:00:00:3b:02:01",
+        "infoSource": "domain, guest-agent",
+        "queueCount": 1,
+        "linkState": "up",
+        "interfaceName": "data0",
+        "ipAddress": "10.1.0.5",
+        "ipAddresses": ["10.1.0.5", "fe80::1"],  # IPv4 first
+    }
+    guest_only = statuses[1:]
+    assert len(guest_only) == 10  # KubeVirt's guestOnlyInterfaceLimit
+    assert all(s["infoSource"] == "guest-agent" and "name" not in s for s in guest_only)
+    vmi, result = example({"interfaces": statuses})
+    _, got = verdicts(vmi, result)
+    assert got["data0"][0] is NicState.APPLIED
+    assert got["data1"][1] is UnreportedReason.MAC_NOT_SEEN
