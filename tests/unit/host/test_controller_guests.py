@@ -440,3 +440,13 @@ def test_the_e2e_turns_a_guest_agent_answer_into_the_status_kubevirt_writes():
     _, got = verdicts(vmi, result)
     assert got["data0"][0] is NicState.APPLIED
     assert got["data1"][1] is UnreportedReason.MAC_NOT_SEEN
+
+
+def test_a_dra_network_no_stream_describes_yet_is_pending():
+    vmi, result = example({"interfaces": guest_agent()})
+    data = {k: v for k, v in result.data.items() if "fast-nic" not in k}
+    report = compare(vmi, described_nics(vmi, data))
+    fast = next(n for n in report.nics if n.nic.label == "fast")
+    assert (fast.state, fast.nic.ref) == (NicState.PENDING, "fast-nic/nic")
+    assert fast.detail.startswith("no metadata describes fast-nic/nic yet")
+    assert report.summary == "Pending: 2/3 Applied, 1 Pending (fast: " + fast.detail + ")"

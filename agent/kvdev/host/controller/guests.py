@@ -5,7 +5,8 @@ Owns, for one VMI, the described side, the reported side and the verdict per NIC
 * **described** (``described_nics``): each device of the VMI's ConfigMap streams (decoded with
   the guest's own reader, ``schema.stream`` + ``schema.described``) that is a NIC: a
   ``spec.networks[]`` entry names its claim and request, or its metadata has
-  ``networkData``, or its hint says something of a network. Its MAC: the hint's
+  ``networkData``, or its hint says something of a network; and each DRA network of the spec
+  no stream describes yet (``Pending``). Its MAC: the hint's
   ``guest.macAddress``, else the metadata's ``hardwareAddress``, else the MAC KubeVirt reports
   for its network in ``status.interfaces[]`` (the domain's). Its expected interface name: the
   hint's ``network.interfaceName``, when it names one. Its addresses: the metadata's
@@ -251,7 +252,21 @@ def described_nics(
                 waiting=waiting,
             )
         )
+    out.extend(_undescribed(vmi, {n.network for n in out if n.network}))
     return tuple(out)
+
+
+def _undescribed(vmi: VirtualMachineInstance, seen: set[str]) -> list[DescribedNic]:
+    """The VMI's DRA networks no stream describes yet: Pending, named by claim and request."""
+    out = []
+    for network in vmi.spec.networks or []:
+        ref = network.resource_claim
+        if ref is None or network.name in seen:
+            continue
+        where = f"{ref.claim_name or '?'}/{ref.request_name or '?'}"
+        waiting = f"no metadata describes {where} yet (its claim not allocated, or not prepared)"
+        out.append(DescribedNic(ref=where, network=network.name, waiting=waiting))
+    return out
 
 
 # --------------------------------------------------------------------------- reported
