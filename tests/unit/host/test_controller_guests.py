@@ -230,12 +230,11 @@ def test_the_annotation_rides_on_the_write_and_alone_only_when_it_changed():
 def test_the_grace_runs_from_the_first_running_sight_and_from_a_metadata_change():
     tracker = Tracker(grace=100.0, event_interval=0.0)
     vmi, result = example({"interfaces": guest_agent(drop=("10.1.0.5/24",))})
-    nics = described_nics(vmi, result.data)
-    first = tracker.assess(KEY, vmi, nics, now=0.0)
+    first = tracker.assess(KEY, vmi, result.data, now=0.0)
     assert first.report.state is NicState.PENDING
     assert first.recheck == pytest.approx(100.0)
     assert first.notes == ()  # first seen Pending: nothing to say
-    later = tracker.assess(KEY, vmi, nics, now=100.0)
+    later = tracker.assess(KEY, vmi, result.data, now=100.0)
     assert later.report.state is NicState.DIFFERS
     assert [(n.reason, n.message) for n in later.notes] == [
         (
@@ -246,7 +245,12 @@ def test_the_grace_runs_from_the_first_running_sight_and_from_a_metadata_change(
             ),
         )
     ]
-    changed = (*nics[:-1], DescribedNic(ref=nics[-1].ref, network="fast", mac=nics[-1].mac))
+    unchanged = {**result.data}  # new strings, the same content: no new grace
+    assert tracker.assess(KEY, vmi, unchanged, now=120.0).report.state is NicState.DIFFERS
+    hints = result.data[HINTS_KEY].replace(
+        '"request":"nic-2"', '"request":"nic-2","network":{"mtu":9000}'
+    )
+    changed = {**result.data, HINTS_KEY: hints}
     again = tracker.assess(KEY, vmi, changed, now=150.0)
     assert again.report.state is NicState.PENDING  # the metadata changed: a new grace
     assert again.recheck == pytest.approx(100.0)
@@ -256,7 +260,7 @@ def test_events_for_one_nic_are_held_to_one_per_interval_and_the_last_state_is_t
     tracker = Tracker(grace=0.0, event_interval=60.0)
     good, result = example({"interfaces": guest_agent()})
     bad, _ = example({"interfaces": guest_agent(drop=("10.1.0.5/24",))})
-    nics = described_nics(good, result.data)
+    nics = result.data
     assert tracker.assess(KEY, bad, nics, now=0.0).notes[0].reason is Reason.GUEST_NIC_DIFFERS
     held = tracker.assess(KEY, good, nics, now=10.0)
     assert held.notes == ()
@@ -269,7 +273,7 @@ def test_events_for_one_nic_are_held_to_one_per_interval_and_the_last_state_is_t
 def test_counts_and_the_oldest_differs_age_and_a_new_uid_starts_afresh():
     tracker = Tracker(grace=0.0, event_interval=0.0)
     bad, result = example({"interfaces": guest_agent(drop=("10.1.0.5/24", "10.1.0.6/24"))})
-    nics = described_nics(bad, result.data)
+    nics = result.data
     tracker.assess(KEY, bad, nics, now=5.0)
     tracker.assess(KEY, bad, nics, now=20.0)
     counts = tracker.counts(now=65.0)
@@ -297,7 +301,7 @@ def test_counts_and_the_oldest_differs_age_and_a_new_uid_starts_afresh():
 def test_the_metrics_have_the_names_the_alerts_use():
     tracker = Tracker(grace=0.0)
     bad, result = example({"interfaces": guest_agent(drop=("10.1.0.5/24",))})
-    tracker.assess(KEY, bad, described_nics(bad, result.data), now=0.0)
+    tracker.assess(KEY, bad, result.data, now=0.0)
     metrics = Metrics()
     metrics.watch_guests(lambda: tracker.counts(now=42.0))
     text = metrics.exposition().decode()

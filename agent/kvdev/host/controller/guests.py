@@ -216,15 +216,31 @@ def _status_macs(vmi: VirtualMachineInstance) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A ConfigMap's streams and hints, read: what a sync may keep while the data is the same."""
+
+    devices: tuple[DescribedDevice, ...] = ()
+    hints: tuple[DeviceHint, ...] = ()
+
+
+def decode(data: Mapping[str, str]) -> Decoded:
+    """Read the ConfigMap's ``data`` (the costly part of ``described_nics``)."""
+    return Decoded(tuple(_devices(data)), _hints(data))
+
+
 def described_nics(
-    vmi: VirtualMachineInstance, data: Mapping[str, str]
+    vmi: VirtualMachineInstance, data: Mapping[str, str], decoded: Decoded | None = None
 ) -> tuple[DescribedNic, ...]:
-    """The NICs the ConfigMap's ``data`` describes for ``vmi`` (see the module docstring)."""
-    hints = _hints(data)
+    """The NICs the ConfigMap's ``data`` describes for ``vmi`` (see the module docstring).
+
+    ``decoded``: ``decode(data)``, when the caller kept it.
+    """
+    decoded = decoded if decoded is not None else decode(data)
     status_macs = _status_macs(vmi)
     out: list[DescribedNic] = []
-    for device in _devices(data):
-        hint = hint_for(device, hints)
+    for device in decoded.devices:
+        hint = hint_for(device, decoded.hints)
         net = hint.network if hint is not None else None
         network = _network_of(device, vmi)
         hint_mac = hint.guest.mac_address if hint is not None and hint.guest else None
@@ -403,6 +419,7 @@ __all__ = [
     "MAX_ADDRESSES",
     "MAX_INTERFACES",
     "WORST_FIRST",
+    "Decoded",
     "DescribedNic",
     "GuestReport",
     "NicReport",
@@ -412,6 +429,7 @@ __all__ = [
     "agent_connected",
     "annotate",
     "compare",
+    "decode",
     "described_nics",
     "reported_nics",
 ]

@@ -4,12 +4,13 @@ Owns what the controller remembers of each VMI's guest between syncs (``Tracker`
 the controller's monotonic seconds, passed in):
 
 * the **grace**: a VMI is in grace for ``grace`` seconds after the controller first sees it
-  ``Running`` (with this UID), and after its described NICs change (the ConfigMap's metadata
-  or hints: a guest needs time to apply them and KubeVirt up to its guest-agent poll,
-  ``--qemu-agent-sys-interval``, 120 s by default, to report them); within it, what would be
-  ``Differs`` or ``Unreported`` is ``Pending`` (``guests.compare``). ``Assessment.recheck``
-  says when to sync the VMI again to see the grace end. A restarted controller starts every
-  Running VMI's grace afresh;
+  ``Running`` (with this UID), and after what its ConfigMap describes changes (its streams'
+  devices or its device hints, as read; kept, so that unchanged data is not read again at each
+  sync: ``guests.decode``). A guest needs time to apply them, and KubeVirt up to its
+  guest-agent poll (``--qemu-agent-sys-interval``, 120 s by default) to report them. Within it,
+  what would be ``Differs`` or ``Unreported`` is ``Pending`` (``guests.compare``);
+  ``Assessment.recheck`` says when to sync the VMI again to see the grace end. A restarted
+  controller starts every Running VMI's grace afresh;
 * **Events**: a NIC whose state changed gets one ``Note`` (``GuestNIC<State>``: Warning for
   Differs and Unreported), at most one per NIC per ``event_interval`` seconds (a change within
   it is noted once the interval is over: ``recheck``); a NIC first seen Applied or Pending
@@ -23,18 +24,20 @@ it. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from kvdev.host.controller.events import Note, Reason
 from kvdev.host.controller.guests import (
-    DescribedNic,
+    Decoded,
     GuestReport,
     NicReport,
     NicState,
     UnreportedReason,
     compare,
+    decode,
+    described_nics,
 )
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
@@ -82,8 +85,9 @@ class _Nic:
 @dataclass
 class _Vmi:
     uid: str | None
+    data: Mapping[str, str] | None = None  # the ConfigMap data last read, and what it read as
+    decoded: Decoded = field(default_factory=Decoded)
     running_since: float | None = None
-    described: tuple[DescribedNic, ...] = ()
     changed_at: float | None = None
     state: NicState | None = None
     nics: dict[str, _Nic] = field(default_factory=dict)
@@ -104,20 +108,27 @@ class Tracker:
         self,
         key: Key,
         vmi: VirtualMachineInstance,
-        described: Sequence[DescribedNic],
+        data: Mapping[str, str],
         now: float,
     ) -> Assessment:
-        """Judge the VMI's NICs now, remember the verdicts, say which Events they are worth."""
+        """Judge the NICs ``data`` (the VMI's ConfigMap) describes now; remember the verdicts.
+
+        Says which Events they are worth. The data is read again only when it changed.
+        """
         held = self._vmis.get(key)
         if held is None or held.uid != vmi.metadata.uid:
-            held = self._vmis[key] = _Vmi(vmi.metadata.uid, described=tuple(described))
+            held = self._vmis[key] = _Vmi(vmi.metadata.uid)
+        if held.data != data:
+            decoded = decode(data)
+            if held.data is not None and decoded != held.decoded:  # the metadata or hints
+                held.changed_at = now
+            held.data, held.decoded = dict(data), decoded
+        described = described_nics(vmi, data, held.decoded)
         running = vmi.status is not None and vmi.status.phase == _RUNNING
         if not running:
             held.running_since = None
         elif held.running_since is None:
             held.running_since = now
-        if tuple(described) != held.described:
-            held.described, held.changed_at = tuple(described), now
         starts = [t for t in (held.running_since, held.changed_at) if t is not None]
         grace_left = max((t + self.grace - now for t in starts), default=0.0)
         report = compare(vmi, described, grace_left=max(grace_left, 0.0))

@@ -44,7 +44,7 @@ from kvdev.host import logs
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
 from kvdev.host.controller.events import Note, ObjectRef, Reason
-from kvdev.host.controller.guests import annotate, described_nics
+from kvdev.host.controller.guests import annotate
 from kvdev.host.controller.guestwatch import GRACE_SECONDS, Assessment, Counts, Tracker
 from kvdev.host.controller.index import CONFIGMAPS, Index, Key, Kind, parse
 from kvdev.host.controller.kube import ConflictError, KubeApi
@@ -267,9 +267,8 @@ class Controller:
         """The guest's verdict on the NICs ``result`` describes (None: nothing to judge)."""
         if result.verb is Verb.REFUSE or not result.data:
             return None
-        nics = described_nics(inputs.vmi, result.data)
         with self._guest_lock:
-            return self.guests.assess(key, inputs.vmi, nics, self.clock())
+            return self.guests.assess(key, inputs.vmi, result.data, self.clock())
 
     def guest_counts(self) -> Counts:
         """The guest metrics, at a scrape."""
