@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core.observed import Address, Link, NetState, Route
+from netlinkdouble import MemoryNetlink
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "packaging" / "examples"
 MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}

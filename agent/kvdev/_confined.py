@@ -13,20 +13,29 @@
   and it must still be that inode (``st_dev``/``st_ino``);
 * at most ``limit`` bytes are read (one more, to tell).
 
+``read_at(dir_fd, name, limit)`` reads one entry of a directory the caller holds open, by the
+same rules (a walker's listing: ``listed`` names the inode it saw). ``read_path(path, limit)``
+reads the caller's own path (links in it followed), opening only a regular file. Each caller
+names what else it needs: ``owners`` (the file's uid must be one of them), a one-link rule.
+Every read is non-blocking (a FIFO is never opened) and a regular file claiming more than
+``limit`` bytes is refused before it is opened.
+
 ``place(path, roots)`` splits an absolute path into (root, the rest) for the first root it
 lies beneath (by its components). ``list_names(root, limit)`` lists a directory through its
 descriptor, at most ``limit`` names.
 
-A path that breaks a rule raises ``RefusedError`` (it will not be read as it is: the caller names
-it and skips it); a path that cannot be read now raises ``OSError``. Stdlib only, shared by
-both halves (``kvdev-host relay`` and ``kvdev-host bundle --from-cdi`` read through it).
+A path that breaks a rule raises ``RefusedError`` (``TooLargeError`` past the limit): it will not
+be read as it is, and the caller names it and skips it; a path that cannot be read now raises
+``OSError``. Stdlib only, imports nothing of kvdev: both halves read through it (the node relay,
+``kvdev-host bundle``, the agent's metadata reads, ``kvdev collect``, the root helper
+``kvdev-udev-marks``).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Final
 
 MAX_DEPTH: Final = 64  # components beneath a root
@@ -44,11 +53,22 @@ _KINDS: Final = (
 
 
 class RefusedError(ValueError):
-    """A path the confined reader will not read as it is; the message says why."""
+    """A path the confined reader will not read as it is; the message says why.
 
-    def __init__(self, path: str, reason: str) -> None:
+    ``mode`` is the ``st_mode`` of what was looked at (0 when the refusal is of the name).
+    """
+
+    def __init__(self, path: str, reason: str, mode: int = 0) -> None:
         super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
+        self.path, self.reason, self.mode = path, reason, mode
+
+
+class TooLargeError(RefusedError):
+    """A file larger than the caller's ``limit``."""
+
+    def __init__(self, path: str, limit: int, mode: int = stat.S_IFREG) -> None:
+        super().__init__(path, f"larger than {limit} bytes; not read", mode)
+        self.limit = limit
 
 
 def kind_of(mode: int) -> str:
@@ -90,12 +110,16 @@ def place(path: str, roots: Iterable[str | os.PathLike[str]]) -> tuple[str, str]
     return None
 
 
-def read_beneath(root: str | os.PathLike[str], rel: str, limit: int) -> bytes:
+def read_beneath(
+    root: str | os.PathLike[str], rel: str, limit: int, *, owners: Collection[int] | None = None
+) -> bytes:
     """The bytes of the regular file ``rel`` names beneath ``root`` (see the module's rules).
+
+    ``owners``: when given, the file's uid must be one of them.
 
     Raises:
         RefusedError: ``rel`` breaks a rule (a link, ``..``, not a regular file, hard-linked,
-            swapped between look and open, larger than ``limit``).
+            another owner's, swapped between look and open, larger than ``limit``).
         OSError: ``root`` or a component cannot be looked at or read now.
     """
     parts = components(rel)
@@ -113,16 +137,47 @@ def read_beneath(root: str | os.PathLike[str], rel: str, limit: int) -> bytes:
                 raise RefusedError(rel, f"{walked} is a symbolic link; not followed")
             if depth < len(parts) - 1 and not stat.S_ISDIR(seen.st_mode):
                 raise RefusedError(rel, f"{walked} is {kind_of(seen.st_mode)}, not a directory")
-        if not stat.S_ISREG(seen.st_mode):
-            raise RefusedError(rel, f"{kind_of(seen.st_mode)}, not a regular file; not opened")
-        if seen.st_nlink != 1:
-            raise RefusedError(rel, f"a file with {seen.st_nlink} hard links; not read")
+        _check(seen, rel, limit, owners=owners, one_link=True)
         fd = _reopen(here, parent, parts[-1], seen, rel)
     finally:
         os.close(here)
         if parent >= 0:
             os.close(parent)
     return _read_closing(fd, limit, rel)
+
+
+def read_at(
+    dir_fd: int,
+    name: str,
+    limit: int,
+    *,
+    owners: Collection[int] | None = None,
+    listed: os.stat_result | None = None,
+) -> bytes:
+    """The bytes of the regular file ``name`` in the directory open as ``dir_fd``.
+
+    Looked at through ``dir_fd`` with ``O_PATH | O_NOFOLLOW`` (a link is refused, a device or a
+    FIFO never opened), with one link; ``owners``: its uid must be one of them; ``listed``: it
+    must still be that inode (what a walker listed). Errors name ``name``.
+
+    Raises:
+        RefusedError: it breaks a rule (as ``read_beneath``), or ``name`` is not one name.
+        OSError: it cannot be looked at or read now.
+    """
+    if name in ("", ".", "..") or "/" in name:
+        raise RefusedError(name, "not one name in its directory; not read")
+    looked = os.open(name, _LOOK, dir_fd=dir_fd)
+    try:
+        seen = os.fstat(looked)
+        if stat.S_ISLNK(seen.st_mode):
+            raise RefusedError(name, "a symbolic link; not followed", seen.st_mode)
+        if listed is not None and (seen.st_dev, seen.st_ino) != (listed.st_dev, listed.st_ino):
+            raise RefusedError(name, "no longer the file listed; not read")
+        _check(seen, name, limit, owners=owners, one_link=True)
+        fd = _reopen(looked, dir_fd, name, seen, name)
+    finally:
+        os.close(looked)
+    return _read_closing(fd, limit, name)
 
 
 def read_path(path: str | os.PathLike[str], limit: int) -> bytes:
@@ -140,12 +195,27 @@ def read_path(path: str | os.PathLike[str], limit: int) -> bytes:
     looked = os.open(where, os.O_PATH | os.O_CLOEXEC)
     try:
         seen = os.fstat(looked)
-        if not stat.S_ISREG(seen.st_mode):
-            raise RefusedError(where, f"{kind_of(seen.st_mode)}, not a regular file; not opened")
+        _check(seen, where, limit, owners=None, one_link=False)
         fd = _reopen(looked, None, where, seen, where)
     finally:
         os.close(looked)
     return _read_closing(fd, limit, where)
+
+
+def _check(
+    seen: os.stat_result, rel: str, limit: int, *, owners: Collection[int] | None, one_link: bool
+) -> None:
+    """Refuse what was looked at unless it is a regular file the caller may read."""
+    mode = seen.st_mode
+    if not stat.S_ISREG(mode):
+        raise RefusedError(rel, f"{kind_of(mode)}, not a regular file; not opened", mode)
+    if one_link and seen.st_nlink != 1:
+        raise RefusedError(rel, f"a file with {seen.st_nlink} hard links; not read", mode)
+    if owners is not None and seen.st_uid not in owners:
+        why = f"owned by uid {seen.st_uid}, not by {sorted(owners)}; not read"
+        raise RefusedError(rel, why, mode)
+    if seen.st_size > limit:
+        raise TooLargeError(rel, limit)
 
 
 def _reopen(looked: int, parent: int | None, name: str, seen: os.stat_result, rel: str) -> int:
@@ -169,7 +239,7 @@ def _read_closing(fd: int, limit: int, rel: str) -> bytes:
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise RefusedError(rel, f"larger than {limit} bytes; not read")
+        raise TooLargeError(rel, limit)
     return data
 
 
@@ -207,10 +277,13 @@ def list_names(root: str | os.PathLike[str], limit: int) -> tuple[list[str], boo
 __all__ = [
     "MAX_DEPTH",
     "RefusedError",
+    "TooLargeError",
     "components",
     "kind_of",
     "list_names",
     "place",
+    "read_at",
     "read_beneath",
     "read_path",
+    "read_upto",
 ]

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from kvdev.guest.adapters import files
 from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.schema import check_file
 from kvdev.schema.tree import CONFIGMAP_MAX_KEYS, Role
+from netlinkdouble import MemoryNetlink
 from upstreamlab import publish_configmap as publish
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"

@@ -316,10 +316,10 @@ def test_hostile_wishes_are_refused_one_by_one_and_the_good_one_is_still_rendere
     assert list(box.rendered()) == ["10-kvdev-good0.link"]
     refused = [line for line in said.splitlines() if ": refused: " in line]
     assert len(refused) >= len(HOSTILE_CONTENT) + 6
-    assert "huge.wish: refused: more than 64 bytes" in said
-    assert "etc.wish: refused: a symbolic link" in said
-    assert "fifo.wish: refused: not a regular file" in said
-    assert "hard.wish: refused: not a file of the directory's owner with one link" in said
+    assert "huge.wish: refused: larger than 64 bytes; not read" in said
+    assert "etc.wish: refused: a symbolic link; not followed" in said
+    assert "fifo.wish: refused: a FIFO, not a regular file; not opened" in said
+    assert "hard.wish: refused: a file with 2 hard links; not read" in said
     assert "debug-shell" not in "".join(box.rendered().values())
     # a name with a newline is logged as one line: no forged journal line
     assert not any(line.startswith("Property=") for line in said.splitlines())

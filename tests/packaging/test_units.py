@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from kvdev.guest import udevmarks
-from kvdev.guest.adapters import marks as mark_files
+from kvdev.guest.adapters import markfiles as mark_files
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.core.linkwish import link_file_name
-from kvdev.guest.core.marks import mac_mark, pci_mark
+from kvdev.guest.core.marking import mac_mark, pci_mark
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
@@ -158,7 +158,7 @@ def test_udev_rule_marks_the_agents_link_files_and_mark_files_and_networkd_match
     assert not fnmatch.fnmatchcase(f"{link_dir}/10-other-eth1.link", glob.group(1))
     # only a link with hardware of its own, before any of the three (issue 23 §2)
     assert rule.index('TEST!="device", GOTO="kvdev_end"') < rule.index("ID_NET_LINK_FILE}==")
-    # the mark files the agent keeps (adapters/marks.py), by the names core/marks.py gives them
+    # the mark files the agent keeps (adapters/markfiles.py), named by core/marking.py
     marks_dir = mark_files.directory(AgentConfig().state_dir)
     tests = re.findall(r'TEST=="([^"]+)", GOTO="kvdev_mark"', rule)
     assert tests == [f"{marks_dir}/{mac_mark('')}$attr{{address}}", f"{marks_dir}/$env{{ID_PATH}}"]

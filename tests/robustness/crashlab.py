@@ -185,7 +185,7 @@ class Lab:
         ]
         marks = self.state_dir / "marks"
         have = sorted(p.name for p in marks.iterdir()) if marks.is_dir() else []
-        want_marks = sorted(f"mac-{mac(i)}" for i in self.want)  # core.marks: one per link
+        want_marks = sorted(f"mac-{mac(i)}" for i in self.want)  # core.marking: one per link
         if have != want_marks:
             found.append(f"link marks {have}, expected {want_marks}")
         status = _load(self.state_dir / "status.json")

@@ -230,8 +230,12 @@ class Steps:
                 self.violations.append(f"{call} {where} followed the user's link {component}")
 
     def _fifo(self, call: str, path: object, dir_fd: int | None, flags: int) -> None:
-        # O_DIRECTORY never blocks: the kernel answers ENOTDIR before it opens a FIFO
-        if flags & (os.O_NONBLOCK | os.O_DIRECTORY) or self._where(path, dir_fd) is None:
+        # O_DIRECTORY never blocks: the kernel answers ENOTDIR before it opens a FIFO; nor does
+        # O_PATH, which opens nothing (the confined reader looks with it before it opens)
+        if (
+            flags & (os.O_NONBLOCK | os.O_DIRECTORY | os.O_PATH)
+            or self._where(path, dir_fd) is None
+        ):
             return
         try:
             st = _REAL["stat"](path, dir_fd=dir_fd, follow_symlinks=not flags & os.O_NOFOLLOW)

@@ -45,7 +45,7 @@ TEN_MB = 10 * 2**20
 PRANK_ERRORS = {
     "big": "cannot read: larger than",
     "symlink-out": "symbolic link points outside the tree; not read",
-    "fifo": "cannot read: not a regular file",
+    "fifo": "cannot read: a FIFO, not a regular file; not opened",
 }
 
 

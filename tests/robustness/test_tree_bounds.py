@@ -151,8 +151,9 @@ def test_serving_survives_deep_wide_and_special_trees(junk_agent, long_run, repo
     answer = agent.post("/v1/reconcile")[1]
     print(f"a pass over {count} unrelated files and the rest: {answer['tookSeconds']} s")
     errors = "\n".join(answer["metadataErrors"])
-    assert f"{device}: cannot read: not a regular file" in errors  # never opened
-    assert "fifo.example.com-metadata.json: cannot read: not a regular file" in errors
+    never_opened = "not a regular file; not opened"
+    assert f"{device}: cannot read: a character device, {never_opened}" in errors
+    assert f"fifo.example.com-metadata.json: cannot read: a FIFO, {never_opened}" in errors
     assert "loop.example.com-metadata.json: cannot read" in errors
     cut = [m for t, s, m in conditions(agent) if (t, s) == ("MetadataTruncated", "Error")]
     assert len(cut) == 1  # files went unread: it says so, and it is not converged

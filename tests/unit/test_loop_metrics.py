@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.api.bridge import Ask, Bridge
 from kvdev.guest.core.observed import Link, NetState
 from kvdev.guest.loop import _Loop, _trigger
 from kvdev.guest.reconciler import Reconciler
+from netlinkdouble import MemoryNetlink
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "packaging" / "examples"
 MACS = {1: "02:00:00:3b:02:01", 2: "02:00:00:3b:02:02", 3: "0c:42:a1:5e:00:01"}

@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdev.guest.adapters.memory import MemoryNetlink
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, Address, GuestDevice, Link, NetState, Nic, Route
 from kvdev.guest.core.planning import Policy, altname_for, plan
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.hints import DeviceHint
+from netlinkdouble import MemoryNetlink
 
 
 def described(name="vf-1", ips=(), claim="vm1-devices", pod_claim=None, request="nics"):

@@ -13,7 +13,8 @@ import json
 import pytest
 
 from kvdev.guest.adapters import primary_record
-from kvdev.guest.core.observed import GuestDevice, Link, Nic, Route
+from kvdev.guest.core.observed import KVDEV_PROTO, GuestDevice, Link, NetState, Nic, Route
+from kvdev.guest.core.primary import Decision, protected
 from kvdev.guest.reconciler import Reconciler, converge
 from kvdev.guest.views import encode, tables
 from memlab import MACS, example_config, example_kernel
@@ -193,3 +194,43 @@ def test_no_auto_default_or_protected_nics_make_the_hold_unneeded(cfg):
     again = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
     assert devices(again)[VF1].phase.value == "Configured"
     assert devices(again)[VF2].phase.value == "Configured"
+
+
+# --------------------------------------------------------------------------- protected: why each
+
+
+def _state(*routes):
+    links = (
+        Link(1, "eth0", "02:00:00:00:00:01"),
+        Link(2, "eth1", "02:00:00:00:00:02"),
+        Link(3, "eth2", "02:00:00:00:00:03"),
+        Link(4, "eth3", "02:00:00:00:00:04"),
+    )
+    return NetState(links=links, routes=routes)
+
+
+def test_protected_names_each_primary_nic_with_why():
+    state = _state(
+        Route(1, "0.0.0.0/0", "10.0.0.1", None, 4),  # the lease's: the guest's way out
+        Route(3, "0.0.0.0/0", "10.3.0.1", None, KVDEV_PROTO),  # kvdev's own: no reason
+    )
+    decision = Decision(
+        {"02:00:00:00:00:02": "the hints' protectedNICs name it, by MAC 02:00:00:00:00:02"},
+        held={"02:00:00:00:00:04": "NetworkManager's auto-default would connect it"},
+    )
+    assert protected(state, decision).links == {
+        1: "eth0 carries the default route 0.0.0.0/0 via 10.0.0.1 dev eth0, which kvdev did not "
+        "add: kvdev does not configure the NIC the guest reaches its network through",
+        2: "eth1 is the guest's own NIC: the hints' protectedNICs name it, by MAC "
+        "02:00:00:00:00:02; kvdev does not configure it",
+        4: "eth3 is the guest's own NIC: NetworkManager's auto-default would connect it; kvdev "
+        "does not configure it",
+    }
+
+
+def test_a_default_route_is_the_first_reason_and_without_a_decision_the_only_one():
+    state = _state(Route(2, "::/0", "fe80::1", None, 9))
+    decision = Decision({"02:00:00:00:00:02": "the guest's network configuration sets it up"})
+    assert protected(state, decision).why(2).startswith("eth1 carries the default route ::/0")
+    assert protected(state).links.keys() == {2}
+    assert protected(state).why(1) is None

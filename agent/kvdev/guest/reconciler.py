@@ -4,7 +4,7 @@
 good content of each), observe udev and netlink (again only when their events say so), match,
 plan, apply, summarize. ``converge`` runs passes until nothing changes (``--once``);
 ``loop.serve`` runs them on events. ``attempt`` turns a pass that fails for now into a retry.
-Each pass keeps the mark files other network managers read through udev (``core.marks``)
+Each pass keeps the mark files other network managers read through udev (``core.marking``)
 before it renames anything. The first pass that may change things also removes the temporary
 files a killed agent's atomic writes (``status.json``, the journals, link wishes) left behind:
 this agent is their only writer. Before links move to temporary names their names go to the
@@ -36,7 +36,7 @@ from kvdev.guest.adapters import (
     altname_journal,
     files,
     linkfiles,
-    marks,
+    markfiles,
     netconfig,
     primary_record,
     rename_journal,
@@ -45,8 +45,7 @@ from kvdev.guest.adapters import (
 from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.deadline import Deadline, Late
 from kvdev.guest.core import added as kvdev_added
-from kvdev.guest.core import inventory, primary, sources
-from kvdev.guest.core import marks as marking
+from kvdev.guest.core import inventory, marking, primary, sources
 from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, MatchState, match
 from kvdev.guest.core.observed import GuestDevice, NetState, RawFile
@@ -532,13 +531,13 @@ class Reconciler:
         return [s for s in kernel if id(s) not in waiting], held
 
     def _mark(self, matching: Matching, the_plan: Plan) -> None:
-        """Keep the mark files (``core.marks``) as this pass wants them; a failure is unsaved."""
+        """Keep the mark files (``core.marking``) as this pass wants them; a failure is unsaved."""
         wanted = marking.wanted(matching, (d.ifindex for d in the_plan.desired), self._state)
         if wanted == self._marked and "marks" not in self._unsaved:
             return
-        path = marks.directory(self.config.state_dir)
+        path = markfiles.directory(self.config.state_dir)
         try:
-            added, removed = marks.sync(path, wanted)
+            added, removed = markfiles.sync(path, wanted)
         except OSError as e:
             error = os_error(e, "keep the link marks in", path)
             self._not_saved("marks", error)

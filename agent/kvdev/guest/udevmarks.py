@@ -6,9 +6,10 @@ changes a mark or a wish. The agent (user ``kvdev``) cannot write ``/run/systemd
 this module is the only writer of kvdev's ``.link`` files there, and it reads what the agent
 wrote only as data it checks (``core.linkwish``):
 
-1. **Wishes.** Every ``<name>.wish`` in ``/var/lib/kvdev/links`` is opened without following
-   links or blocking (a symlink, a FIFO, a device, a hard link, a file owned by another user or
-   larger than ``WISH_MAX_BYTES`` is refused, and so is the whole directory if it is a symlink)
+1. **Wishes.** Every ``<name>.wish`` in ``/var/lib/kvdev/links`` is read through the directory's
+   fd by ``kvdev._confined.read_at`` (a symlink, a FIFO, a device, a hard link, a file owned by
+   another user or larger than ``WISH_MAX_BYTES`` is refused, never opened; so is the whole
+   directory if it is a symlink)
    and checked by ``parse_wish``; what passes is rendered by ``render_link`` into
    ``10-kvdev-<name>.link`` (atomically, root's, 0644), and every other ``10-kvdev-*.link``
    there is removed (and an ACL entry an older version's tmpfiles.d gave user kvdev on that
@@ -25,16 +26,15 @@ wrote only as data it checks (``core.linkwish``):
    its own configuration and udev, and makes its connection again), ``managed yes`` where
    ``reset`` is refused (an older NetworkManager); one name per argument. A managed state a
    person made permanent (``managed --permanent yes``, NetworkManager 1.58) beats the mark: the
-   agent reports it (``core.marks.nm_overrides``), the helper does not undo it.
+   agent reports it (``core.marking.nm_overrides``), the helper does not undo it.
 
 ``KVDEV_LINK_WISHES``, ``KVDEV_NETWORK_DIR``, ``KVDEV_MARK_DIR`` and ``KVDEV_SYSFS`` name other
-places (tests only). Imports only the stdlib, ``_atomic`` and the pure ``linkwish`` (start-up
-cost: it runs before NetworkManager).
+places (tests only). Imports only the stdlib, ``_atomic``, ``_confined`` and the pure
+``linkwish`` (start-up cost: it runs before NetworkManager).
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import shutil
@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kvdev._atomic import remove_leftovers, write_atomic
+from kvdev._confined import RefusedError, read_at, read_beneath, read_path
 from kvdev.guest.core.linkwish import (
     LINK_FILE_PREFIX,
     WISH_MAX_BYTES,
@@ -68,6 +69,7 @@ NETWORK_DIR = "/run/systemd/network"
 MARK_DIR = "/var/lib/kvdev/marks"
 ROUNDS = 3
 TRIGGER_BATCH = 256  # sysfs paths per "udevadm trigger"
+SYSFS_ATTR_MAX = 4096  # a sysfs attribute is one page at most (and says so as its size)
 
 
 def say(message: str) -> None:
@@ -81,25 +83,6 @@ def shown(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------- wishes
-
-
-def _read_one(dfd: int, entry: str, owner: int) -> bytes:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        fd = os.open(entry, flags, dir_fd=dfd)
-    except OSError as e:
-        raise ValueError("a symbolic link" if e.errno == errno.ELOOP else e.strerror) from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if st.st_uid != owner or st.st_nlink != 1:
-            raise ValueError("not a file of the directory's owner with one link")
-        if st.st_size > WISH_MAX_BYTES:
-            raise ValueError(f"more than {WISH_MAX_BYTES} bytes")
-        return os.read(fd, WISH_MAX_BYTES + 1)
-    finally:
-        os.close(fd)
 
 
 def read_wishes(directory: Path) -> list[Wish] | None:
@@ -128,9 +111,12 @@ def read_wishes(directory: Path) -> list[Wish] | None:
             if not name.endswith(WISH_SUFFIX):
                 continue  # the agent's temporary files, or anything else: not a wish
             try:
-                wishes.append(parse_wish(name[: -len(WISH_SUFFIX)], _read_one(dfd, name, owner)))
-            except ValueError as e:
-                say(f"{shown(directory / name)}: refused: {e}")
+                data = read_at(dfd, name, WISH_MAX_BYTES, owners={owner})
+                wishes.append(parse_wish(name[: -len(WISH_SUFFIX)], data))
+            except RefusedError as e:
+                say(f"{shown(directory / name)}: refused: {e.reason}")
+            except (OSError, ValueError) as e:
+                say(f"{shown(directory / name)}: refused: {getattr(e, 'strerror', None) or e}")
         return wishes
     finally:
         os.close(dfd)
@@ -206,18 +192,15 @@ def render(wish_dir: Path, network_dir: Path) -> frozenset[str]:
 
 
 def _is_ours(path: Path, text: str, me: int) -> bool:
-    """True when ``path`` already is this helper's rendering of ``text`` (not a copy by another)."""
+    """True when ``path`` already is this helper's rendering of ``text`` (not a copy by another).
+
+    Read by ``kvdev._confined.read_beneath``: never through a link, never a FIFO, only a
+    regular file of one link that is ``me``'s.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        return read_beneath(path.parent, path.name, len(text), owners={me}) == text.encode()
+    except (OSError, RefusedError):
         return False
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != me or st.st_nlink != 1:
-            return False
-        return os.read(fd, len(text) + 1) == text.encode()
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- marks
@@ -232,8 +215,8 @@ def _links(sysfs: Path, db: Mapping[str, Mapping[str, str]]) -> list[NetLink]:
         return out
     for name in names:
         try:
-            mac = (base / name / "address").read_text().strip()
-        except OSError:
+            mac = read_path(base / name / "address", SYSFS_ATTR_MAX).decode().strip()
+        except (OSError, RefusedError, UnicodeDecodeError):
             continue  # gone, or not a link
         if name in db:  # udev has not seen a link it lacks: nothing to compare yet
             out.append(NetLink(name, mac, (base / name / "device").exists(), db[name]))

@@ -36,14 +36,14 @@ import dataclasses
 import errno
 import json
 import os
-import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from kvdev._confined import read_upto
+from kvdev import _confined
+from kvdev._confined import RefusedError, TooLargeError
 from kvdev.errors import Problem, Severity
 from kvdev.guest.adapters import walk
 from kvdev.guest.adapters.resolve import real_path, real_path_or
@@ -88,57 +88,29 @@ class Budget:
         """Files not read because the budget was spent."""
 
 
-def _open_regular(path: Path, budget: Budget | None) -> int:
-    """A descriptor of ``path`` open for reading, only when it names a regular file.
-
-    The path is looked at through an ``O_PATH`` descriptor first, which opens nothing: a device
-    node, a FIFO or a socket is refused before any ``open(2)`` of it could have an effect
-    (a device's driver acts on open). The regular file is then opened through
-    ``/proc/self/fd``, so it is the very inode that was checked; without ``/proc`` it is opened
-    by path and must be the same inode.
-    """
-    probe = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    try:
-        seen = os.fstat(probe)
-        if not stat.S_ISREG(seen.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        if budget is not None and seen.st_size > budget.left:
-            budget.refused += 1
-            raise OSError(errno.ENOBUFS, "not read: this pass's read budget is spent")
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-        try:
-            return os.open(f"/proc/self/fd/{probe}", flags)
-        except FileNotFoundError:
-            pass  # no /proc here
-        fd = os.open(path, flags)
-        opened = os.fstat(fd)
-        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
-            os.close(fd)
-            raise OSError(errno.EAGAIN, "replaced while it was opened")
-        return fd
-    finally:
-        os.close(probe)
-
-
 def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES, budget: Budget | None = None) -> bytes:
-    """Read a regular file of at most ``limit`` bytes (one byte more is read to tell).
+    """Read a regular file of at most ``limit`` bytes, through ``kvdev._confined.read_path``.
 
-    The bytes read are taken from ``budget`` when one is given; a file larger than what is
-    left of it is not read at all.
+    Only a regular file is opened (a device, a FIFO or a socket is looked at, never opened). The
+    bytes read are taken from ``budget`` when one is given; a file larger than what is left of
+    it is not read at all.
 
     Raises:
         OSError: the file cannot be opened or read, is not a regular file, or is past the
-            budget (errors carry a readable strerror).
+            budget (its strerror says why, in the confined reader's words).
     """
-    fd = _open_regular(path, budget)
+    room = limit if budget is None else min(limit, budget.left)
     try:
-        data = read_upto(fd, limit)
-    finally:
-        os.close(fd)
+        data = _confined.read_path(path, room)
+    except TooLargeError as e:
+        if budget is not None and room < limit:
+            budget.refused += 1
+            raise OSError(errno.ENOBUFS, "not read: this pass's read budget is spent") from e
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes") from e
+    except RefusedError as e:
+        raise OSError(errno.EINVAL, e.reason) from e
     if budget is not None:
         budget.left = max(0, budget.left - len(data))
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
     return data
 
 

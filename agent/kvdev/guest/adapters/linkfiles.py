@@ -3,7 +3,8 @@
 A wish (``core.linkwish``) is ``<name>.wish`` in the policy's directory (``/var/lib/kvdev/links``
 by default, in the agent's own state); the root helper ``kvdev-udev-marks`` renders each as a
 ``.link`` file in ``/run/systemd/network``, which the agent cannot write. Only ``*.wish`` files
-are ever read or touched (and the temporary files of their atomic writes, which ``tidy``
+are ever read (by ``kvdev._confined.read_beneath``: never through a link, never a FIFO, at
+most ``WISH_MAX_BYTES``) or touched (and the temporary files of their atomic writes, which ``tidy``
 removes when a killed agent left them behind). A failed write is retryable or permanent by the
 errno map of every kvdev writer (``kvdev.errors.os_error``).
 """
@@ -13,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvdev._atomic import fsync_directory, remove_leftovers, write_atomic
+from kvdev._confined import RefusedError, read_beneath
 from kvdev.errors import os_error
-from kvdev.guest.core.linkwish import WISH_SUFFIX
+from kvdev.guest.core.linkwish import WISH_MAX_BYTES, WISH_SUFFIX
 from kvdev.guest.core.steps import RemoveLinkFile, Step, StepResult, WriteLinkFile
 
 
@@ -26,9 +28,10 @@ def read(directory: str) -> dict[str, str]:
         return out
     for path in sorted(base.glob(f"*{WISH_SUFFIX}")):
         try:
-            out[str(path)] = path.read_text()
-        except OSError:
-            continue  # vanished or unreadable: planning will simply rewrite it
+            data = read_beneath(base, path.name, WISH_MAX_BYTES)
+            out[str(path)] = data.decode("utf-8", "replace")
+        except (OSError, RefusedError):
+            continue  # vanished, unreadable or not a wish file: planning will rewrite it
     return out
 
 

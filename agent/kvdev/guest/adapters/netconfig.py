@@ -21,7 +21,9 @@ YAML is read with PyYAML when the guest has it (cloud-init and netplan need it t
 it, every MAC after a ``macaddress:``/``mac_address:`` key is still found. Bounds: 64 files per
 directory (by name), 64 KiB per file, 1 MiB in all; what is left out or cannot be read is a
 problem (``file: why``) for the log, never an exception: a pass never fails on these files.
-It decides nothing.
+Each file is read by ``kvdev._confined.read_path``: links followed (they are the guest's own
+configuration), but only a regular file is opened, so a FIFO or a device there never blocks a
+pass. It decides nothing.
 
 ``dns_servers`` reads the guest's DNS servers for the safety policy (``safety.Guard``): the
 ``nameserver`` lines of ``etc/resolv.conf`` and of the files systemd-resolved
@@ -31,7 +33,7 @@ cache) name nothing. Same bounds per file; at most ``MAX_NAMESERVERS`` servers.
 
 ``nm_managed`` reads NetworkManager's runtime device state (``run/NetworkManager/devices/
 <ifindex>``, ``managed=`` of ``[device]``) of the links asked about: which it manages now
-(``core.marks.nm_overrides``). At most 4 KiB per file.
+(``core.marking.nm_overrides``). At most 4 KiB per file.
 
 ``auto_default`` reads NetworkManager's configuration (``etc/NetworkManager/NetworkManager.conf``
 and ``conf.d/*.conf``, then ``usr/lib/NetworkManager/conf.d``): whether NetworkManager is there
@@ -45,9 +47,11 @@ from __future__ import annotations
 import configparser
 import ipaddress
 import re
+import stat
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from kvdev._confined import RefusedError, read_path
 from kvdev.guest.core.primary import AutoDefault, Configured
 
 MAX_FILES_PER_DIR = 64
@@ -84,15 +88,21 @@ def _files(directory: Path, suffix: str, problems: list[str]) -> list[Path]:
 
 
 def _text(path: Path, budget: _Budget, problems: list[str]) -> str | None:
+    """The file's text; None, and a problem, when it is not read.
+
+    Read by ``kvdev._confined.read_path``: links followed (``resolv.conf`` is one), a FIFO or a
+    device never opened.
+    """
+    room = min(MAX_FILE_BYTES, budget.left)
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        if not isinstance(e, FileNotFoundError | IsADirectoryError):
-            problems.append(f"{path}: cannot read: {e.strerror or e}")
+        data = read_path(path, room)
+    except RefusedError as e:
+        if not stat.S_ISDIR(e.mode):
+            problems.append(f"{path}: {e.reason}")
         return None
-    if len(data) > MAX_FILE_BYTES or len(data) > budget.left:
-        problems.append(f"{path}: larger than {min(MAX_FILE_BYTES, budget.left)} bytes, not read")
+    except OSError as e:
+        if not isinstance(e, FileNotFoundError):
+            problems.append(f"{path}: cannot read: {e.strerror or e}")
         return None
     budget.left -= len(data)
     return data.decode("utf-8", "replace")
@@ -324,11 +334,8 @@ def nm_managed(root: Path, ifindexes: Collection[int]) -> frozenset[int]:
     out = set()
     for ifindex in sorted(ifindexes):
         try:
-            with (directory / str(ifindex)).open("rb") as f:
-                data = f.read(NM_STATE_MAX_BYTES + 1)
-        except OSError:
-            continue
-        if len(data) > NM_STATE_MAX_BYTES:
+            data = read_path(directory / str(ifindex), NM_STATE_MAX_BYTES)
+        except (OSError, RefusedError):
             continue
         found = _NM_MANAGED.search(data.decode("utf-8", "replace"))
         if found is not None and found.group(1).lower() in {"true", "yes", "1"}:

@@ -8,17 +8,17 @@ collected is written as ``<part>.error`` and listed in ``collect.json`` with why
 failure is never fatal. Exit 0 when the tarball is written, 2 when it cannot be.
 
 It runs as root over trees another user owns (the state directory is the agent's user's), so
-it reads them only through directory fds: each directory and file is opened from its
-parent's fd with ``O_NOFOLLOW`` (files also ``O_NONBLOCK``), ``fstat`` must show the entry
-that was listed, and a file is copied only when it is a regular file with one link, of its
-directory's owner or root's, at most ``MAX_FILE`` bytes. The tarball is a new 0600 file,
+it reads them only through directory fds: each directory is opened from its parent's fd with
+``O_NOFOLLOW`` and ``fstat`` must show the entry that was listed; each file is read by
+``kvdev._confined.read_at`` through its directory's fd, copied only when it is the regular file
+listed, with one link, of its directory's owner or root's, at most ``MAX_FILE`` bytes (a link, a
+FIFO or a device is never opened). The tarball is a new 0600 file,
 renamed into place, and its members are 0600.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import io
 import json
 import os
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, TextIO
 
 from kvdev import __version__
+from kvdev._confined import RefusedError, read_at
 from kvdev.errors import KvdevError
 from kvdev.guest.cli.client import Client
 from kvdev.schema.tree import ROOT
@@ -48,8 +49,6 @@ UNITS: Final = ("kvdev-agent.service", "kvdev-agent.socket", "kvdev-metadata-sha
 MAX_ENTRIES: Final = 10_000  # of the metadata listing and of the state directory
 MAX_FILE: Final = 4 * 1024 * 1024  # bytes of one collected file
 MAX_DEPTH: Final = 32  # directory levels entered below a root
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 JOURNAL_LINES: Final = 20_000
 JOURNAL_TIMEOUT: Final = 60.0
 
@@ -228,8 +227,8 @@ def _open_dir(name: str | Path, dir_fd: int | None, listed: os.stat_result | Non
 
     Only the root the caller named may be a link. ``listed``: it must still be that directory.
     """
-    flags = _DIR_FLAGS if dir_fd is not None else _DIR_FLAGS & ~os.O_NOFOLLOW
-    fd = os.open(name, flags, dir_fd=dir_fd)
+    nofollow = os.O_NOFOLLOW if dir_fd is not None else 0
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | nofollow, dir_fd=dir_fd)
     st = os.fstat(fd)
     if listed is not None and (st.st_dev, st.st_ino) != (listed.st_dev, listed.st_ino):
         os.close(fd)
@@ -320,44 +319,20 @@ def _files(ball: _Tarball, root: Path, prefix: str) -> None:
 
 
 def _read(entry: _Entry) -> bytes:
-    """The listed regular file's bytes, or why not.
+    """The listed regular file's bytes, or why not (``kvdev._confined.read_at``).
 
-    It is opened through its directory's fd without following a link or blocking on a FIFO,
-    and copied only if it still is that regular file, with one link, of the directory's owner
-    (or root's), no larger than MAX_FILE.
+    Read through its directory's fd, never through a link, never a FIFO or a device, and only
+    if it still is the regular file listed, with one link, of the directory's owner (or
+    root's), no larger than MAX_FILE.
+
+    Raises:
+        RefusedError: it breaks one of those rules (the reason names it by its path).
+        OSError: it cannot be read now.
     """
     try:
-        fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dfd)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            msg = f"{entry.rel}: a symbolic link now, not collected"
-            raise _NotCollectedError(msg) from e
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (
-            entry.st.st_dev,
-            entry.st.st_ino,
-        ):
-            msg = f"{entry.rel}: no longer the regular file listed, not collected"
-            raise _NotCollectedError(msg)
-        if st.st_nlink != 1 or st.st_uid not in {entry.owner, 0}:
-            msg = f"{entry.rel}: a hard link or another user's file, not collected"
-            raise _NotCollectedError(msg)
-        if st.st_size > MAX_FILE:
-            msg = f"{entry.rel}: larger than {MAX_FILE} bytes, not collected"
-            raise _NotCollectedError(msg)
-        chunks, left = [], MAX_FILE + 1
-        while left > 0 and (chunk := os.read(fd, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE:
-        msg = f"{entry.rel}: larger than {MAX_FILE} bytes, not collected"
-        raise _NotCollectedError(msg)
-    return data
+        return read_at(entry.dfd, entry.name, MAX_FILE, owners={entry.owner, 0}, listed=entry.st)
+    except RefusedError as e:
+        raise RefusedError(entry.rel, f"{e.reason}; not collected", e.mode) from e
 
 
 def _missing(root: Path) -> bytes:

@@ -2,7 +2,7 @@
 
 Owns the subcommand's parser (its help, examples and exit codes) and its run: the files are
 read by the agent's own reader (``adapters.files``: the same bounds and link rules), checked
-and rendered by ``core.check``. It never asks the agent.
+by ``core.check`` and drawn by ``views.validation``. It never asks the agent.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TextIO
 
 from kvdev.guest.adapters import files
 from kvdev.guest.core import check
+from kvdev.guest.views import validation
 from kvdev.schema.tree import ROOT
 
 EXIT_INVALID = 2
@@ -109,8 +110,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, *, color: bool) -> i
     raws = [raw for p in paths for raw in files.read_path(p)]
     result = check.build(raws)
     if output == "json":
-        json.dump(check.render_json(result), out, indent=2)
+        json.dump(validation.render_json(result), out, indent=2)
         out.write("\n")
     else:
-        out.write(check.render_text(result, color=color, verbose=args.verbose))
+        out.write(validation.render_text(result, color=color, verbose=args.verbose))
     return result.exit_code

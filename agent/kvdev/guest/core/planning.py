@@ -44,7 +44,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from kvdev.guest.core import linkwish, safety
+from kvdev.guest.core import linkwish, primary, safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, RTPROT_KERNEL, RTPROT_RA, Link, NetState, Route
 from kvdev.guest.core.primary import Decision
@@ -458,6 +458,7 @@ def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
     only ones it ever removes. ``dns``: the guest's DNS servers (``safety.Guard``).
     """
     policy = policy or Policy()
+    protected = primary.protected(state, owned)
     back = _restorations(matching, state, restore or {})
     blocked: list[Blocked] = []
     desired: list[Desired] = []
@@ -466,15 +467,12 @@ def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
         if link is None:
             continue
-        if (why := _hands_off(link, state, owned)) is not None:
+        if (why := _hands_off(link, state, protected)) is not None:
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
         desired.append(_desire(b, link, policy, blocked, back))
-    own = frozenset(
-        lk.ifindex for lk in state.links if owned is not None and owned.reason(lk.mac) is not None
-    )
-    desired, warnings = _safe(desired, state, blocked, safety.Guard(own, tuple(dns)))
-    steps = _stale_altnames(desired, state, altnames or {}, owned)
+    desired, warnings = _safe(desired, state, blocked, safety.Guard(protected, tuple(dns)))
+    steps = _stale_altnames(desired, state, altnames or {}, protected)
     freed = {s.altname for s in steps if isinstance(s, RemoveAltname)}
     renames, downed, desired = _renames(desired, state, blocked, freed)
     steps.extend(renames)
@@ -486,19 +484,16 @@ def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
     return Plan(tuple(steps), tuple(desired), tuple(blocked), tuple(warnings))
 
 
-def _hands_off(link: Link, state: NetState, owned: Decision | None) -> str | None:
-    """Why kvdev does not touch ``link`` at all (the primary NIC, a stacked one, the guest's)."""
-    why = safety.primary_nic(link, state) or safety.stacked(link, state)
-    if why is None and owned is not None and (own := owned.reason(link.mac)) is not None:
-        why = f"{link.ifname} is the guest's own NIC: {own}; kvdev does not configure it"
-    return why
+def _hands_off(link: Link, state: NetState, protected: primary.Protected) -> str | None:
+    """Why kvdev does not touch ``link`` at all (a primary NIC, ``core.primary``; a stacked one)."""
+    return protected.why(link.ifindex) or safety.stacked(link, state)
 
 
 def _stale_altnames(
     desired: list[Desired],
     state: NetState,
     added: Mapping[int, Collection[str]],
-    owned: Decision | None,
+    protected: primary.Protected,
 ) -> list[Step]:
     """The altnames kvdev added (``added``) that are no longer wanted where they are.
 
@@ -514,7 +509,7 @@ def _stale_altnames(
     steps: list[Step] = []
     for ifindex, names in sorted(added.items()):
         link = state.link(ifindex)
-        if link is None or (ifindex not in wanted and _hands_off(link, state, owned)):
+        if link is None or (ifindex not in wanted and _hands_off(link, state, protected)):
             continue
         for name in sorted(set(names).intersection(link.altnames)):
             mine, other = wanted.get(ifindex), wanted_by.get(name)

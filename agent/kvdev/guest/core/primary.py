@@ -27,6 +27,11 @@ The decision only grows: a NIC once the guest's own stays so (by MAC, which a re
 change), so a default route that later appears on another NIC adds that NIC and never takes
 the first one back silently; ``decide`` says what it added and why, for the log.
 
+``protected`` answers "is this the primary NIC" for a pass, once: the links carrying a default
+route kvdev did not add now, and the links the decision names (owned or held), each with why.
+``safety`` (whose traffic no other link may capture) and ``planning`` (which links kvdev never
+touches) only consume it.
+
 No I/O here.
 """
 
@@ -71,6 +76,47 @@ class Decision:
         return self.owned.get(mac.lower()) or self.held.get(mac.lower())
 
 
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """The links kvdev never touches, as the guest's primary NICs: ifindex -> why (for people)."""
+
+    links: Mapping[int, str] = field(default_factory=dict)
+
+    def why(self, ifindex: int) -> str | None:
+        """Why the link ``ifindex`` is protected; None when it is not."""
+        return self.links.get(ifindex)
+
+
+def protected(state: NetState, decision: Decision | None = None) -> Protected:
+    """The guest's primary NICs in ``state``: each with why (see the module docstring).
+
+    A default route kvdev did not add gives the first reason; the decision's (the guest's own,
+    or held) is the reason of a link without one.
+    """
+    out: dict[int, str] = {}
+    for r in foreign_defaults(state.routes):
+        link = state.link(r.ifindex)
+        if link is not None and link.ifindex not in out:
+            out[link.ifindex] = (
+                f"{link.ifname} carries the default route {via(r, state)}, which kvdev did not "
+                "add: kvdev does not configure the NIC the guest reaches its network through"
+            )
+    for link in state.links if decision is not None else ():
+        own = decision.reason(link.mac) if decision is not None else None
+        if own is not None and link.ifindex not in out:
+            out[link.ifindex] = (
+                f"{link.ifname} is the guest's own NIC: {own}; kvdev does not configure it"
+            )
+    return Protected(out)
+
+
+def via(route: Route, state: NetState) -> str:
+    """``route`` as people read it: ``DEST [via GW] dev NAME``."""
+    link = state.link(route.ifindex)
+    gateway = f" via {route.gateway}" if route.gateway else ""
+    return f"{route.destination}{gateway} dev {link.ifname if link else route.ifindex}"
+
+
 def _why_configured(c: Configured) -> str:
     by = f"MAC {c.mac}" if c.mac else f"PCI address {c.pci}" if c.pci else f"name {c.name}"
     if c.source.startswith("hints"):
@@ -112,8 +158,8 @@ def decide(
         ):
             if link is not None:
                 own(link.mac, link.ifname, _why_configured(c))
-    for route in _foreign_defaults(state.routes):
-        link = state.link(route)
+    for route in foreign_defaults(state.routes):
+        link = state.link(route.ifindex)
         if link is not None:
             own(link.mac, link.ifname, "it carried the guest's default route when kvdev saw it")
     held: dict[str, str] = {}
@@ -138,10 +184,8 @@ def decide(
     return Decision(owned, held), added
 
 
-def _foreign_defaults(routes: Iterable[Route]) -> list[int]:
-    """The ifindexes carrying a default route kvdev did not add."""
+def foreign_defaults(routes: Iterable[Route]) -> list[Route]:
+    """The default routes kvdev did not add."""
     return [
-        r.ifindex
-        for r in routes
-        if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen == 0
+        r for r in routes if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen == 0
     ]

@@ -1,16 +1,18 @@
 """Pure: what metadata may ask of the guest's network; what kvdev refuses, and what it warns about.
 
 Metadata and hints come from the host; a wrong or hostile one must not take the guest's own
-network away. ``primary_nic`` and ``judge`` apply the policy to what planning wants, before any
-step is planned. Each refusal is per item (an address, a route) or, for the primary NIC, per
+network away. ``judge`` applies the policy to what planning wants, before any step is planned;
+which NICs are the guest's primary ones is ``core.primary``'s answer (``protected``), consumed
+here and by planning. Each refusal is per item (an address, a route) or, for the primary NIC, per
 device: the device shows as ``Error`` with the reason (``kvdev explain``), everything else it
 asks for, and every other device, goes ahead.
 
 Refused:
 
-* **the primary NIC**: a bound NIC that carries a default route kvdev did not add is not
-  touched at all (no altname, name, MTU, address, route or link state): it is how the guest
-  reaches its network (and its primary address is on it);
+* **the primary NIC**: a bound NIC that ``core.primary.protected`` names (it carries a default
+  route kvdev did not add, or it is the guest's own) is not touched at all (no altname, name,
+  MTU, address, route or link state; planning leaves it out): it is how the guest reaches its
+  network (and its primary address is on it);
 * a **stacked NIC**: a bound NIC that is a port of the guest's own bridge, bond or VRF (it has
   a master), or that the guest built links on (a VLAN, macvlan, ipvlan, vxlan: it has uppers),
   is not touched at all either: a rename takes it down (and the bridge's forwarding with it), a
@@ -32,8 +34,8 @@ Refused:
   guest reaches through a primary NIC, or a cloud metadata address (``METADATA``); or that,
   with the others through managed links before it, would reach more than a ``UNION_PREFIX``
   (/4 for IPv4, /12 for IPv6) worth of addresses: many routes that together cover what the
-  default route reaches. A primary NIC is one that carries a default route kvdev did not add
-  or one that is the guest's own (``Guard.links``: ``core.primary``). None of this applies to
+  default route reaches. A primary NIC is one ``core.primary.protected`` names
+  (``Guard.protected``). None of this applies to
   a device whose hint says it is to become the primary (``network.primary``): it is warned
   about instead.
 
@@ -63,6 +65,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev.guest.core import primary
 from kvdev.guest.core.observed import (
     KVDEV_PROTO,
     RTPROT_KERNEL,
@@ -72,6 +75,7 @@ from kvdev.guest.core.observed import (
     interface_ip,
     network,
 )
+from kvdev.guest.core.primary import foreign_defaults, via
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NET = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -113,13 +117,14 @@ class Wanted:
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """What else holds the primary NIC's traffic, besides the links carrying a default route.
+    """What holds the primary NICs' traffic.
 
-    ``links``: ifindexes of the guest's own NICs (``core.primary``); ``dns``: the guest's DNS
-    servers (``adapters.netconfig.dns_servers``), protected when reached through a primary NIC.
+    ``protected``: the primary NICs (``core.primary.protected``; None: those of the state alone,
+    the links carrying a default route kvdev did not add); ``dns``: the guest's DNS servers
+    (``adapters.netconfig.dns_servers``), protected when reached through a primary NIC.
     """
 
-    links: frozenset[int] = frozenset()
+    protected: primary.Protected | None = None
     dns: tuple[str, ...] = ()
 
 
@@ -136,34 +141,8 @@ class Ruling:
     """Each route refused, with why (planning says it when it removes one kvdev added)."""
 
 
-def _via(route: Route, state: NetState) -> str:
-    link = state.link(route.ifindex)
-    via = f" via {route.gateway}" if route.gateway else ""
-    return f"{route.destination}{via} dev {link.ifname if link else route.ifindex}"
-
-
 def _metric(family: int, metric: int | None) -> int:
     return metric if metric is not None else _DEFAULT_METRIC[family]
-
-
-def _foreign_defaults(state: NetState) -> list[Route]:
-    """Default routes kvdev did not add."""
-    return [
-        r
-        for r in state.routes
-        if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen == 0
-    ]
-
-
-def primary_nic(link: Link, state: NetState) -> str | None:
-    """Why ``link`` is the guest's primary NIC and must not be touched; None when it is not."""
-    for r in _foreign_defaults(state):
-        if r.ifindex == link.ifindex:
-            return (
-                f"{link.ifname} carries the default route {_via(r, state)}, which kvdev did not "
-                "add: kvdev does not configure the NIC the guest reaches its network through"
-            )
-    return None
 
 
 def stacked(link: Link, state: NetState) -> str | None:
@@ -281,13 +260,14 @@ class _Judge:
         for w in wanted:
             for address in w.addresses:
                 self.askers[ipaddress.ip_interface(address).ip].append(w)
-        self.defaults = _foreign_defaults(state)
+        self.defaults = foreign_defaults(state.routes)
         self.foreign_routes = [
             r
             for r in state.routes
             if r.protocol != KVDEV_PROTO and network(r.destination).prefixlen
         ]
-        self.primaries = {r.ifindex for r in self.defaults} | set(guard.links)
+        protected = guard.protected if guard.protected is not None else primary.protected(state)
+        self.primaries = set(protected.links)
         # The links kvdev manages: those it configures now, and those holding what it added.
         self.managed = {w.ifindex for w in wanted}
         self.managed.update(a.ifindex for a in state.addresses if a.proto == KVDEV_PROTO)
@@ -359,7 +339,7 @@ class _Judge:
         if net.prefixlen < SHORTEST[v]:
             theirs = [r for r in self.defaults if network(r.destination).version == v]
             default = (
-                f"the default route {_via(theirs[0], self.state)}"
+                f"the default route {via(theirs[0], self.state)}"
                 if theirs
                 else ("any default route the guest gets")
             )
@@ -428,7 +408,7 @@ class _Judge:
         for r in self.foreign_routes:
             other = network(r.destination)
             if r.ifindex != w.ifindex and other.version == net.version and other.overlaps(net):
-                return None, f"route {destination} overlaps {_via(r, self.state)}"
+                return None, f"route {destination} overlaps {via(r, self.state)}"
         return None, None
 
     def _default(self, w: Wanted, family: int, metric: int | None) -> tuple[str | None, str | None]:
@@ -442,12 +422,12 @@ class _Judge:
             return None, f"a default route through {w.ifname}: the guest's only one"
         best = min(theirs, key=lambda r: _metric(family, r.metric))
         if mine <= (their := _metric(family, best.metric)):
-            via = _via(best, self.state)
-            why = f"default route with metric {mine} would take over from {via} (metric {their})"
+            over = via(best, self.state)
+            why = f"default route with metric {mine} would take over from {over} (metric {their})"
             if w.primary:
                 return None, f"{why}: allowed, its hint sets network.primary"
             return f"{why}; {_ALLOW}", None
-        return None, f"a default route through {w.ifname}, behind {_via(best, self.state)}"
+        return None, f"a default route through {w.ifname}, behind {via(best, self.state)}"
 
 
 def judge(wanted: Sequence[Wanted], state: NetState, guard: Guard | None = None) -> list[Ruling]:

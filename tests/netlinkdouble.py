@@ -1,4 +1,6 @@
-"""In-memory stand-ins for the agent's ports, so the reconcile pass can be tested without root.
+"""The netlink double: an in-memory ``NetlinkPort``, so the reconcile pass is tested without root.
+
+Test-only: it lives under tests/, outside the package (the pure core's unit tests use it).
 
 ``MemoryNetlink`` is a ``NetlinkPort`` over a ``NetState`` held in memory: ``apply`` changes it
 the way the kernel would (renaming an up link is EBUSY, a name taken is EEXIST, an MTU out of

@@ -1,4 +1,4 @@
-"""The link marks (``core.marks`` + ``adapters.marks``) as a ``Reconciler`` keeps them on disk.
+"""The link marks (``core.marking``, ``adapters.markfiles``) as a ``Reconciler`` keeps them.
 
 The example tree over an in-memory kernel, as in test_reconciler.py: the three NICs it
 describes are matched by MAC (veth links, no PCI), a fourth link nobody describes is not, and
@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
-from kvdev.guest.adapters import marks as mark_files
+from kvdev.guest.adapters import markfiles as mark_files
 from kvdev.guest.adapters.config import AgentConfig
-from kvdev.guest.core.marks import mac_mark, nm_overrides, pci_mark
+from kvdev.guest.core.marking import mac_mark, nm_overrides, pci_mark
 from kvdev.guest.core.observed import GuestDevice, Link, Route
 from kvdev.guest.reconciler import Reconciler, converge
 from memlab import MACS, example_config, example_kernel

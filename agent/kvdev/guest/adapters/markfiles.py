@@ -1,4 +1,4 @@
-"""The mark files: one empty file per mark (``core.marks``) in ``<state-dir>/marks``.
+"""The mark files: one empty file per mark (``core.marking``) in ``<state-dir>/marks``.
 
 udev's ``81-kvdev.rules`` tests for them by name, so what a file holds does not matter and the
 agent writes nothing in them. Only names that start with ``mac-`` or ``pci-`` are created or
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvdev.guest.core.marks import MAC_PREFIX, PCI_PREFIX
+from kvdev.guest.core.marking import MAC_PREFIX, PCI_PREFIX
 
 MARK_DIR = "marks"
 
