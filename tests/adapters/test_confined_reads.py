@@ -19,7 +19,8 @@ import pytest
 
 from kvdev._confined import RefusedError, read_beneath
 from kvdev.errors import SchemaError
-from kvdev.host.bundle.source import read_cdi_dir, read_host_file
+from kvdev.host.bundle.source import read_cdi_dir
+from kvdev.host.cdi.ondisk import read_host_file
 from kvdev.host.relay.finder import find
 from kvdev.schema.tree import ROOT
 

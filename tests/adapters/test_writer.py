@@ -15,8 +15,8 @@ import yaml
 from hostlab import fill
 from kvdev.errors import PermanentError, RetryableError, SchemaError
 from kvdev.host.k8s import ResourceClaim, load
+from kvdev.host.k8s.device import NetworkDeviceData
 from kvdev.host.publish import writer
-from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema import DEVICE_METADATA, decode_stream
 
 REPO = Path(__file__).resolve().parents[2]

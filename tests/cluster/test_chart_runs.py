@@ -293,8 +293,8 @@ def test_the_plugin_runs_as_rendered_and_is_serving(
 def test_the_relay_runs_as_rendered_and_publishes_its_nodes_file(
     cluster, kube, release, kubelet_dirs, tmp_path
 ):
-    from kvdev.host.publish.cdi import metadata_spec  # noqa: PLC0415
-    from kvdev.host.publish.relayed import node_selector  # noqa: PLC0415
+    from kvdev.host.cdi.spec import metadata_spec  # noqa: PLC0415
+    from kvdev.host.contract import node_selector  # noqa: PLC0415
 
     uid = "5e0c1d2f-0000-4000-8000-00000000000a"
     file = kubelet_dirs["plugins"] / "relay-test" / "metadata.json"

@@ -17,8 +17,8 @@ import pytest
 from clusterlab import SYSTEM, kvdev_host, wait_for
 from kubernetes import client
 
+from kvdev.host.contract import configmap_name
 from kvdev.host.controller.live import CONFIGMAP_PAGE_MAX
-from kvdev.host.controller.render import configmap_name
 
 FLOOD = 100
 SIZE = 900 * 1024

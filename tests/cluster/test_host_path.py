@@ -15,7 +15,7 @@ import json
 import pytest
 from clusterlab import SYSTEM, kvdev_host, refusals, wait_for
 
-from kvdev.host.controller.render import configmap_name, vmi_label
+from kvdev.host.contract import configmap_name, vmi_label
 
 
 @pytest.fixture

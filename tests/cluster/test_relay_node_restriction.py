@@ -34,11 +34,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kvdev.errors import PermanentError
+from kvdev.host import contract
+from kvdev.host.contract import node_selector
 from kvdev.host.controller.index import Index, Kind, parse
 from kvdev.host.controller.render import render
 from kvdev.host.kubeclient import api_client
 from kvdev.host.publish import relayed
-from kvdev.host.publish.relayed import node_selector, records
+from kvdev.host.publish.relayed import records
 from kvdev.host.relay.finder import DriverFile, Found
 from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
@@ -80,7 +82,7 @@ class RelayNode:
 
     def publish(self):
         # A name past 63 characters is no label value: the hostname label is a shorter name.
-        add_node(self.core, self.name, {"kubernetes.io/hostname": relayed.node_label(self.name)})
+        add_node(self.core, self.name, {"kubernetes.io/hostname": contract.node_label(self.name)})
         body = {
             "metadata": {"name": self.pod, "namespace": SYSTEM},
             "spec": {
@@ -291,9 +293,9 @@ def forged_as(body, *, name=None, label=None, node=None):
     if name is not None:
         forged["metadata"]["name"] = name
     if label is not None:
-        forged["metadata"]["labels"][relayed.NODE_LABEL] = label
+        forged["metadata"]["labels"][contract.NODE_LABEL] = label
     if node is not None:
-        forged["metadata"]["annotations"][relayed.NODE_ANNOTATION] = node
+        forged["metadata"]["annotations"][contract.NODE_ANNOTATION] = node
     return forged
 
 
@@ -307,15 +309,15 @@ def test_a_node_cannot_take_another_nodes_record_name_or_label(kube, nodes):
     (own_b,), _ = records(b.name, SYSTEM, [f])
     (of_a,), _ = records(a.name, SYSTEM, [f])
     named_a = forged_as(own_b, name=of_a["metadata"]["name"])  # annotation and label: B
-    labelled_a = forged_as(own_b, label=relayed.node_label(a.name))
+    labelled_a = forged_as(own_b, label=contract.node_label(a.name))
     old_form = forged_as(own_b, name=f"kvdev-relay-{CLAIM_UID}-0123456789")
-    other_uid = forged_as(own_b, name=relayed.record_name(b.name, OTHER_UID))
+    other_uid = forged_as(own_b, name=contract.record_name(b.name, OTHER_UID))
     for forged in (named_a, labelled_a, old_form, other_uid):
         message = refused(lambda forged=forged: as_b.create(SYSTEM, forged))
         assert f"the relay on node '{b.name}' may write only records of its own" in message
     assert f"not {of_a['metadata']['name']}" in refused(lambda: as_b.create(SYSTEM, named_a))
     stored = as_b.create(SYSTEM, own_b)
-    relabel = forged_as(stored, label=relayed.node_label(a.name))
+    relabel = forged_as(stored, label=contract.node_label(a.name))
     assert "may write only records of its own" in refused(lambda: as_b.replace(SYSTEM, relabel))
     as_b.delete(SYSTEM, own_b["metadata"]["name"])
 
@@ -333,11 +335,11 @@ def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
     uids = (CLAIM_UID, OTHER_UID, THIRD_UID)
     files = [DriverFile(u, "nic-1", DRIVER, A_BYTES, "/etc/cdi/x.json") for u in uids]
     made = records(a.name, SYSTEM, files)[0]
-    own = {r["metadata"]["labels"][relayed.CLAIM_UID_LABEL]: r for r in made}
+    own = {r["metadata"]["labels"][contract.CLAIM_UID_LABEL]: r for r in made}
     listed_b = forged_as(own[CLAIM_UID], node=b.name)
     listed_b["data"] = {f"nic-1.{DRIVER}-metadata.json": '{"forged": true}'}
     unlabelled_b = forged_as(own[OTHER_UID], node=b.name)
-    del unlabelled_b["metadata"]["labels"][relayed.NODE_LABEL]
+    del unlabelled_b["metadata"]["labels"][contract.NODE_LABEL]
     old_form = forged_as(own[THIRD_UID], name=f"kvdev-relay-{THIRD_UID}-0123456789")
     for body in (listed_b, unlabelled_b, old_form):
         core.create_namespaced_config_map(SYSTEM, body)
@@ -356,7 +358,7 @@ def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
             core.read_namespaced_config_map(old_form["metadata"]["name"], SYSTEM)
         assert gone.value.status == 404
         (mine,) = [o for o in a.api().list(SYSTEM, node_selector(a.name)) if relayed.read_record(o)]
-        assert mine["metadata"]["name"] == relayed.record_name(a.name, THIRD_UID)
+        assert mine["metadata"]["name"] == contract.record_name(a.name, THIRD_UID)
         again = relay.sync()
         assert (again.created, again.updated, again.deleted, again.taken) == (0, 0, 0, 2)
     finally:
@@ -370,7 +372,7 @@ def long_nodes(kube, namespace, shipped, tmp_path):
     characters that share their first 63 (a '-' at the 63rd: the label is their first 62),
     and one of exactly ``NODE_NAME_MAX`` (204)."""
     stem = f"{namespace}-" + "n" * (62 - len(namespace) - 1)
-    longest = (f"{namespace}-" + ("l" * 60 + ".") * 4)[: relayed.NODE_NAME_MAX - 1] + "l"
+    longest = (f"{namespace}-" + ("l" * 60 + ".") * 4)[: contract.NODE_NAME_MAX - 1] + "l"
     made = [RelayNode(kube, n, tmp_path) for n in (f"{stem}-one-1234", f"{stem}-two-1234", longest)]
     for n in made:
         n.publish()
@@ -379,7 +381,7 @@ def long_nodes(kube, namespace, shipped, tmp_path):
         n.unpublish()
     core = client.CoreV1Api(kube)
     core.delete_collection_namespaced_config_map(
-        SYSTEM, label_selector=f"{relayed.CLAIM_UID_LABEL}={CLAIM_UID}"
+        SYSTEM, label_selector=f"{contract.CLAIM_UID_LABEL}={CLAIM_UID}"
     )
 
 
@@ -388,8 +390,8 @@ def test_the_policy_admits_the_names_and_labels_python_makes_for_long_node_names
     253-character name, and a relay never trusts nor deletes the record of another node that
     shares its label."""
     one, two, longest = long_nodes
-    assert len(longest.name) == relayed.NODE_NAME_MAX
-    assert relayed.node_label(one.name) == relayed.node_label(two.name) == one.name[:62]
+    assert len(longest.name) == contract.NODE_NAME_MAX
+    assert contract.node_label(one.name) == contract.node_label(two.name) == one.name[:62]
     f = DriverFile(CLAIM_UID, "nic-1", DRIVER, A_BYTES, "/etc/cdi/x.json")
     policy_in_force(kube, two.api(), one.name)
     for node in (two, longest, one):
@@ -398,13 +400,13 @@ def test_the_policy_admits_the_names_and_labels_python_makes_for_long_node_names
         ).sync()
         assert (done.created, done.failed, done.taken) == (1, 0, 0), node.name
     stored = client.CoreV1Api(kube).list_namespaced_config_map(
-        SYSTEM, label_selector=f"{relayed.CLAIM_UID_LABEL}={CLAIM_UID}"
+        SYSTEM, label_selector=f"{contract.CLAIM_UID_LABEL}={CLAIM_UID}"
     )
     names = sorted(cm.metadata.name for cm in stored.items)
-    assert names == sorted(relayed.record_name(n.name, CLAIM_UID) for n in long_nodes)
-    assert len(relayed.record_name(longest.name, CLAIM_UID)) == 253
+    assert names == sorted(contract.record_name(n.name, CLAIM_UID) for n in long_nodes)
+    assert len(contract.record_name(longest.name, CLAIM_UID)) == 253
     # Node one's claim is gone: its relay deletes its own record, never node two's.
     done = Relay(one.api(), one.name, SYSTEM, [], finder=lambda *_: Found()).sync()
     assert (done.deleted, done.failed) == (1, 0)
     left = one.api().list(SYSTEM, node_selector(one.name))
-    assert [o["metadata"]["name"] for o in left] == [relayed.record_name(two.name, CLAIM_UID)]
+    assert [o["metadata"]["name"] for o in left] == [contract.record_name(two.name, CLAIM_UID)]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from clusterlab import minimal_vmi, wait_for
 
-from kvdev.host.controller.render import configmap_name
+from kvdev.host.contract import configmap_name
 
 LABEL = "kvdev.io/wire-vmis"
 VOLUME = "kvdev-metadata"

@@ -25,11 +25,11 @@ def run(*args, **kwargs):
     )
 
 
-def test_help_lists_the_contract_and_examples():
+def test_help_names_the_contract_page_and_gives_examples():
     done = run("controller", "--help")
     assert done.returncode == 0
-    texts = ("kvdev-<vmi>", "guest-hints.json", "--once", "--leader-elect", "examples:")
-    more = ("--http-address", "/readyz", "/metrics", "--renew-deadline", "ConfigMapNotOwned")
+    texts = ("kvdev-<vmi>", "guest-hints.json", "docs/reference/controller.md", "examples:")
+    more = ("--once", "--leader-elect", "--http-address", "--renew-deadline", "exit status:")
     for text in (*texts, *more):
         assert text in done.stdout
     assert "controller" in run("--help").stdout

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 
 from kvdev import __version__
-from kvdev.host.controller.render import configmap_name
+from kvdev.host.contract import configmap_name
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
 REPO = Path(__file__).resolve().parents[2]

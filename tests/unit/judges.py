@@ -1,7 +1,7 @@
 """The guest's plain reader judged by the host's pydantic models: the same stream read both ways.
 
 ``read_both(data, kind)`` reads a stream with ``decode_stream`` twice: with the plain values
-the guest uses, and with the same stream logic over the pydantic models of ``kvdev.host.schema``
+the guest uses, and with the same stream logic over the pydantic models of ``pydantic_schema``
 (each object validated by pydantic, strict, its errors turned into problems as the host turns
 them). ``verdict`` says whether the two agree (every problem, warning and decoded value the
 same) and how: ``"read"`` or ``"refused"``. ``PLAIN_DIFFERS`` names where they may differ.
@@ -18,11 +18,11 @@ from unittest import mock
 from pydantic import BaseModel, ValidationError
 
 from kvdev.errors import SchemaError
-from kvdev.host.schema import base as pyd_base
-from kvdev.host.schema import configdrive as pyd_configdrive
-from kvdev.host.schema import hints as pyd_hints
-from kvdev.host.schema import reading as pyd_reading
+from kvdev.host.k8s import model as pyd_base
 from kvdev.schema import configdrive, plain, stream
+from pydantic_schema import configdrive as pyd_configdrive
+from pydantic_schema import hints as pyd_hints
+from pydantic_schema import reading as pyd_reading
 
 # Where the plain reader and the pydantic models may differ, on purpose: none so far. Each
 # entry names the condition; judge() would return its key. (docs/development/upstream-judges.md)

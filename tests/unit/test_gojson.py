@@ -8,8 +8,8 @@ example's golden files and the layout rules (field order, omitempty, pointers) w
 import json
 from pathlib import Path
 
+from kvdev.host.cdi import spec as cdi
 from kvdev.host.k8s import load
-from kvdev.host.publish import cdi
 from kvdev.host.publish.metadata import build_metadata
 from kvdev.schema import DEVICE_METADATA, encode_stream, gojson
 from kvdev.schema.metadata import GO_LAYOUT, V1ALPHA1, V1BETA1

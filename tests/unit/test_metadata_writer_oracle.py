@@ -37,10 +37,10 @@ from hypothesis import strategies as st
 from test_stream_properties import attribute, c_ident, cidr, label, subdomain
 
 from kvdev.host.k8s import ResourceClaim, ResourceSlice, load
+from kvdev.host.k8s.device import NetworkDeviceData
 from kvdev.host.publish import writer
 from kvdev.host.publish.files import RECORD_FILE
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, device_attributes, find_device
-from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema.metadata import V1ALPHA1, V1BETA1
 from upstreamlab import JsonLines
 

@@ -1,7 +1,7 @@
-"""The guest's plain reader agrees with the host's pydantic models, error for error.
+"""The plain reader agrees with pydantic models of the same documents, error for error.
 
 The agent and ``kvdev`` read DeviceMetadata, GuestHints and the config drive with
-``kvdev.schema`` (no pydantic); the host's models of the same documents (``kvdev.host.schema``)
+``kvdev.schema`` (no pydantic); pydantic models of the same documents (``tests/pydantic_schema``)
 judge it: on generated streams (valid documents in every layout) and hostile ones (upstream's
 reader oracle's mutations, and valid documents with 1-3 values replaced, dropped or added),
 both readers must refuse with the same problems (file, stream index, field, message) or read

@@ -15,8 +15,8 @@ Modules, lowest first (each imports only those above it):
 * ``documents``   one file's bytes in, one checked result out
 
 The whole package is pure (no I/O, no clocks, no environment) and imports no pydantic: the
-guest reads with it alone. The host's pydantic models of the same documents, which the host
-writes with and the tests judge this reader by, are ``kvdev.host.schema``.
+guest reads with it alone, and the host builds and writes its documents with the same values.
+The tests judge it by pydantic models of the same documents (``tests/pydantic_schema``).
 
 Names are loaded on first use (PEP 562): importing one module of the package (the host's
 allocator needs ``metadata`` alone) does not load the others.

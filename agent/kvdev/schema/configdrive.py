@@ -15,13 +15,10 @@ No I/O here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
 
 from kvdev.schema.fields import normalize_mac, normalize_pci_address
 from kvdev.schema.plain import Value, integer, list_of, literal, nullable, of, string, struct
 
-META_DATA_PATH: Final = "openstack/latest/meta_data.json"
-VOLUME_LABEL: Final = "config-2"
 DEVICES_MAX = 1024
 UINT32_MAX = 2**32 - 1
 

@@ -2,9 +2,9 @@
 
 Each rule is a plain function ``check_x(value) -> normalized value`` that raises ``ValueError``
 with a message naming what is wrong (the reader turns that into a field-path error); the
-host's pydantic models apply the same functions (``kvdev.host.schema.types``). The limits
-are the upstream ones (resource.k8s.io/v1 validation, the kernel's ``dev_valid_name``); each
-says where it comes from.
+host's pydantic models of Kubernetes objects apply the same functions (``kvdev.host.k8s.types``).
+The limits are the upstream ones (resource.k8s.io/v1 validation, the kernel's
+``dev_valid_name``); each says where it comes from.
 
 This module owns value syntax only. It does no I/O and knows no document shapes.
 """

@@ -32,8 +32,8 @@ and renames make a new one, and writers emit every version they know, newest fir
 ``protectedNICs`` (optional, at most 64) lists them by guest MAC and/or guest PCI address (each
 entry needs one of the two; ``name`` is the VMI interface's).
 
-These are the guest's plain values; the host builds the same document with its pydantic models
-(``kvdev.host.schema.hints``), and the tests hold the two readers to agreement.
+The host builds hints with these values and the guest reads with them; the tests judge them
+by pydantic models of the same document.
 
 No I/O here.
 """

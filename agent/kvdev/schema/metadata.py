@@ -5,10 +5,10 @@ so one set of values serves both (``api_version`` says which one an object was).
 v1beta1 validation rules, applied to v1alpha1 too: its content comes from the same validated
 ResourceSlices, so a file breaking them was not written by a conforming driver.
 
-These values are the yardstick a file kvdev *reads* is measured against: upstream's reader
-checks none of these rules, so the agent reads with ``reading`` and reports breaks of these
-rules as warnings (``reading.conformance``). What kvdev *writes* is built by the host's pydantic
-models of the same rules (``kvdev.host.schema.metadata``; the tests hold the two to agreement).
+These values are what the host builds and writes (``kvdev.host.publish.metadata``), and the
+yardstick a file kvdev *reads* is measured against: upstream's reader checks none of these
+rules, so the agent reads with ``reading`` and reports breaks of these rules as warnings
+(``reading.conformance``). The tests judge them by pydantic models of the same rules.
 ``GO_LAYOUT`` is the Go type of the object, for writing it byte for byte as upstream's Go writer
 does (``gojson``).
 
@@ -57,7 +57,6 @@ HARDWARE_ADDRESS_MAX_BYTES = 128  # NetworkDeviceDataHardwareAddressMaxLength
 IPS_MAX = 16  # NetworkDeviceDataMaxIPs
 RESULTS_MAX = 32  # AllocationResultsMaxSize: devices per claim
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-ATTRIBUTE_KEYS: Final = ("string", "int", "bool", "version", "strings", "ints", "bools", "versions")
 
 
 def max_bytes(limit: int) -> Rule:

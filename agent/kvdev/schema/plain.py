@@ -10,8 +10,8 @@ dataclass deriving from ``Value`` whose fields say, with ``of``, how each JSON k
 * ``nullable``, ``list_of``, ``dict_of``, ``struct``: null, arrays, objects and nested values;
 * a ``Value``'s ``validate`` runs once all its fields decoded (rules over several fields).
 
-What is decoded, and what each problem says, is what the host's pydantic models
-(``kvdev.host.schema``) say of the same data: the tests hold the two to agreement, error for
+What is decoded, and what each problem says, is what pydantic models of the same documents
+(the tests' judge) say of the same data: the tests hold the two to agreement, error for
 error (tests/unit/test_plain_reader_judges.py). Problems are collected as pydantic collects
 them: every field of an object is tried, an object's ``validate`` only when its fields all
 decoded, a list longer than its limit is refused before its items are looked at.

@@ -16,8 +16,6 @@ No I/O here.
 
 from __future__ import annotations
 
-from typing import Final
-
 from kvdev.errors import Problem, Severity
 from kvdev.schema import metadata as rules
 from kvdev.schema.plain import (
@@ -130,8 +128,6 @@ class DeviceMetadata(Value):
 
 
 # --------------------------------------------------------------------------- conformance
-
-CONFORMANCE: Final = "breaks a rule every conforming writer follows (upstream accepts it)"
 
 
 def conformance(data: dict[str, object], *, source: str, index: int | None) -> tuple[Problem, ...]:

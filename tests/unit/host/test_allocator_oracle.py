@@ -36,6 +36,7 @@ FIXTURES = sorted(
 # Differences the oracle has found and kvdev has not settled yet: strict xfail (none today).
 UNSETTLED: set[str] = set()
 RANDOM_CASES = int(os.environ.get("ORACLE_CASES", "300"))
+CI_SEED = 20261207
 
 
 # The filter timeout (10 s, kube-scheduler's) measures a machine's speed, not the input: where
@@ -174,7 +175,10 @@ def test_fixture_as_upstream_allocates(path, fixture_verdicts, tmp_path):
 
 
 def test_random_cases_as_upstream_allocates(tmp_path, capsys):
-    seed = int(os.environ.get("SEED") or secrets.randbits(31))
+    # CI replays one seed (as hypothesis replays its examples there); developers explore
+    seed = int(
+        os.environ.get("SEED") or (CI_SEED if os.environ.get("CI") else secrets.randbits(31))
+    )
     with capsys.disabled():
         print(f"\nallocator oracle: {RANDOM_CASES} random cases, SEED={seed}")
     cases = [case(seed + i) for i in range(RANDOM_CASES)]
@@ -186,14 +190,27 @@ def test_random_cases_as_upstream_allocates(tmp_path, capsys):
     for i, m in enumerate(mine):
         if _timed_out(m) and not _timed_out(verdicts[i]):
             mine[i] = kvdev(cases[i], tmp_path, PATIENCE)
+    # upstream's exhaustive search outlasting even PATIENCE gave no answer to compare: named,
+    # never read as a difference, and bounded so that the comparison keeps its meaning
+    unanswered = [i for i in slow if _timed_out(verdicts[i]) and not _timed_out(mine[i])]
+    assert len(unanswered) <= RANDOM_CASES // 100, (
+        f"SEED={seed}: upstream answered no case of {unanswered}"
+    )
     found = []
     for i, (m, theirs) in enumerate(zip(mine, verdicts, strict=True)):
+        if i in unanswered:
+            continue
         problem = differences(m, theirs)
         if problem is not None:
             found.append(f"case seed {seed + i}: {problem[:400]}")
     report = f"SEED={seed}: {len(found)} of {len(cases)} differ:\n" + "\n".join(found[:20])
     with capsys.disabled():
         print(report if found else f"SEED={seed}: no difference")
+        if unanswered:
+            print(
+                f"SEED={seed}: upstream gave no answer within {PATIENCE}, not compared: seeds",
+                [seed + i for i in unanswered],
+            )
         if slow:
             print(
                 f"SEED={seed}: asked upstream again with {PATIENCE}: seeds",

@@ -10,7 +10,7 @@ import copy
 
 from kvdev.guest.core.matching import MatchState, match
 from kvdev.guest.core.observed import GuestDevice, Nic
-from kvdev.host.controller.hints import vmi_hints
+from kvdev.host.controller.vmihints import vmi_hints
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import DescribedDevice

@@ -1,4 +1,4 @@
-"""kvdev.host.publish.cdi: the CDI spec of a metadata mount, valid against the CDI JSON schema."""
+"""kvdev.host.cdi.spec: the CDI spec of a metadata mount, valid against the CDI JSON schema."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from kvdev.host.publish import cdi
+from kvdev.host.cdi import spec as cdi
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_DIR = REPO / "tests" / "data" / "cdi-schema"

@@ -11,9 +11,8 @@ import yaml
 
 from apidouble import ApiDouble
 from kvdev.host import cli
-from kvdev.host.controller.events import Reason
+from kvdev.host.contract import GUEST_ANNOTATION, HINTS_KEY
 from kvdev.host.controller.guests import (
-    GUEST_ANNOTATION,
     DescribedNic,
     NicState,
     UnreportedReason,
@@ -25,7 +24,8 @@ from kvdev.host.controller.guestwatch import Tracker
 from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.metrics import Metrics
-from kvdev.host.controller.render import HINTS_KEY, Inputs, Verb, render
+from kvdev.host.controller.render import Inputs, Verb, render
+from kvdev.host.controller.vmievents import Reason
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_controller_live import CM, Running, configmap, example_objects, kubeconfig, until

@@ -10,8 +10,16 @@ import urllib.request
 import pytest
 
 from kvdev.host import cli
+from kvdev.host.contract import CONTROLLER as MANAGER
+from kvdev.host.contract import MANAGED_BY, VMI_LABEL
 from kvdev.host.controller.endpoints import Endpoints, Probes, parse_address
-from kvdev.host.controller.events import (
+from kvdev.host.controller.index import Kind, parse
+from kvdev.host.controller.kube import KubeApi
+from kvdev.host.controller.live import Controller
+from kvdev.host.controller.metrics import Metrics
+from kvdev.host.controller.reflector import Upsert
+from kvdev.host.controller.render import Inputs, Rendered, Verb
+from kvdev.host.controller.vmievents import (
     BURST,
     LRU,
     REFILL_SECONDS,
@@ -24,12 +32,6 @@ from kvdev.host.controller.events import (
     TokenBucket,
     event_name,
 )
-from kvdev.host.controller.index import Kind, parse
-from kvdev.host.controller.kube import KubeApi
-from kvdev.host.controller.live import Controller
-from kvdev.host.controller.metrics import Metrics
-from kvdev.host.controller.reflector import Upsert
-from kvdev.host.controller.render import MANAGED_BY, MANAGER, VMI_LABEL, Inputs, Rendered, Verb
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
 VMI = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1", "uid-1")

@@ -12,17 +12,11 @@ import yaml
 from kvdev.errors import Severity
 from kvdev.host import cli
 from kvdev.host.commands.controller import index_of_files
-from kvdev.host.controller.events import Reason
-from kvdev.host.controller.hints import vmi_hints
+from kvdev.host.contract import HINTS_KEY, configmap_name, vmi_label
 from kvdev.host.controller.index import Index, Kind, parse
-from kvdev.host.controller.render import (
-    HINTS_KEY,
-    Inputs,
-    Verb,
-    configmap_name,
-    render,
-    vmi_label,
-)
+from kvdev.host.controller.render import Inputs, Verb, render
+from kvdev.host.controller.vmievents import Reason
+from kvdev.host.controller.vmihints import vmi_hints
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.schema import GUEST_HINTS, decode_stream
 from kvdev.schema.stream import DEVICE_METADATA

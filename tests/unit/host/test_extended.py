@@ -8,11 +8,15 @@ from kvdev.host.allocation.extended import (
     class_mapping,
     status_for,
     synthesize,
-    synthesize_claims,
 )
 from kvdev.host.k8s import DeviceClass, Node, Pod
 
 GPU = "example.com/gpu"
+
+
+def synthesize_claims(pods, classes, node_allocatable=()):
+    """The special claims of ``synthesize``, without the Pod statuses."""
+    return [s.claim for s in synthesize(pods, classes, node_allocatable)]
 
 
 def device_class(name, extended=None, created=None):

@@ -10,7 +10,7 @@ import re
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kvdev.host.controller.render import configmap_name, vmi_label
+from kvdev.host.contract import configmap_name, vmi_label
 from kvdev.host.k8s.names import bounded_label, bounded_name, is_subdomain
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")

@@ -10,6 +10,7 @@ import yaml
 
 from kvdev.errors import SchemaError
 from kvdev.host.k8s import ResourceClaim, load
+from kvdev.host.k8s.device import NetworkDeviceData
 from kvdev.host.publish.devicestatus import apply_configuration, device_status
 from kvdev.host.publish.metadata import (
     NUMA_NODE,
@@ -19,8 +20,8 @@ from kvdev.host.publish.metadata import (
     claim_identity,
     network_from_status,
 )
-from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema import DEVICE_METADATA, decode_stream, encode_stream
+from pydantic_schema.metadata import DeviceMetadata as JudgeMetadata
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "packaging" / "examples" / "host"
@@ -166,6 +167,23 @@ def test_golden_stream_bytes():
     decoded = decode_stream(data, DEVICE_METADATA)
     assert decoded.warnings == ()
     assert decoded.document.to_json_dict() == gpu.document.to_json_dict()
+
+
+@pytest.mark.parametrize(
+    ("claim", "driver"),
+    [
+        ("vm1-devices", "gpu.nvidia.com"),
+        ("vm1-devices", "sriov.example.com"),
+        ("virt-launcher-vm1-fast-nic-q7w2x", "dra.net"),
+    ],
+)
+def test_the_pydantic_judge_accepts_every_built_document_unchanged(claim, driver):
+    built = build_metadata(claims()[claim], slices(), driver)
+    assert built
+    for item in built:
+        body = item.document.to_json_dict()
+        judged = JudgeMetadata.model_validate(body, strict=True)
+        assert judged.to_json_dict() == body
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from apidouble import ApiDouble
+from kvdev.host import contract
+from kvdev.host.contract import RECORD_BYTES_MAX
 from kvdev.host.kubeclient import api_client
-from kvdev.host.publish import relayed
-from kvdev.host.publish.relayed import RECORD_BYTES_MAX, read_record, records
+from kvdev.host.publish.relayed import read_record, records
 from kvdev.host.relay.finder import find
 from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
@@ -139,7 +140,7 @@ def test_hostile_specs_are_named_and_harm_no_other_claim(node):
 def test_a_record_reads_back_and_a_foreign_one_does_not(node):
     found, _ = unpack(find([node[0]], [node[1]]))
     (body,), _ = records("node-a", "kvdev-system", found)
-    assert body["metadata"]["labels"][relayed.NODE_LABEL] == "node-a"
+    assert body["metadata"]["labels"][contract.NODE_LABEL] == "node-a"
     record = read_record(body)
     assert record is not None
     assert (record.node, record.claim_uid) == ("node-a", GOOD_UID)
@@ -148,7 +149,7 @@ def test_a_record_reads_back_and_a_foreign_one_does_not(node):
     assert read_record(unlabelled) is None
     long_node = "n" * 200
     (long_body,), _ = records(long_node, "kvdev-system", found)
-    assert len(long_body["metadata"]["labels"][relayed.NODE_LABEL]) <= 63
+    assert len(long_body["metadata"]["labels"][contract.NODE_LABEL]) <= 63
     assert read_record(long_body).node == long_node
 
 
@@ -179,7 +180,7 @@ def test_the_loop_writes_only_what_changed_and_deletes_what_is_gone(node):
         again = relay.sync()
         assert (again.created, again.updated, again.unchanged) == (0, 0, 1)
         assert len(api.requests) == requests  # nothing changed: not one request
-        name = relayed.record_name("node-a", GOOD_UID)
+        name = contract.record_name("node-a", GOOD_UID)
         api.delete("v1", "ConfigMap", "kvdev-system", name)  # someone else's delete
         relay.sync()  # pass 3: not listed, not seen
         assert relay.sync().created == 1  # pass 4 lists again: made again

@@ -17,6 +17,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvdev.host.cdi import spec as cdi_spec
 from kvdev.host.relay import finder
 from kvdev.schema.tree import ROOT
 
@@ -63,7 +64,7 @@ def reads_while(call):
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    devices=st.integers(0, 2 * finder.MAX_DEVICES),
+    devices=st.integers(0, 2 * cdi_spec.MAX_DEVICES),
     mounts=st.integers(0, 40),
     paths=st.integers(1, 3),
     aliases=st.booleans(),
@@ -95,7 +96,7 @@ def test_any_spec_shape_costs_bounded_reads_and_harms_no_other_claim(
     # Each spec once, each distinct hostPath at most once: never per device or per mount.
     assert reads <= 2 + paths + 1
     assert [f.claim_uid for f in found.files if f.claim_uid == GOOD_UID] == [GOOD_UID]
-    over = devices > finder.MAX_DEVICES or devices * mounts > finder.MAX_MOUNTS
+    over = devices > cdi_spec.MAX_DEVICES or devices * mounts > cdi_spec.MAX_MOUNTS
     named = [Path(p.source).name for p in found.problems]
     if over:
         assert named == ["a-shape.yaml"]

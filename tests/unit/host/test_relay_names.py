@@ -1,9 +1,9 @@
-"""Relay record names bound to their node: the Python names, the chart's CEL, and the loop's trust.
+"""Relay record names bound to their node: the names, and the loop's trust.
 
 A record's name carries its node whole (``kvdev-relay-<claimUID>.<node>``) so that the chart's
 admission policy can check it against the node in the writer's token: distinct (node, claim)
 pairs never share a name, the name and the node label are what the CEL expects of the token's
-node, the chart's literals are ``publish.relayed``'s, and the loop trusts only its own node's
+node (the chart's literals: ``test_chart_contract``), and the loop trusts only its own node's
 records, reporting (never replacing or deleting) a record of another node that holds its name.
 """
 
@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apidouble import ApiDouble
+from kvdev.host import contract
+from kvdev.host.contract import record_name
 from kvdev.host.kubeclient import api_client
 from kvdev.host.publish import relayed
-from kvdev.host.publish.relayed import DriverFile, read_record, record_name, records
+from kvdev.host.publish.relayed import DriverFile, read_record, records
 from kvdev.host.relay.finder import Found
 from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
@@ -41,12 +40,12 @@ _short = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?", fullmatch=True)
 _long = st.from_regex(r"[a-z0-9][-a-z0-9]{30,61}[a-z0-9]", fullmatch=True)
 _parts = st.lists(st.one_of(_short, _long), min_size=1, max_size=8)
 nodes = _parts.map(".".join).filter(lambda n: len(n) <= 253)
-fitting = nodes.filter(lambda n: len(n) <= relayed.NODE_NAME_MAX)
+fitting = nodes.filter(lambda n: len(n) <= contract.NODE_NAME_MAX)
 too_long = (
     st.lists(_long, min_size=4, max_size=7)
     .map(".".join)
     .map(lambda n: n[:253].rstrip("-."))
-    .filter(lambda n: len(n) > relayed.NODE_NAME_MAX)
+    .filter(lambda n: len(n) > contract.NODE_NAME_MAX)
 )
 uids = st.uuids().map(str)
 # Long names are slow to draw on a busy machine; the checks themselves are cheap.
@@ -69,7 +68,9 @@ def test_distinct_node_and_claim_pairs_never_share_a_name(node, uid, other_node,
     if (node, uid) != (other_node, other_uid):
         assert record_name(node, uid) != record_name(other_node, other_uid)
     # The name gives its pair back: the claim UID holds no dot, the node is the rest.
-    got_uid, dot, got_node = record_name(node, uid).removeprefix(relayed.NAME_PREFIX).partition(".")
+    got_uid, dot, got_node = (
+        record_name(node, uid).removeprefix(contract.RECORD_PREFIX).partition(".")
+    )
     assert (got_uid, dot, got_node) == (uid, ".", node)
 
 
@@ -78,14 +79,14 @@ def test_distinct_node_and_claim_pairs_never_share_a_name(node, uid, other_node,
 def test_a_fitting_node_has_a_valid_name_and_label_as_the_policy_computes_them(node, uid):
     made = body(node, uid)
     name, labels = made["metadata"]["name"], made["metadata"]["labels"]
-    assert len(name) <= relayed.NAME_MAX
+    assert len(name) <= contract.NAME_MAX
     assert SUBDOMAIN.fullmatch(name)
     # What the chart's CEL requires of a record written with node `node`'s token:
-    assert re.fullmatch(relayed.UID_PATTERN.strip("^$"), labels[relayed.CLAIM_UID_LABEL])
-    assert name == relayed.NAME_PREFIX + labels[relayed.CLAIM_UID_LABEL] + "." + node
-    cel_label = node if len(node) <= 63 else re.match(relayed.LABEL_PREFIX_PATTERN, node[:63])[0]
-    assert labels[relayed.NODE_LABEL] == cel_label
-    assert len(cel_label) <= relayed.LABEL_MAX
+    assert re.fullmatch(contract.UID_PATTERN.strip("^$"), labels[contract.CLAIM_UID_LABEL])
+    assert name == contract.RECORD_PREFIX + labels[contract.CLAIM_UID_LABEL] + "." + node
+    cel_label = node if len(node) <= 63 else re.match(contract.LABEL_PREFIX_PATTERN, node[:63])[0]
+    assert labels[contract.NODE_LABEL] == cel_label
+    assert len(cel_label) <= contract.LABEL_MAX
     assert LABEL_VALUE.fullmatch(cel_label)
     assert node.startswith(cel_label)
     record = read_record(made)
@@ -98,13 +99,13 @@ def test_a_fitting_node_has_a_valid_name_and_label_as_the_policy_computes_them(n
 def test_a_node_whose_name_does_not_fit_has_no_records_and_says_why(node, uid):
     bodies, (problem,) = records(node, NS, [file_of(uid)])
     assert bodies == []
-    assert f"over {relayed.NODE_NAME_MAX}" in str(problem)
+    assert f"over {contract.NODE_NAME_MAX}" in str(problem)
 
 
 def test_the_node_bound_is_what_a_name_of_253_leaves():
     uid = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"
     longest = ("a" * 60 + ".") * 3 + "a" * 21
-    assert len(longest) == relayed.NODE_NAME_MAX == 204
+    assert len(longest) == contract.NODE_NAME_MAX == 204
     assert len(record_name(longest, uid)) == 253
     assert relayed.node_problem(longest) is None
     assert relayed.node_problem(longest + "a") is not None
@@ -115,85 +116,15 @@ def test_a_record_whose_name_label_or_annotation_disagree_is_not_read():
     good = body("node-a", uid)
     assert read_record(good) is not None
     as_b = yaml.safe_load(yaml.safe_dump(good))
-    as_b["metadata"]["annotations"][relayed.NODE_ANNOTATION] = "node-b"  # name says node-a
+    as_b["metadata"]["annotations"][contract.NODE_ANNOTATION] = "node-b"  # name says node-a
     relabelled = yaml.safe_load(yaml.safe_dump(good))
-    relabelled["metadata"]["labels"][relayed.NODE_LABEL] = "node-b"
+    relabelled["metadata"]["labels"][contract.NODE_LABEL] = "node-b"
     upper = yaml.safe_load(yaml.safe_dump(good))
-    upper["metadata"]["labels"][relayed.CLAIM_UID_LABEL] = uid.upper()
+    upper["metadata"]["labels"][contract.CLAIM_UID_LABEL] = uid.upper()
     legacy = yaml.safe_load(yaml.safe_dump(good))
     legacy["metadata"]["name"] = f"kvdev-relay-{uid}-0123456789"
     for bad in (as_b, relabelled, upper, legacy):
         assert read_record(bad) is None
-
-
-# --------------------------------------------------------------------------- the chart's CEL
-
-
-def policy() -> dict:
-    """The relay's ValidatingAdmissionPolicy as ``helm template`` renders the chart."""
-    if not HELM.exists():  # make unit builds it first (tests/helm/build.sh)
-        subprocess.run([REPO / "tests" / "helm" / "build.sh"], check=True, capture_output=True)
-    done = subprocess.run(
-        [HELM, "template", "kvdev", CHART, "-n", NS, "--kube-version", "1.37.2"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (found,) = (
-        d
-        for d in yaml.safe_load_all(done.stdout)
-        if d and d["kind"] == "ValidatingAdmissionPolicy" and "relay" in d["metadata"]["name"]
-    )
-    return found
-
-
-def literals(expression: str) -> set[str]:
-    return {a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", expression)}
-
-
-@pytest.mark.skipif(shutil.which("go") is None and not HELM.exists(), reason="helm is built by Go")
-def test_the_chart_binds_name_label_and_annotation_with_the_python_literals():
-    spec = policy()["spec"]
-    exprs = {v["name"]: v["expression"] for v in spec["variables"]}
-    checks = " ".join(v["expression"] for v in spec["validations"])
-    # Every literal of the CEL is one of publish.relayed's (or CEL's own operation names).
-    ours = {
-        relayed.NODE_ANNOTATION,
-        relayed.NODE_LABEL,
-        relayed.CLAIM_UID_LABEL,
-        relayed.MANAGED_BY,
-        relayed.RELAY_MANAGER,
-        relayed.NAME_PREFIX,
-        relayed.UID_PATTERN,
-        relayed.LABEL_PREFIX_PATTERN,
-        relayed.LEGACY_NAME_PATTERN,
-        ".",
-        "",
-        "authentication.kubernetes.io/node-name",
-        "CREATE",
-        "DELETE",
-    }
-    found = set().union(*(literals(e) for e in [*exprs.values(), checks]))
-    assert found <= ours, found - ours
-    assert {
-        relayed.NODE_ANNOTATION,
-        relayed.NODE_LABEL,
-        relayed.CLAIM_UID_LABEL,
-        relayed.NAME_PREFIX,
-        relayed.UID_PATTERN,
-        relayed.LABEL_PREFIX_PATTERN,
-    } <= found
-    assert str(relayed.LABEL_MAX) in exprs["userNodeLabel"]
-    # The name: the prefix, the claim UID label, '.', the token's node, on both sides.
-    for side, obj in (("new", "object"), ("old", "oldObject")):
-        named = re.sub(r"\s+", " ", exprs[f"{side}Named"])
-        uid = f"variables.{side}Uid"
-        assert f'{obj}.metadata.name == "{relayed.NAME_PREFIX}" + {uid} + "." + ' in named
-        assert "+ variables.userNodeName" in named
-        assert "== variables.userNodeLabel" in named
-    assert "variables.newNamed && variables.oldNamed" in checks
-    ops = spec["matchConstraints"]["resourceRules"][0]["operations"]
-    assert sorted(ops) == ["CREATE", "DELETE", "UPDATE"]
 
 
 # --------------------------------------------------------------------------- the loop's trust
@@ -213,10 +144,10 @@ def test_the_loop_trusts_only_its_nodes_records_and_reports_a_taken_name(tmp_pat
     api.start()
     try:
         forged = body("node-a", taken_uid)
-        forged["metadata"]["annotations"][relayed.NODE_ANNOTATION] = "node-b"
+        forged["metadata"]["annotations"][contract.NODE_ANNOTATION] = "node-b"
         forged["data"] = {f"nic-1.{DRIVER}-metadata.json": '{"forged": true}'}
         stray = body("node-b", free_uid)
-        stray["metadata"]["labels"][relayed.NODE_LABEL] = "node-a"
+        stray["metadata"]["labels"][contract.NODE_LABEL] = "node-a"
         legacy = body("node-a", own_uid)
         legacy["metadata"]["name"] = f"kvdev-relay-{own_uid}-0123456789"
         for o in (forged, stray, legacy):

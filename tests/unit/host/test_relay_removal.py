@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdev.host.publish.relayed import record_name
+from kvdev.host.cdi import spec as cdi_spec
+from kvdev.host.contract import record_name
 from kvdev.host.relay import finder
 from kvdev.host.relay.live import Relay
 from kvdev.schema.tree import ROOT
@@ -173,7 +174,7 @@ def test_a_spec_over_a_bound_keeps_every_record_and_harms_no_other_claim(node):
     store = Store()
     relay = node.relay(store)
     relay.sync()
-    devices = ", ".join(["*d"] * (finder.MAX_DEVICES + 1))
+    devices = ", ".join(["*d"] * (cdi_spec.MAX_DEVICES + 1))
     (node.cdi / "hostile.yaml").write_text(
         f"kind: {DRIVER}/metadata\nd: &d {{name: {uid(7)}_nic}}\ndevices: [{devices}]\n"
     )

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_controller_render import KEY, docs, index_of
 
-from kvdev.host.controller.events import Reason
 from kvdev.host.controller.render import render
+from kvdev.host.controller.vmievents import Reason
 from kvdev.host.publish.relayed import Claim, Record, refusal
 
 UID = "8c1d2f55-2a0e-4c8e-9e1b-5f3f0b7d2a11"

@@ -28,7 +28,7 @@ from test_schedule_fakes import (
 
 from kvdev.host import cli
 from kvdev.host.scheduling import ClusterEvent, replay
-from kvdev.host.scheduling.hints import pinned_driver
+from kvdev.host.scheduling.queueinghints import pinned_driver
 
 NIC = "nic.example.com"
 

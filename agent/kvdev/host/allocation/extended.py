@@ -63,7 +63,6 @@ from kvdev.host.k8s.core import (
 )
 
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # ResourceDeviceClassPrefix
-CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"  # not emitted, see above
 NAME_SUFFIX = "-extended-resources-"
 _MAX_GENERATED_BASE = 58  # 63 - 5: k8s.io/apiserver names.SimpleNameGenerator
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery util/rand
@@ -270,13 +269,6 @@ def synthesize(
         if special is not None:
             out.append(special)
     return out
-
-
-def synthesize_claims(
-    pods: Iterable[Pod], classes: Iterable[DeviceClass], node_allocatable: Collection[str] = ()
-) -> list[ResourceClaim]:
-    """The special claims of ``synthesize``, without the Pod statuses."""
-    return [s.claim for s in synthesize(pods, classes, node_allocatable)]
 
 
 def status_for(special: SpecialClaim) -> dict[str, object]:

@@ -3,7 +3,7 @@
 Per counter set of a pool (the shared physical device), the devices drawing from it must have
 compatible groups, by the rules of upstream's v1.37.2 allocator (structured/internal/
 experimental compatibility_groups.go): the running state of a counter set is absent (no device
-placed yet: anything goes), ``NO_GROUPS`` (every device placed declared none: only devices
+placed yet: anything goes), the empty set (every device placed declared none: only devices
 without groups may join) or the intersection of the groups declared (a device must share one
 of them; one without groups may not join). ``narrow`` folds a device in, or says it may not
 join. Pure.
@@ -17,7 +17,6 @@ from kvdev.host.allocation.pools import PoolID
 from kvdev.host.k8s.resource import Device
 
 GroupKey = tuple[str, str, str]  # (driver, pool, counter set)
-NO_GROUPS: frozenset[str] = frozenset()  # the state "every device placed declared no groups"
 Groups = Mapping[GroupKey, frozenset[str]]
 
 

@@ -31,12 +31,43 @@ alone" or "impossible by counting" holds in every state the search can reach.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kvdev.host.allocation.plans import AllocationFailedError, Request
+from kvdev.host.allocation.constraints import Constraint
+from kvdev.host.allocation.plans import AllocationFailedError, ClaimPlan, Request
+from kvdev.host.allocation.pools import Candidate, DeviceID
+from kvdev.host.k8s.claim import ResourceClaim
 
-if TYPE_CHECKING:
-    from kvdev.host.allocation.search import Search
+
+class Search(Protocol):
+    """What the proofs read of a search (``search.Search``), and the one field they set."""
+
+    plans: list[ClaimPlan]
+    candidates: list[Candidate]
+    allocated: frozenset[DeviceID]
+    consumable: bool
+    partitionable: bool
+    taints: bool
+    stopped: str
+
+    def check_deadline(self) -> None:
+        """Raise ``filter-timeout`` when the run's deadline has passed."""
+
+    def selectable(self, alt: Request, pos: int) -> bool:
+        """Whether ``alt`` could take the candidate at ``pos`` (selectors, node, attributes)."""
+
+    def value(self, con: Constraint, alt: Request, pos: int) -> object:
+        """The attribute ``con`` compares, of the candidate at ``pos``."""
+
+    def fits_alone(self, alt: Request, pos: int) -> bool:
+        """Capacity for ``alt`` with nothing of this run picked."""
+
+    def blocked(self, alt: Request, pos: int) -> bool:
+        """A taint of the candidate ``alt`` does not tolerate."""
+
+    def alone(self, claim: ResourceClaim, *, steps: int, work: int) -> tuple[bool | None, int]:
+        """Whether ``claim`` can be allocated alone (None: not within the bounds), and the work."""
+
 
 ALONE_STEPS = 5_000  # the bounded search of one claim alone: steps ...
 ALONE_WORK = 100_000  # ... devices looked at

@@ -195,10 +195,6 @@ class Selection:
         return value
 
 
-def _claimless(request: Request) -> str:
-    return f"request {request.name}"
-
-
 def _cel_error(e: Exception, where: str, candidate: Candidate) -> AllocationFailedError:
     keyword = (
         "cel-compile-error"

@@ -27,12 +27,11 @@ from typing import Any, Final
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.host.bundle.domainxml import DomainDevice
 from kvdev.host.bundle.plan import GuestPlan
-from kvdev.host.schema.base import validate_value
-from kvdev.host.schema.hints import GuestHints, Route
 from kvdev.schema import GUEST_HINTS, Role, check_file, decode_stream, encode_stream, role_of
 from kvdev.schema.described import DescribedDevice
 from kvdev.schema.fields import base_request
-from kvdev.schema.hints import KIND, V1ALPHA1
+from kvdev.schema.hints import KIND, V1ALPHA1, GuestHints, Route
+from kvdev.schema.stream import validate_value
 from kvdev.schema.tree import HINTS_PATH, MetadataLocation, metadata_location
 
 HINTS_FILE: Final = HINTS_PATH

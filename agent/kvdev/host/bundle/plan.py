@@ -31,9 +31,8 @@ import yaml
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.host.schema.base import Model, problems_from
-from kvdev.host.schema.hints import Route
-from kvdev.host.schema.types import (
+from kvdev.host.k8s.model import Model, plain_value, problems_from
+from kvdev.host.k8s.types import (
     DnsLabel,
     DnsSubdomain,
     DriverName,
@@ -42,7 +41,7 @@ from kvdev.host.schema.types import (
     PoolName,
     RequestName,
 )
-from kvdev.schema.hints import HINTS_MAX, MTU_MAX, MTU_MIN, ROUTES_MAX, TAG_MAX_BYTES
+from kvdev.schema.hints import HINTS_MAX, MTU_MAX, MTU_MIN, ROUTES_MAX, TAG_MAX_BYTES, Route
 
 API_VERSION: Final = "bundle.kvdev.io/v1alpha1"
 KIND: Final = "GuestPlan"
@@ -53,6 +52,9 @@ def _tag(value: str) -> str:
     if len(value.encode()) > TAG_MAX_BYTES:
         raise ValueError(f"must be at most {TAG_MAX_BYTES} bytes")
     return value
+
+
+PlanRoute = Annotated[Route, plain_value(Route)]  # a route is read as the hints read it
 
 
 class _Strict(Model):
@@ -71,7 +73,9 @@ class PlanDevice(_Strict):
     tag: Annotated[str, Field(min_length=1), AfterValidator(_tag)] | None = None
     interface_name: IfName | None = None
     mtu: Annotated[int, Field(ge=MTU_MIN, le=MTU_MAX)] | None = None
-    routes: Annotated[list[Route], Field(max_length=ROUTES_MAX)] | None = None
+    routes: (
+        Annotated[list[Annotated[Route, plain_value(Route)]], Field(max_length=ROUTES_MAX)] | None
+    ) = None
 
 
 class GuestPlan(_Strict):

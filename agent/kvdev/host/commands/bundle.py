@@ -20,6 +20,7 @@ from kvdev.errors import KvdevError, PermanentError, RetryableError, SchemaError
 from kvdev.host.bundle import build, source, writer
 from kvdev.host.bundle.domainxml import parse_domain
 from kvdev.host.bundle.plan import load_plan
+from kvdev.host.cdi.ondisk import DEFAULT_HOST_DIRS
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -94,7 +95,7 @@ def register(commands: Commands) -> None:
         action="append",
         metavar="DIR",
         help="with --from-cdi: read hostPath files only beneath DIR (repeatable; default: "
-        f"{', '.join(source.DEFAULT_HOST_DIRS)})",
+        f"{', '.join(DEFAULT_HOST_DIRS)})",
     )
     plan = p.add_mutually_exclusive_group()
     plan.add_argument("--domain-xml", type=Path, metavar="FILE", help="libvirt domain XML")
@@ -142,7 +143,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             files, root = (
                 source.read_cdi_dir(
-                    args.from_cdi, args.claim_uid, args.host_dir or source.DEFAULT_HOST_DIRS
+                    args.from_cdi, args.claim_uid, args.host_dir or DEFAULT_HOST_DIRS
                 ),
                 "",
             )

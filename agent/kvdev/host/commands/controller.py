@@ -44,23 +44,15 @@ from kvdev.host.commands.common import (
     print_objects,
 )
 from kvdev.host.commands.inputs import load_files_of
+from kvdev.host.contract import CONTROLLER, HINTS_KEY, MANAGED_BY, RELAY, configmap_name
 from kvdev.host.controller.guestwatch import GRACE_SECONDS
 from kvdev.host.controller.index import Index, Kind, Stored
-from kvdev.host.controller.render import (
-    HINTS_KEY,
-    MANAGED_BY,
-    MANAGER,
-    Rendered,
-    Verb,
-    configmap_name,
-    render,
-)
+from kvdev.host.controller.render import Rendered, Verb, render
 from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
-from kvdev.host.publish.relayed import RELAY_MANAGER
 
 if TYPE_CHECKING:
     from kvdev.host.controller.election import LeaseElector
@@ -74,70 +66,22 @@ EXIT_CANNOT_RUN = 1
 DEFAULT_RELAY_NAMESPACE = "kvdev-system"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
-_EPILOG = f"""\
-what it keeps, per VMI that has spec.resourceClaims (the contract with kvdev-agent):
-  ConfigMap kvdev-<vmi> in the VMI's namespace, owned by the VMI (ownerReferences: controller,
-  blockOwnerDeletion: garbage collection removes it with the VMI), labels
-  app.kubernetes.io/managed-by={MANAGER} and kvdev.io/vmi=<vmi>; data:
-    <dir>.<request>.<driver>-metadata.json  per KEP-5304 stream, the host writer's bytes
-                                           (<dir>: the claim's name, or the pod's claim name
-                                           for a claim made from a template)
-    {HINTS_KEY}                        kvdev GuestHints from the VMI spec (MAC, PCI
-                                           address and tag of each DRA NIC, tags of GPUs and
-                                           host devices)
-  Written only when something changed; metadata.generation of each stream goes up by one
-  when its content changes. A VMI name over 247 characters: ConfigMap kvdev--<its first 235
-  characters>-<10 hex digits of sha256(kvdev-<vmi>)>, a name no shorter VMI's can take. A
-  ConfigMap another VMI controls (ownerReferences) is never written.
-  A driver's own file, relayed by its node (kvdev-host relay: a ConfigMap labelled
-  app.kubernetes.io/managed-by=kvdev-host-relay in --relay-namespace, whose kvdev.io/node is
-  the VMI's node and whose claim UID is one the VMI uses) wins over the reconstruction: its
-  bytes are copied unchanged, generation included, when every object in it is a
-  DeviceMetadata (v1beta1, v1alpha1) of that claim, request and driver; anything else (a
-  GuestHints document) is left out with a warning and a RelayedMetadataRefused Event, and
-  the reconstruction stays. Annotation kvdev.io/sources: JSON, each stream's key ->
-  "driver" or "reconstructed" (from claim status and slices); the same as
-  key kvdev-sources.json for the guest (kvdev status/explain), when some stream is a driver's.
+_EPILOG = """\
+Per VMI with spec.resourceClaims: ConfigMap kvdev-<vmi> in its namespace, owned by the VMI,
+holding one KEP-5304 stream per claim request (the driver's own file when the node relay has
+it, else rebuilt from claim status and slices) and guest-hints.json. Its names, keys, labels,
+Events and endpoints: docs/reference/controller.md.
 
-whether each guest applied them (live): each described NIC (its MAC from the hints, the
-  metadata or the VMI status) against the VMI's status.interfaces[] entry of that MAC from the
-  guest agent (qemu-guest-agent in the guest): Applied, Differs (naming what: "10.1.0.5/24 not
-  on the guest's data0"), Unreported (vmi_not_running, no_guest_agent, mac_not_seen,
-  mac_unknown) or Pending (nothing to apply yet; or within --guest-grace after the VMI starts
-  Running or its metadata changes). Annotation kvdev.io/guest on the ConfigMap: a short
-  summary ("Differs: 1/2 Applied, 1 Differs (net1: ...)"); the VMI's status is never
-  written. kvdev-host guests prints it per NIC.
-
---once: read VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, existing
-  ConfigMaps and relay records ('kubectl get -o yaml' shapes) from -f files; print the
-  ConfigMaps it would create or update (-o yaml: one document each; -o json: a v1 List),
-  and on stderr one line per VMI (create, update, unchanged, refused) with the reasons.
-  Nothing is changed.
-
-live: in-cluster service account, or --kubeconfig FILE, or the default kubeconfig. Watches
-  (relay records: in --relay-namespace only; of a ConfigMap it keeps only what a sync reads)
-  with resourceVersion and bookmarks, re-lists on 410 Gone, backs off on errors, retries a
-  409 conflict from a fresh read. --leader-elect takes the Lease --lease-namespace/--lease-name
-  (coordination.k8s.io/v1) before writing, so that only one replica writes; a standby watches
-  meanwhile (ready, warm caches). Timing as client-go's: --retry-period < --renew-deadline <
-  --lease-duration (2 < 10 < 15 s).
-
-endpoints (--http-address HOST:PORT; default 0: none; ':8080': every address, port 8080):
-  /healthz  200, or 500 naming a watch silent for 2 x (watch timeout + request timeout), 660 s
-  /readyz   200 once every kind is listed, or 503 naming those not yet (leading or not)
-  /leader   200 "leader" while it holds the Lease (or runs without one), else 503
-  /metrics  Prometheus text, kvdev_controller_*: configmap renders/writes{{result}}/conflicts,
-            errors{{reason}}, configmap_owner_refusals, relists/watch_restarts{{resource}},
-            event_to_write_seconds, vmis_tracked, claims_tracked, leader, events{{result}},
-            guest_nics{{state}}, guest_unreported_nics{{reason}}, guest_vmis{{state}},
-            guest_differs_oldest_seconds
-
-Events (core/v1, on the VMI; source kvdev-host-controller): ConfigMapCreated, ConfigMapUpdated,
-  ClaimPending, GuestNICApplied, GuestNICPending (Normal); HintRefused, ConfigMapNotOwned,
-  ConfigMapOwnedByAnother, ConfigMapRefused, RelayedMetadataRefused, GuestNICDiffers,
-  GuestNICUnreported (Warning). A GuestNIC<state> Event when a NIC's state changes, at most one
-  per NIC a minute. The same reason and message again raises the Event's count; at most 25 per
-  VMI, then 1 per 5 min.
+--once: render from -f files ('kubectl get -o yaml' shapes: VMIs, virt-launcher pods,
+  ResourceClaims, ResourceSlices, existing ConfigMaps, relay records); print what it would
+  create or update, one line per VMI on stderr; change nothing.
+live: in-cluster service account, --kubeconfig FILE, or the default kubeconfig;
+  --retry-period < --renew-deadline < --lease-duration (2 < 10 < 15 s).
+guests (live): each sync judges whether the guest applied the NICs it describes, from the
+  VMI's status.interfaces[] (qemu-guest-agent): Applied, Differs, Unreported or Pending (within
+  --guest-grace after the VMI starts Running or its metadata changes); annotation
+  kvdev.io/guest on the ConfigMap, GuestNIC<state> Events, kvdev_controller_guest_* metrics.
+  The VMI's status is never written. kvdev-host guests prints it per NIC.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
@@ -195,7 +139,9 @@ def register(commands: Commands) -> None:
         help="where the node relays' records are trusted (default: $POD_NAMESPACE, else the "
         f"service account's, else {DEFAULT_RELAY_NAMESPACE}); records elsewhere are ignored",
     )
-    sub.add_argument("--lease-name", default=MANAGER, metavar="NAME", help=f"(default: {MANAGER})")
+    sub.add_argument(
+        "--lease-name", default=CONTROLLER, metavar="NAME", help=f"(default: {CONTROLLER})"
+    )
     sub.add_argument(
         "--identity",
         default=os.environ.get("POD_NAME") or None,
@@ -312,7 +258,7 @@ def _is_record(obj: object, relay_namespace: str) -> bool:
     """A node relay's record: a ConfigMap with the relay's label in the relay's namespace."""
     if not isinstance(obj, ConfigMap) or obj.metadata.namespace != relay_namespace:
         return False
-    return (obj.metadata.labels or {}).get(MANAGED_BY) == RELAY_MANAGER
+    return (obj.metadata.labels or {}).get(MANAGED_BY) == RELAY
 
 
 def describe(result: Rendered) -> str:
@@ -528,13 +474,13 @@ def _assemble(
         PermanentError: the --http-address cannot be listened on.
     """
     from kvdev.host.controller.endpoints import Endpoints, Probes, parse_address  # noqa: PLC0415
-    from kvdev.host.controller.events import Correlator  # noqa: PLC0415
     from kvdev.host.controller.live import Controller  # noqa: PLC0415
     from kvdev.host.controller.metrics import CONTENT_TYPE, Metrics  # noqa: PLC0415
     from kvdev.host.controller.recorder import Recorder  # noqa: PLC0415
+    from kvdev.host.controller.vmievents import Correlator  # noqa: PLC0415
 
     metrics = Metrics()
-    recorder = Recorder(api, Correlator(MANAGER, identity), metrics)
+    recorder = Recorder(api, Correlator(CONTROLLER, identity), metrics)
     controller = Controller(
         api,
         resync=args.resync,

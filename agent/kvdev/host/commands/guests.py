@@ -31,15 +31,15 @@ from kvdev.host.commands.common import (
     bucket_from,
 )
 from kvdev.host.commands.inputs import load_files_of
+from kvdev.host.contract import CONTROLLER, GUEST_ANNOTATION, MANAGED_BY, configmap_name
 from kvdev.host.controller.guests import (
-    GUEST_ANNOTATION,
     GuestReport,
     NicReport,
     NicState,
     compare,
     described_nics,
 )
-from kvdev.host.controller.render import MANAGED_BY, MANAGER, configmap_name, uses_dra
+from kvdev.host.controller.render import uses_dra
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.k8s.load import KUBEVIRT_KINDS
@@ -75,7 +75,7 @@ states (one per NIC; a VMI shows its worst: Differs > Unreported > Pending > App
 
 input: live (default), the in-cluster service account, --kubeconfig FILE or the default
   kubeconfig: lists VirtualMachineInstances and the ConfigMaps labelled
-  {MANAGED_BY}={MANAGER}
+  {MANAGED_BY}={CONTROLLER}
   in every namespace (the controller's read RBAC); -n NAMESPACE keeps one namespace; VMI
   names keep those VMIs. -f FILE: read the VMIs and ConfigMaps from files instead ('kubectl
   get vmi,cm -o yaml'); nothing is asked of a cluster.
@@ -91,7 +91,7 @@ examples:
   kvdev-host guests                       every VMI of the cluster
   kvdev-host guests -n vms vm1 -o json    one VMI, as JSON
   kubectl get vmi,cm -n vms -o yaml > vms.yaml && kvdev-host guests -f vms.yaml
-  kubectl get cm -A -l {MANAGED_BY}={MANAGER} -o custom-columns=\\
+  kubectl get cm -A -l {MANAGED_BY}={CONTROLLER} -o custom-columns=\\
 'NAMESPACE:.metadata.namespace,NAME:.metadata.name,GUEST:.metadata.annotations.kvdev\\.io/guest'
 
 exit status: 0 every NIC Applied or Pending, 1 some NIC Differs or Unreported, 2 usage error,

@@ -15,7 +15,7 @@ from typing import TypeVar
 from kvdev.errors import Problem, SchemaError, TransientReadError
 from kvdev.host.k8s import K8sObject, load
 from kvdev.host.k8s.load import SkippedObjectWarning, load_kinds
-from kvdev.host.schema.base import Document
+from kvdev.host.k8s.model import Document
 
 _O = TypeVar("_O", bound=Document)
 

@@ -31,10 +31,10 @@ from kvdev.host.commands.common import (
 )
 from kvdev.host.commands.inputs import load_files
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
+from kvdev.host.k8s.device import NetworkDeviceData
+from kvdev.host.k8s.model import problems_from
 from kvdev.host.publish import writer
 from kvdev.host.publish.metadata import build_metadata, claim_identity, network_from_status
-from kvdev.host.schema.base import problems_from
-from kvdev.host.schema.metadata import NetworkDeviceData
 
 EXIT_IO = 1
 EXIT_NOTHING = 1  # prepare/update: no claim has a device of --driver (a typo, most likely)

@@ -29,46 +29,17 @@ from kvdev.host.commands.common import (
     bucket_from,
     own_namespace,
 )
-from kvdev.host.publish.relayed import NODE_NAME_MAX, RELAY_MANAGER
 
 EXIT_LEFT_OUT = 1
 DEFAULT_NAMESPACE = "kvdev-system"
 
-_EPILOG = f"""\
-what it reads (the standard way a container gets a driver's KEP-5304 metadata file):
-  every CDI spec (*.json, *.yaml) of kind '<driver>/metadata' in the --cdi-dir directories
-  (default /etc/cdi and /var/run/cdi); for each device '<claimUID>_<request>', the file its
-  mount's hostPath names, when the mount's containerPath is that driver's and request's place
-  under /var/run/kubernetes.io/dra-device-attributes, and the hostPath lies beneath a
-  --host-dir (default /var/lib/kubelet/plugins). Specs and files are read beneath their
-  directory without following a link or '..'; each is looked at before it is opened, and
-  only a regular file with one link is opened (a device, FIFO, socket or link never is).
-
-bounds of one pass:
-  per directory 65536 names looked at, 4096 metadata specs read (other kinds do not count);
-  per spec 4 MiB, 128 devices and 256 mounts counted with YAML aliases expanded, 3840 KiB
-  of files; per file 960 KiB, each distinct hostPath read once; 32 MiB read in all.
-  A bad spec or file, or one over a bound, is skipped and named (stderr, log); it affects
-  no other claim.
-
-what it writes (one relay record per claim on this node):
-  ConfigMap kvdev-relay-<claimUID>.<node> in --namespace (the node whole: a node whose name is
-  longer than {NODE_NAME_MAX} characters has no records, and says so), labels
-  app.kubernetes.io/managed-by={RELAY_MANAGER}, kvdev.io/claim-uid,
-  kvdev.io/relay-node=<node, past 63 characters its first 63>; annotation kvdev.io/node=<node>;
-  data '<request>.<driver>-metadata.json' = the driver's bytes, unchanged (its generation
-  included). A record is deleted only when a complete read (every directory listed in full,
-  every spec read, none over a bound) names its claim in no spec; a claim whose spec or file
-  failed keeps its record as it is. This node's records of the earlier name form
-  (kvdev-relay-<claimUID>-<hash>) are deleted. The controller copies records into the
-  kvdev-<vmi> ConfigMap of a VMI running on this node whose claim it is; the chart's
-  admission policy lets a relay write only records whose name, kvdev.io/relay-node and
-  kvdev.io/node are the node in its own token.
-
-whose records it trusts: only those whose name, node label and annotation all say this node.
-  Another node's ConfigMap holding one of its record names is never replaced or deleted: the
-  claim is skipped and reported (a warning naming both nodes, "taken by another node" in the
-  pass's summary), the other claims go on, and the name is tried again at the next listing.
+_EPILOG = """\
+Reads the CDI specs of kind '<driver>/metadata' in --cdi-dir (default /etc/cdi and
+/var/run/cdi) and the files their mounts name beneath --host-dir (default
+/var/lib/kubelet/plugins), without following links, within bounds per spec and per pass;
+writes one record per claim, ConfigMap kvdev-relay-<claimUID>.<node> in --namespace, deleted
+only after a complete read names its claim in no spec. What it reads, its bounds, the
+records' names and whose records it trusts: docs/reference/relay.md.
 
 --once: read the directories, print the records (-o yaml|json|name), change nothing; feed
   them to 'kvdev-host controller --once -f' with the VMIs, pods, claims and slices.

@@ -5,7 +5,7 @@ and prints the placed pods (``spec.nodeName`` set) and the claims it changed (wi
 ``status.allocation`` and ``reservedFor``); the loading and a progress bar on stderr when
 stderr is a terminal (or with ``--progress``); a summary on stderr at the end. With
 ``--events``, a stream of watch events is replayed after the first placement
-(``scheduling.events``), unschedulable pods retried as the queueing hints say (or all of
+(``scheduling.clusterevents``), unschedulable pods retried as the queueing hints say (or all of
 them: ``--no-hints``; both: ``--compare``). Exit 0 every pod placed, 1 some unschedulable,
 2 usage error or invalid input.
 """
@@ -52,7 +52,7 @@ from kvdev.host.scheduling import (
     replay,
     schedule,
 )
-from kvdev.host.scheduling.events import EVENT_TYPES
+from kvdev.host.scheduling.clusterevents import EVENT_TYPES
 from kvdev.printable import unescaped
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -45,7 +45,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kvdev.errors import SchemaError
-from kvdev.host.controller.render import HINTS_KEY, Rendered, Verb
+from kvdev.host.contract import GUEST_ANNOTATION, HINTS_KEY
+from kvdev.host.controller.render import Rendered, Verb
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.schema.described import DescribedDevice, describe, hint_for
 from kvdev.schema.fields import base_request, normalize_mac
@@ -53,7 +54,6 @@ from kvdev.schema.hints import DeviceHint
 from kvdev.schema.origins import SOURCES_KEY
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, decode_stream
 
-GUEST_ANNOTATION: Final = "kvdev.io/guest"
 GUEST_AGENT: Final = "guest-agent"
 AGENT_CONNECTED: Final = "AgentConnected"
 RUNNING: Final = "Running"
@@ -415,7 +415,6 @@ def annotate(result: Rendered, existing: Mapping[str, Any] | None, summary: str)
 __all__ = [
     "AGENT_CONNECTED",
     "GUEST_AGENT",
-    "GUEST_ANNOTATION",
     "MAX_ADDRESSES",
     "MAX_INTERFACES",
     "WORST_FIRST",

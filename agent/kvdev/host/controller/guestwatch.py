@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from kvdev.host.controller.events import Note, Reason
 from kvdev.host.controller.guests import (
     Decoded,
     GuestReport,
@@ -39,6 +38,7 @@ from kvdev.host.controller.guests import (
     decode,
     described_nics,
 )
+from kvdev.host.controller.vmievents import Note, Reason
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 
 GRACE_SECONDS: Final = 180.0  # KubeVirt's guest-agent poll (120 s) plus a guest's first boot

@@ -36,15 +36,16 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.host.controller.render import VMI_LABEL, Inputs, configmap_name, uses_dra
+from kvdev.host.contract import VMI_LABEL, configmap_name
+from kvdev.host.controller.render import Inputs, uses_dra
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.k8s.model import Document, problems_from
 from kvdev.host.k8s.resource import API_VERSION as RESOURCE_API_VERSION
 from kvdev.host.publish.relayed import Record, read_record
-from kvdev.host.schema.base import Document, problems_from
 
 Key = tuple[str, str]
 """``(namespace, name)``; cluster-scoped objects have namespace ``""``."""

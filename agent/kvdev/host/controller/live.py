@@ -41,9 +41,9 @@ from typing import Any
 
 from kvdev.errors import KvdevError, RetryableError
 from kvdev.host import logs
+from kvdev.host.contract import CONTROLLER, MANAGED_BY, configmap_name
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
-from kvdev.host.controller.events import Note, ObjectRef, Reason
 from kvdev.host.controller.guests import annotate
 from kvdev.host.controller.guestwatch import GRACE_SECONDS, Assessment, Counts, Tracker
 from kvdev.host.controller.index import CONFIGMAPS, Index, Key, Kind, parse
@@ -51,15 +51,8 @@ from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
 from kvdev.host.controller.reflector import Change, Delete, Reflector, Replace, Upsert
-from kvdev.host.controller.render import (
-    MANAGED_BY,
-    MANAGER,
-    Inputs,
-    Rendered,
-    Verb,
-    configmap_name,
-    render,
-)
+from kvdev.host.controller.render import Inputs, Rendered, Verb, render
+from kvdev.host.controller.vmievents import Note, ObjectRef, Reason
 from kvdev.host.controller.workqueue import WORKERS, KeyedQueue
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
@@ -369,7 +362,7 @@ class Controller:
         if stored is None:
             return
         labels = (stored.get("metadata") or {}).get("labels") or {}
-        if labels.get(MANAGED_BY) != MANAGER:
+        if labels.get(MANAGED_BY) != CONTROLLER:
             return
         try:
             item = parse(Kind.CONFIGMAP, stored)

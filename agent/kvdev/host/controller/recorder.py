@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from kvdev.errors import KvdevError
-from kvdev.host.controller.events import Correlator, Create, Note, ObjectRef, Patch
 from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics
+from kvdev.host.controller.vmievents import Correlator, Create, Note, ObjectRef, Patch
 
 log = logging.getLogger(__name__)
 CAPACITY = 1024

@@ -1,39 +1,12 @@
 """A VMI's guest bundle as a ConfigMap, and whether the one stored must change (pure).
 
-The contract with the guest side (``kvdev-agent`` reads the ConfigMap's keys as flat files):
-
-* name ``kvdev-<vmi-name>``, in the VMI's namespace; labels
-  ``app.kubernetes.io/managed-by: kvdev-host-controller`` and ``kvdev.io/vmi: <vmi-name>``;
-  a name or label value that would be too long (253, 63) is cut in a form no uncut one can take
-  (``configmap_name``, ``vmi_label``: ``k8s.names``; a VMI's name is a DNS-1123 subdomain, as
-  ``k8s.common.ObjectMeta`` checks when it is read); ``ownerReferences``: the VMI
-  (``controller`` and ``blockOwnerDeletion`` true), so garbage collection removes the ConfigMap
-  with the VMI, and a ConfigMap whose controller is anything else (another VMI: its UID) is
-  never written;
-* one key per KEP-5304 stream, ``<dir>.<request>.<driver>-metadata.json``: ``<dir>`` is the
-  directory the container path uses (the ResourceClaim's name, or the pod's claim name for a
-  claim generated from a template), ``<request>`` the base request; the value is exactly the
-  bytes the host writer writes (``publish.metadata.build_metadata`` + ``encode_stream``);
-* ``guest-hints.json``: the kvdev GuestHints stream derived from the VMI spec (``hints``);
-* a stream of a claim that the node relay's record (``publish/relayed``) of the VMI's node
-  holds is the driver's own file, its bytes unchanged, when it is a DeviceMetadata stream of
-  that claim and request (``relayed.refusal``; else it is left out, with a warning and a
-  ``RelayedMetadataRefused`` Event on the VMI); where there is none, the stream is
-  rebuilt from the claim's status and the slices. Annotation ``kvdev.io/sources`` (JSON, key
-  -> ``driver`` | ``reconstructed``) says which, always; the key ``kvdev-sources.json``
-  (``schema/origins``) says it to the guest, written only when some stream is the driver's;
-* ``metadata.generation`` of each stream: 1 for a new key, kept while the content is the same,
-  + 1 when it changes, 1 again for a claim with a new UID (``publish.files.next_generation``).
-
-``render`` decides, from plain values, what the controller does for one VMI: create, update
-(the stored object with our labels, owner and data), nothing (no write, so no resourceVersion
-churn), or refuse (a ConfigMap of that name that kvdev does not manage or that another object
-controls, a VMI without a UID, a
-bundle over a ConfigMap's 1 MiB or over the ``CONFIGMAP_MAX_KEYS`` keys the agent reads: a
-bundle the agent would read only in part is never written, rather than split over objects
-the VMI would have to mount one by one).
-A claim that is not there or not allocated yet is waiting (warned, no key); a claim whose
-metadata cannot be built keeps its keys as stored (an error is reported). Pure: no I/O.
+``render`` decides, from plain values, what the controller does for one VMI: create, update,
+nothing (no write, so no resourceVersion churn), or refuse (a ConfigMap kvdev does not manage or
+another object controls, a VMI without a UID, a bundle over a ConfigMap's size or over the keys
+the agent reads: never written in part). The ConfigMap holds one KEP-5304 stream per claim
+request (a node relay's record of the driver's own file where ``relayed.refusal`` allows it,
+else rebuilt from the claim's status and the slices) and the GuestHints of the VMI spec; its
+names, labels, keys and limits are ``kvdev.host.contract``'s (docs/reference/controller.md).
 """
 
 from __future__ import annotations
@@ -49,34 +22,38 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
-from kvdev.host.controller.events import Note, Reason
-from kvdev.host.controller.hints import vmi_hints, what
+from kvdev.host.contract import (
+    CONFIGMAP_BYTES_MAX,
+    CONFIGMAP_MAX_KEYS,
+    DRIVER,
+    HINTS_KEY,
+    MANAGED_BY,
+    NAME_MAX,
+    RECONSTRUCTED,
+    SOURCES_ANNOTATION,
+    SOURCES_KEY,
+    VMI_LABEL,
+    configmap_name,
+    key_fits,
+    record_key,
+    stream_key,
+    vmi_label,
+)
+from kvdev.host.contract import CONTROLLER as MANAGER  # the name controller.kube imports
+from kvdev.host.controller.vmievents import Note, Reason
+from kvdev.host.controller.vmihints import vmi_hints, what
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
-from kvdev.host.k8s.names import bounded_label, bounded_name
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
-from kvdev.host.publish.relayed import Claim, Record, for_node, record_key, refusal
-from kvdev.host.schema.hints import GuestHints
-from kvdev.schema.origins import SOURCES_KEY, index_json
+from kvdev.host.publish.relayed import Claim, Record, for_node, refusal
+from kvdev.schema.hints import GuestHints
+from kvdev.schema.origins import index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
-from kvdev.schema.tree import CONFIGMAP_HINTS_KEY, CONFIGMAP_MAX_KEYS, METADATA_SUFFIX
 
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGER: Final = "kvdev-host-controller"
-VMI_LABEL: Final = "kvdev.io/vmi"
-NAME_PREFIX: Final = "kvdev-"
-HINTS_KEY: Final = CONFIGMAP_HINTS_KEY  # the only key the agent reads as hints
-SOURCES_ANNOTATION: Final = "kvdev.io/sources"
-DRIVER: Final = "driver"
-RECONSTRUCTED: Final = "reconstructed"
-CONFIGMAP_BYTES_MAX: Final = 1024 * 1024  # the API server's limit on data + binaryData
-NAME_MAX: Final = 253
-LABEL_VALUE_MAX: Final = 63
-_KEY: Final = re.compile(r"[-._a-zA-Z0-9]+\Z")
 _LABEL_VALUE: Final = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
@@ -133,26 +110,6 @@ class Rendered:
     def streams(self) -> int:
         """How many metadata streams the data holds."""
         return sum(1 for k in self.data if k not in (HINTS_KEY, SOURCES_KEY))
-
-
-def configmap_name(vmi_name: str) -> str:
-    """``kvdev-<vmi-name>``, at most 253 characters.
-
-    For a VMI name longer than 247 characters (a VMI name may have 253): ``kvdev--``, the
-    name's first 235 characters (cut back to end in a letter or digit), ``-`` and 10 hex digits
-    of the SHA-256 of ``kvdev-<vmi-name>`` (``k8s.names.bounded_name``). A VMI name starts with
-    a letter or digit, so no uncut name has the cut one's ``kvdev--``.
-    """
-    return bounded_name(NAME_PREFIX, vmi_name, NAME_MAX)
-
-
-def vmi_label(vmi_name: str) -> str:
-    """The ``kvdev.io/vmi`` label's value: the VMI's name, at most 63 characters.
-
-    For a longer name: its first 52 characters (cut back to end in a letter or digit), ``_``
-    and 10 hex digits of its SHA-256 (``k8s.names.bounded_label``: a VMI name has no ``_``).
-    """
-    return bounded_label(vmi_name, LABEL_VALUE_MAX)
 
 
 def uses_dra(vmi: VirtualMachineInstance) -> bool:
@@ -273,8 +230,8 @@ def _relayed_streams(
     whose = Claim(meta.namespace or "", meta.name or "", meta.uid or "")
     out = {}
     for (request, driver), text in sorted(record.files.items()):
-        key = f"{directory}.{request}.{driver}{METADATA_SUFFIX}"
-        if len(key) > NAME_MAX or not _KEY.match(key):
+        key = stream_key(directory, request, driver)
+        if not key_fits(key):
             message = f"relayed key {key!r} is not a valid key (at most {NAME_MAX} characters)"
             problems.append(Problem(message, f"ConfigMap/{record.name}", severity=Severity.WARNING))
             continue
@@ -315,8 +272,8 @@ def _claim_streams(
     problems: list[Problem] = []
     for driver in drivers:
         for item in build_metadata(claim, inputs.slices.get(driver, ()), driver):
-            key = f"{directory}.{item.request}.{driver}{METADATA_SUFFIX}"
-            if len(key) > NAME_MAX or not _KEY.match(key):
+            key = stream_key(directory, item.request, driver)
+            if not key_fits(key):
                 message = (
                     f"ConfigMap key {key!r} is not a valid key (at most {NAME_MAX} characters)"
                 )
@@ -430,8 +387,8 @@ def _hints_generation(document: GuestHints, old: str | None) -> GuestHints:
             content = _without_generation(before)
     if content is None or content != _without_generation(document):
         generation += 1
-    meta = document.metadata.model_copy(update={"generation": max(generation, 1)})
-    return document.model_copy(update={"metadata": meta})
+    meta = replace(document.metadata, generation=max(generation, 1))
+    return replace(document, metadata=meta)
 
 
 def _without_generation(document: Writable) -> dict[str, Any]:
@@ -646,21 +603,14 @@ def _update(
 
 
 __all__ = [
-    "CONFIGMAP_BYTES_MAX",
-    "HINTS_KEY",
     "MANAGED_BY",
     "MANAGER",
-    "NAME_PREFIX",
-    "SOURCES_ANNOTATION",
-    "VMI_LABEL",
     "Inputs",
     "Rendered",
     "Verb",
-    "configmap_name",
     "labels",
     "owner_reference",
     "render",
     "sources_annotation",
     "uses_dra",
-    "vmi_label",
 ]

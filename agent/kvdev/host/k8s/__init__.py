@@ -2,7 +2,9 @@
 
 ``resource`` owns the resource.k8s.io/v1 cluster kinds, ``claim`` ResourceClaim and
 ResourceClaimTemplate, ``core`` the Node/Pod subsets, ``scheduling`` PodGroup, ``common`` the
-shared shapes, ``quantity`` quantities, ``load`` text parsing.
+shared shapes, ``device`` a device's attribute and network data, ``quantity`` quantities,
+``load`` text parsing; ``model`` is the pydantic base of these models and of the host's input
+files, ``types`` the value rules of ``kvdev.schema.fields`` as pydantic types.
 No I/O in this package.
 """
 

@@ -22,11 +22,11 @@ from kvdev.host.k8s.common import (
     QualifiedName,
     at_most,
 )
+from kvdev.host.k8s.device import Int64, NetworkDeviceData
+from kvdev.host.k8s.model import Document, Model
 from kvdev.host.k8s.quantity import Quantity
 from kvdev.host.k8s.resource import BINDING_CONDITIONS_MAX, CONFIG_MAX, SELECTORS_MAX
-from kvdev.host.schema.base import Document, Model
-from kvdev.host.schema.metadata import Int64, NetworkDeviceData
-from kvdev.host.schema.types import DnsLabel, DriverName, PoolName, RequestName
+from kvdev.host.k8s.types import DnsLabel, DriverName, PoolName, RequestName
 from kvdev.schema.fields import check_dns_subdomain
 
 REQUESTS_MAX = 32  # DeviceRequestsMaxSize

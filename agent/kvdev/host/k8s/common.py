@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvdev.host.schema.base import Model
-from kvdev.host.schema.metadata import Int64
-from kvdev.host.schema.types import DnsLabel, DnsSubdomain, DriverName
+from kvdev.host.k8s.device import Int64
+from kvdev.host.k8s.model import Model
+from kvdev.host.k8s.types import DnsLabel, DnsSubdomain, DriverName
 from kvdev.schema.fields import check_qualified_name
 
 OPAQUE_PARAMETERS_MAX_BYTES = 10 * 1024  # OpaqueParametersMaxLength

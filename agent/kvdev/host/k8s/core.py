@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Literal
 
 from kvdev.host.k8s.common import ObjectMeta
+from kvdev.host.k8s.model import Document, Model
 from kvdev.host.k8s.quantity import Quantity
-from kvdev.host.schema.base import Document, Model
-from kvdev.host.schema.types import DnsLabel, DnsSubdomain
+from kvdev.host.k8s.types import DnsLabel, DnsSubdomain
 
 
 class NodeStatus(Model):

@@ -12,7 +12,7 @@ guest agent the name in the guest, its addresses, the link state and where each 
 ``infoSource``). Every other field is ignored, as for every kvdev model.
 
 Values KubeVirt itself checks (MAC and PCI syntax) are kept as strings here: what kvdev cannot
-use costs only that value (see ``kvdev.host.controller.hints``), never the VMI.
+use costs only that value (see ``kvdev.host.controller.vmihints``), never the VMI.
 
 No I/O here.
 """
@@ -23,7 +23,7 @@ from typing import Final, Literal
 
 from kvdev.host.k8s.common import ObjectMeta
 from kvdev.host.k8s.core import PodResourceClaim
-from kvdev.host.schema.base import Document, Model
+from kvdev.host.k8s.model import Document, Model
 
 GROUP: Final = "kubevirt.io"
 API_VERSION: Final = f"{GROUP}/v1"

@@ -33,6 +33,7 @@ from kvdev.host.k8s.core import ConfigMap, Node, Pod
 from kvdev.host.k8s.kubevirt import API_VERSION as KUBEVIRT_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.k8s.model import Document, problems_from
 from kvdev.host.k8s.resource import (
     API_VERSION,
     DeviceClass,
@@ -41,7 +42,6 @@ from kvdev.host.k8s.resource import (
 )
 from kvdev.host.k8s.scheduling import API_VERSIONS as SCHEDULING_VERSIONS
 from kvdev.host.k8s.scheduling import PodGroup
-from kvdev.host.schema.base import Document, problems_from
 
 # libyaml's safe loader when PyYAML has it: ~8x faster on big `kubectl get -o yaml` dumps.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

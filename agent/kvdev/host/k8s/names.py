@@ -15,7 +15,7 @@ object's name, however chosen, ever derives what another's cut name is:
 Both rely on the name being a DNS-1123 subdomain (``is_subdomain``), as kvdev's models check
 every object's name when they read it (``k8s.common.ObjectMeta``). Pure: no I/O. (The node
 relay's names and node label carry the node whole instead, for admission's CEL:
-``publish/relayed``.)
+``host/contract``.)
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from kvdev.host.k8s.common import (
     QualifiedName,
     at_most,
 )
+from kvdev.host.k8s.device import DeviceAttribute, Int64
+from kvdev.host.k8s.model import Document, Model
 from kvdev.host.k8s.quantity import Quantity, parse_quantity
-from kvdev.host.schema.base import Document, Model
-from kvdev.host.schema.metadata import DeviceAttribute, Int64
-from kvdev.host.schema.types import DnsLabel, DnsSubdomain, DriverName, PoolName
+from kvdev.host.k8s.types import DnsLabel, DnsSubdomain, DriverName, PoolName
 from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX
 
 API_VERSION: Final = "resource.k8s.io/v1"

@@ -13,8 +13,8 @@ from typing import Annotated, Final, Literal
 from pydantic import model_validator
 
 from kvdev.host.k8s.common import ObjectMeta, at_most
-from kvdev.host.schema.base import Document, Model
-from kvdev.host.schema.types import DnsLabel, DnsSubdomain
+from kvdev.host.k8s.model import Document, Model
+from kvdev.host.k8s.types import DnsLabel, DnsSubdomain
 
 API_GROUP: Final = "scheduling.k8s.io"
 API_VERSIONS: Final = ("scheduling.k8s.io/v1alpha3", "scheduling.k8s.io/v1alpha2")

@@ -25,10 +25,10 @@ from pydantic import ValidationError
 from kvdev.errors import PermanentError, Problem, RetryableError, SchemaError
 from kvdev.host import kubeclient
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
+from kvdev.host.k8s.model import problems_from
 from kvdev.host.k8s.resource import API_VERSION
 from kvdev.host.plugin.claimsource import ClaimNotFoundError, Fetched
 from kvdev.host.ratelimit import TokenBucket
-from kvdev.host.schema.base import problems_from
 
 PAGE_SIZE = 500
 _NOT_FOUND = 404

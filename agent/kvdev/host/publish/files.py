@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from kvdev.errors import Problem, SchemaError
+from kvdev.host.cdi import spec as cdi
 from kvdev.host.k8s import ResourceClaim
-from kvdev.host.publish import cdi
 from kvdev.host.publish.metadata import (
     CLAIM_DIR_MAX,
     ClaimIdentity,
@@ -32,10 +32,9 @@ from kvdev.host.publish.metadata import (
     driver_results,
     with_generation,
 )
-from kvdev.host.schema.metadata import DeviceMetadata
 from kvdev.schema import gojson
 from kvdev.schema.fields import base_request, check_dns_label, check_dns_subdomain
-from kvdev.schema.metadata import GO_LAYOUT
+from kvdev.schema.metadata import GO_LAYOUT, DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_stream, encode_stream
 
 METADATA_DIR: Final = "dra-device-metadata"
@@ -164,7 +163,7 @@ def record_bytes(ident: ClaimIdentity, files: Sequence[Path]) -> bytes:
 def _ours(path: Path, layout: Layout, claim_dir: Path) -> bool:
     """A recorded path is one this writer could have written for that claim (a guard)."""
     if path.parent == layout.cdi_dir.absolute():
-        return path.name.startswith(f"{layout.driver}_{cdi.CLASS}_") and path.suffix == ".json"
+        return path.name.startswith(cdi.spec_file_prefix(layout.driver)) and path.suffix == ".json"
     return path.name == METADATA_FILE and path.parent.parent == claim_dir
 
 

@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
-
-from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.k8s.claim import DeviceRequestAllocationResult
+from kvdev.host.k8s.device import DeviceAttribute, NetworkDeviceData
 from kvdev.host.k8s.resource import Device as SliceDevice
-from kvdev.host.schema.metadata import (
-    Device,
-    DeviceAttribute,
-    DeviceMetadata,
-    NetworkDeviceData,
-    ObjectMeta,
-)
 from kvdev.schema.fields import (
     base_request,
     check_dns_label,
@@ -36,7 +28,15 @@ from kvdev.schema.fields import (
     check_driver_name,
     normalize_pci_address,
 )
-from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX, ATTRIBUTES_MAX
+from kvdev.schema.metadata import (
+    ATTRIBUTE_VALUES_MAX,
+    ATTRIBUTES_MAX,
+    V1BETA1,
+    Device,
+    DeviceMetadata,
+    ObjectMeta,
+)
+from kvdev.schema.metadata import KIND as METADATA_KIND
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 # ``<namespace>_<name>`` is a directory name, and ``.<namespace>_<name>.lock`` a file name next
@@ -248,8 +248,8 @@ def _device(
     if net is not None:
         body["networkData"] = net.to_json_dict()
     try:
-        return Device.model_validate({k: v for k, v in body.items() if v is not None})
-    except ValidationError as e:
+        return Device.parse({k: v for k, v in body.items() if v is not None})
+    except ValueError as e:
         raise SchemaError([Problem(f"device {result.device}: {e}", what, path=path)]) from e
 
 
@@ -281,7 +281,7 @@ def build_metadata(
         device = _device(result, slices, network, what, index)
         per_request = grouped.setdefault(base_request(result.request), {})
         per_request.setdefault(result.request, []).append(device)
-    meta = ObjectMeta.model_validate(
+    meta = ObjectMeta.parse(
         {
             "name": ident.name,
             "namespace": ident.namespace,
@@ -291,10 +291,10 @@ def build_metadata(
     )
     out = []
     for base, requests in grouped.items():
-        document = DeviceMetadata.model_validate(
+        document = DeviceMetadata.parse(
             {
-                "apiVersion": "metadata.resource.k8s.io/v1beta1",
-                "kind": "DeviceMetadata",
+                "apiVersion": V1BETA1,
+                "kind": METADATA_KIND,
                 "metadata": meta.to_json_dict(),
                 **({"podClaimName": ident.pod_claim_name} if ident.pod_claim_name else {}),
                 "requests": [
@@ -309,8 +309,7 @@ def build_metadata(
 
 def with_generation(document: DeviceMetadata, generation: int) -> DeviceMetadata:
     """The same document with ``metadata.generation`` set."""
-    meta = document.metadata.model_copy(update={"generation": generation})
-    return document.model_copy(update={"metadata": meta})
+    return replace(document, metadata=replace(document.metadata, generation=generation))
 
 
 __all__ = [

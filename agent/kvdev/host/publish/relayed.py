@@ -1,28 +1,12 @@
-"""What a node relays of the drivers' own metadata files, as ConfigMaps (pure).
+"""The node relay's records of the drivers' own metadata files, and reading them back (pure).
 
-The node relay (``kvdev-host relay``) finds each KEP-5304 file a driver wrote on its node (from
-the ``<driver>/metadata`` CDI specs) and publishes its bytes, unchanged, in a *relay record*:
-one ConfigMap per (node, claim) in the relay's own namespace:
-
-* name ``kvdev-relay-<claimUID>.<node name>`` (``record_name``): the node whole, so that the
-  chart's admission policy (CEL, which has no hash) can check it against the node in the
-  writer's token; a claim UID has no dot, so the name tells its (claim, node) apart from every
-  other. A node whose name is longer than ``NODE_NAME_MAX`` (204) has no records;
-* labels ``app.kubernetes.io/managed-by: kvdev-host-relay``, ``kvdev.io/claim-uid: <uid>``,
-  ``kvdev.io/relay-node: <node name>`` (``node_label``: past 63 characters, its first 63 cut
-  back to a letter or digit, which CEL computes too);
-* annotation ``kvdev.io/node: <node name>`` (whole), ``kvdev.io/cdi-specs``: JSON, key -> the
-  CDI spec it came from;
-* data: ``<request>.<driver>-metadata.json`` -> the file's bytes (UTF-8; a driver writes JSON).
-
-The literals above are the chart's too (``templates/relay-rbac.yaml``; a unit test compares).
-A record is trusted (``read_record``, ``sort_listed``) only when its name, node label and node
-annotation agree. The controller is the only writer of a VMI's ``kvdev-<vmi>`` ConfigMap: it
-copies a record's bytes to the VMI's key for that claim and request only when the record's node
-is the VMI's node, the claim is one the VMI uses (``controller/render``), and ``refusal`` finds
-nothing: a relayed file is a DeviceMetadata stream of that claim and request, never anything
-else (the guest reads a stream key as DeviceMetadata; a GuestHints document there would speak
-as the controller's hints).
+A relay record is one ConfigMap per (node, claim) in the relay's namespace holding the bytes of
+each KEP-5304 file a driver wrote for that claim on that node, unchanged. Its names, labels,
+annotations and limits are ``kvdev.host.contract``'s (described in docs/reference/relay.md).
+This module makes records (``records``), trusts one only when its name, node label and node
+annotation agree (``read_record``, ``sort_listed``), and says whether a relayed file may stand
+for a claim's stream in a VMI's ConfigMap (``refusal``: only a DeviceMetadata stream of that
+claim, request and driver).
 """
 
 from __future__ import annotations
@@ -35,29 +19,30 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kvdev.errors import Problem, SchemaError
+from kvdev.host.contract import (
+    CLAIM_UID_LABEL,
+    LABEL_MAX,
+    LEGACY_NAME_PATTERN,
+    MANAGED_BY,
+    NAME_MAX,
+    NODE_ANNOTATION,
+    NODE_LABEL,
+    NODE_NAME_MAX,
+    RECORD_BYTES_MAX,
+    RECORD_PREFIX,
+    RELAY,
+    SPECS_ANNOTATION,
+    UID_PATTERN,
+    node_label,
+    record_key,
+    record_name,
+)
+from kvdev.host.contract import RELAY as RELAY_MANAGER  # the name controller.kube imports
 from kvdev.schema.fields import base_request
 from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_every
 from kvdev.schema.tree import METADATA_SUFFIX
 
-RELAY_MANAGER: Final = "kvdev-host-relay"
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-CLAIM_UID_LABEL: Final = "kvdev.io/claim-uid"
-NODE_LABEL: Final = "kvdev.io/relay-node"
-NODE_ANNOTATION: Final = "kvdev.io/node"
-SPECS_ANNOTATION: Final = "kvdev.io/cdi-specs"
-NAME_PREFIX: Final = "kvdev-relay-"
-NAME_MAX: Final = 253  # a ConfigMap's name, a DNS subdomain
-LABEL_MAX: Final = 63  # a label value
-# A claim UID as the API server makes it (a UUID, lower case): the chart's CEL checks the same.
-UID_PATTERN: Final = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-UID_LENGTH: Final = 36
-NODE_NAME_MAX: Final = NAME_MAX - len(NAME_PREFIX) - UID_LENGTH - 1  # 204
-# The start of a node name that is a label value: what CEL's find() takes of its first 63.
-LABEL_PREFIX_PATTERN: Final = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
-# Records of earlier versions: kvdev-relay-<claimUID>-<10 hex digits of the node's SHA-256>.
-LEGACY_NAME_PATTERN: Final = "^kvdev-relay-[0-9a-f-]{1,64}-[0-9a-f]{10}$"
-RECORD_BYTES_MAX: Final = 1024 * 1024 - 64 * 1024  # a ConfigMap's 1 MiB, less room for metadata
 _UID: Final = re.compile(UID_PATTERN, re.IGNORECASE)
 _LOWER_UID: Final = re.compile(UID_PATTERN)
 _LEGACY_NAME: Final = re.compile(LEGACY_NAME_PATTERN)
@@ -94,46 +79,17 @@ class Record:
     name: str = ""
 
 
-def record_key(request: str, driver: str) -> str:
-    """``<request>.<driver>-metadata.json``."""
-    return f"{request}.{driver}{METADATA_SUFFIX}"
-
-
-def record_name(node: str, claim_uid: str) -> str:
-    """``kvdev-relay-<claimUID>.<node>``: one per claim and node (the chart's CEL says the same).
-
-    A valid name when the node's name is one of at most ``NODE_NAME_MAX`` characters
-    (``node_problem``) and the claim UID a UUID.
-    """
-    return f"{NAME_PREFIX}{claim_uid.lower()}.{node}"
-
-
-def node_label(node: str) -> str:
-    """The node name as a label value (the chart's CEL computes the same from a token's node).
-
-    Whole up to 63 characters, else its first 63 cut back to end in a letter or digit.
-    """
-    if len(node) <= LABEL_MAX:
-        return node
-    return node[:LABEL_MAX].rstrip("-.")
-
-
 def node_problem(node: str) -> str | None:
     """Why ``node`` can have no relay records (None: it can)."""
     if len(node) > NODE_NAME_MAX:
         return (
             f"node name {node[:40]!r}... is {len(node)} characters, over {NODE_NAME_MAX}: "
-            f"no record name ({NAME_PREFIX}<claimUID>.<node>) fits {NAME_MAX}, so this node's "
+            f"no record name ({RECORD_PREFIX}<claimUID>.<node>) fits {NAME_MAX}, so this node's "
             "files are not relayed (its VMIs get the controller's reconstruction)"
         )
     if not _NAME.match(node):
         return f"node name {node!r} is not a DNS subdomain (a Node's name): nothing is relayed"
     return None
-
-
-def node_selector(node: str) -> str:
-    """The label selector of one node's records."""
-    return f"{MANAGED_BY}={RELAY_MANAGER},{NODE_LABEL}={node_label(node)}"
 
 
 def records(
@@ -183,7 +139,7 @@ def _body(node: str, namespace: str, uid: str, chosen: Mapping[str, DriverFile])
             "name": record_name(node, uid),
             "namespace": namespace,
             "labels": {
-                MANAGED_BY: RELAY_MANAGER,
+                MANAGED_BY: RELAY,
                 CLAIM_UID_LABEL: uid.lower(),
                 NODE_LABEL: node_label(node),
             },
@@ -200,7 +156,7 @@ def is_record(raw: Mapping[str, Any]) -> bool:
     """The ConfigMap carries the relay's label."""
     meta = raw.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return isinstance(labels, Mapping) and labels.get(MANAGED_BY) == RELAY_MANAGER
+    return isinstance(labels, Mapping) and labels.get(MANAGED_BY) == RELAY
 
 
 def read_record(raw: Mapping[str, Any]) -> Record | None:
@@ -239,7 +195,7 @@ def split_key(key: str) -> tuple[str, str] | None:
     request, dot, driver = key.removesuffix(METADATA_SUFFIX).partition(".")
     if not dot or len(request) > LABEL_MAX or not _NAME.match(request) or "." in request:
         return None
-    if len(driver) > 253 or not _NAME.match(driver):
+    if len(driver) > NAME_MAX or not _NAME.match(driver):
         return None
     return request, driver
 
@@ -390,19 +346,7 @@ def for_node(found: Sequence[Record], node: str | None) -> dict[str, Record]:
 
 
 __all__ = [
-    "CLAIM_UID_LABEL",
-    "LABEL_MAX",
-    "LABEL_PREFIX_PATTERN",
-    "LEGACY_NAME_PATTERN",
-    "MANAGED_BY",
-    "NAME_MAX",
-    "NAME_PREFIX",
-    "NODE_ANNOTATION",
-    "NODE_LABEL",
-    "NODE_NAME_MAX",
     "RELAY_MANAGER",
-    "SPECS_ANNOTATION",
-    "UID_PATTERN",
     "Claim",
     "DriverFile",
     "Listing",
@@ -410,12 +354,8 @@ __all__ = [
     "annotated_node",
     "for_node",
     "is_record",
-    "node_label",
     "node_problem",
-    "node_selector",
     "read_record",
-    "record_key",
-    "record_name",
     "records",
     "refusal",
     "sort_listed",

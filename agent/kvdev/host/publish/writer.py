@@ -14,7 +14,7 @@ threads or processes, are serialized by an ``flock``. The record is written befo
 (the union of old and new) and after (the new set), so a crash never leaves a file
 ``unprepare`` does not know.
 
-Documents come from ``metadata``, specs from ``cdi`` (both pure).
+Documents come from ``metadata``, specs from ``kvdev.host.cdi.spec`` (both pure).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvdev.errors import Problem, SchemaError, os_error
+from kvdev.host.cdi import spec as cdi
 from kvdev.host.fs import locked, mkdirs, prune, read, remove, remove_temps, rewrite, write
 from kvdev.host.k8s import ResourceClaim, ResourceSlice
-from kvdev.host.publish import cdi
+from kvdev.host.k8s.device import NetworkDeviceData
 from kvdev.host.publish.files import (
     METADATA_FILE,
     RECORD_FILE,
@@ -49,7 +50,6 @@ from kvdev.host.publish.metadata import (
     check_uid,
     claim_identity,
 )
-from kvdev.host.schema.metadata import NetworkDeviceData
 from kvdev.schema.fields import check_dns_label
 
 __all__ = [
@@ -214,7 +214,7 @@ def _derived(claim_dir: Path, uid: str) -> list[Path]:
 
 def _remove_specs(layout: Layout, cdi_dir: Path, uid: str) -> tuple[Path, ...]:
     """This driver's metadata specs for ``uid`` in the CDI directory."""
-    prefix = f"{layout.driver}_{cdi.CLASS}_{uid}_"
+    prefix = cdi.spec_file_prefix(layout.driver, uid)
     try:
         names = sorted(p.name for p in cdi_dir.iterdir())
     except FileNotFoundError:

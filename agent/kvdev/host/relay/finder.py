@@ -1,31 +1,12 @@
 """Every KEP-5304 metadata file on this node, found through the drivers' CDI specs (I/O).
 
-A driver that writes metadata (upstream's ``kubeletplugin`` with ``EnableDeviceMetadata``)
-writes, per claim and request, a CDI spec of kind ``<driver>/metadata`` into a CDI spec
-directory (``/etc/cdi``, ``/var/run/cdi``) whose device ``<claimUID>_<request>`` bind-mounts
-the file at ``/var/run/kubernetes.io/dra-device-attributes/.../<driver>-metadata.json``. The
-finder reads those specs and, for each such mount, the ``hostPath`` file (the placement rule is
-``bundle.source.mount_place``, the one ``kvdev-host bundle --from-cdi`` uses).
-
-What it reads, and how, is ``bundle.source``'s (one set of rules for both): each spec beneath
-its directory and each file beneath the host directories (``--host-dir``), with no link
-followed, and only a regular file with one link opened. Bounds of one pass:
-
-* per directory, at most ``MAX_LISTED`` names looked at and ``MAX_SPECS`` metadata specs read
-  (specs of other kinds do not count);
-* per spec, the spec itself ``MAX_SPEC_BYTES``, at most ``MAX_DEVICES`` devices and
-  ``MAX_MOUNTS`` mounts counted after YAML aliases are expanded, and ``MAX_SPEC_FILE_BYTES`` of
-  the files it mounts;
-* per pass, each distinct ``hostPath`` read at most once, each file ``RECORD_BYTES_MAX``, and
-  ``MAX_PASS_BYTES`` read in all (specs and files); the file that crosses it is the last read.
-
-A spec over a bound, or bad in any way (not YAML, a mount that leaves the tree, a file of
-another driver or another request than its device says, a file refused or unreadable), is
-skipped with a problem naming it and its field: it never keeps another spec's files from being
-found. What it tells the relay's deletion rule (``Found``): whether the read was ``complete``
-(every directory listed in full, every spec read, none over a bound: only then is a claim
-named by no spec gone), and which ``claims`` the specs read name, a file of theirs failing
-or not (such a claim is ``held``: its files are not returned, so its record stays as it is).
+For each ``<driver>/metadata`` spec of the CDI directories, each device ``<claimUID>_<request>``
+and each of its mounts at that driver's and request's metadata place, the ``hostPath`` file,
+read and bounded by the CDI package (``kvdev.host.cdi``) within this module's per-pass bounds
+(``MAX_SPECS``, ``MAX_SPEC_FILE_BYTES``, ``MAX_PASS_BYTES``). A bad spec or file is skipped and
+named, never keeping another spec's files from being found; ``Found`` tells the relay's
+deletion rule whether the read was complete and which claims the specs name or hold. The
+rules and bounds: docs/reference/relay.md.
 """
 
 from __future__ import annotations
@@ -38,27 +19,23 @@ from typing import Any, Final
 
 from kvdev._confined import RefusedError
 from kvdev.errors import KvdevError, Problem, SchemaError
-from kvdev.host.bundle.source import (
-    DEFAULT_HOST_DIRS,
-    MAX_DEVICES,
-    MAX_LISTED,
-    MAX_MOUNTS,
-    MAX_SPEC_BYTES,
-    HostFiles,
+from kvdev.host.cdi.ondisk import DEFAULT_HOST_DIRS, MAX_LISTED, HostFiles, read_spec, spec_names
+from kvdev.host.cdi.spec import (
     check_counts,
     load_spec,
+    metadata_driver,
+    mount_list,
     mount_place,
-    read_spec,
-    spec_names,
+    split_device_name,
 )
-from kvdev.host.publish.relayed import RECORD_BYTES_MAX, DriverFile
+from kvdev.host.contract import RECORD_BYTES_MAX
+from kvdev.host.publish.relayed import DriverFile
 from kvdev.schema.tree import metadata_location
 
 DEFAULT_CDI_DIRS: Final = ("/etc/cdi", "/var/run/cdi")
 MAX_SPECS: Final = 4096  # metadata specs per directory: a node's claims times requests, with room
 MAX_SPEC_FILE_BYTES: Final = 4 * RECORD_BYTES_MAX  # the files one spec mounts, in all
 MAX_PASS_BYTES: Final = 32 * 1024 * 1024  # specs and files read in one pass, in all
-KIND_SUFFIX: Final = "/metadata"
 
 
 @dataclass
@@ -103,14 +80,14 @@ def _device_files(
     Raises:
         SchemaError: the spec breaks a rule or a bound (the first is named).
     """
-    devices = check_counts(spec, path)
+    devices = check_counts(spec, str(path))
     named = []
     for i, device in enumerate(devices):
-        uid, sep, request = str(device.get("name", "")).partition("_")
-        if not sep or not uid or not request:
+        split = split_device_name(device.get("name", ""))
+        if split is None:
             message = f"device name {device.get('name')!r} is not <claimUID>_<request>"
             raise SchemaError([Problem(message, str(path), None, f"devices[{i}].name")])
-        named.append((uid.lower(), request))
+        named.append(split)
     found.claims.update(uid for uid, _ in named)
     try:
         return _mounted(devices, named, path, driver, run, found)
@@ -130,11 +107,9 @@ def _mounted(
     out: list[DriverFile] = []
     spent = 0
     for i, ((uid, request), device) in enumerate(zip(named, devices, strict=True)):
-        edits = device.get("containerEdits") or {}
-        mounts = edits.get("mounts") if isinstance(edits, dict) else None
-        for j, mount in enumerate(mounts if isinstance(mounts, list) else []):
+        for j, mount in enumerate(mount_list(device)):
             at = f"devices[{i}].containerEdits.mounts[{j}]"
-            placed = mount_place(mount, path, at)
+            placed = mount_place(mount, str(path), at)
             if placed is None:
                 continue
             rel, host = placed
@@ -172,13 +147,11 @@ def _one_spec(
     path = directory / name
     data = read_spec(directory, name)
     run.spec_bytes += len(data)
-    spec = load_spec(data, path)
-    if not isinstance(spec, dict):
+    spec = load_spec(data, str(path))
+    driver = metadata_driver(spec)
+    if not isinstance(spec, dict) or driver is None:
         return [], False
-    kind = spec.get("kind")
-    if not isinstance(kind, str) or not kind.endswith(KIND_SUFFIX):
-        return [], False
-    return _device_files(spec, path, kind.removesuffix(KIND_SUFFIX), run, found), True
+    return _device_files(spec, path, driver, run, found), True
 
 
 def _directory(directory: Path, run: _Pass, found: Found) -> Iterable[DriverFile]:
@@ -255,12 +228,8 @@ def host_dirs(given: Sequence[str] | None) -> list[Path]:
 
 __all__ = [
     "DEFAULT_CDI_DIRS",
-    "DEFAULT_HOST_DIRS",
-    "MAX_DEVICES",
-    "MAX_MOUNTS",
     "MAX_PASS_BYTES",
     "MAX_SPECS",
-    "MAX_SPEC_BYTES",
     "MAX_SPEC_FILE_BYTES",
     "Found",
     "cdi_dirs",

@@ -1,30 +1,11 @@
 """The node relay's loop: keep this node's relay records equal to the drivers' files (I/O).
 
-Each pass reads the CDI spec directories (``finder.find``), makes the records
-(``publish.relayed.records``), lists this node's records in the API server (by its label) and
-creates, replaces or deletes the difference. A record is deleted only when a complete read
-(``finder.Found.complete``: every directory listed in full, every spec read, none over a bound)
-names its claim in no spec: then the controller falls back to its reconstruction. A record of
-a claim that a spec still names, its file failing or not, is kept as it is; an incomplete read
-deletes nothing (``_gone``). A pass that changes nothing writes nothing. A failed write is
-logged and tried again next pass; a bad spec is logged (named) and never keeps another
-claim's files from being relayed. The directories are read on one worker
-thread, waited for at most ``read_deadline`` (30 s): a read that never returns (a hung file
-system) costs passes that change nothing, and one stuck thread, never the process.
-
-Passes run every ``interval`` seconds (the directories are polled: CDI specs are few and small,
-and a poll sees a rewrite that an inotify watch on a bind-mounted directory can miss). The
-records are listed at the first pass, after a failed request and every ``relist`` passes; in
-between the loop keeps what its own writes returned, so a node whose files do not change
-sends no request at all.
-
-Only its own records are trusted (``publish.relayed.sort_listed``): a listed ConfigMap whose
-name, node label and ``kvdev.io/node`` annotation do not all say this node is never replaced
-or deleted; when it holds the name of one of this node's records (found by the listing, or by
-a create the API server answers 409), that claim is skipped and reported (a warning naming
-both nodes, ``Pass.taken``) and the other claims go on. This node's records of the earlier
-name form (``kvdev-relay-<claimUID>-<hash>``, which the controller no longer reads) are
-deleted when listed.
+Each pass reads the CDI spec directories on a worker, waited for at most ``read_deadline``
+(``finder.find``), makes the records (``publish.relayed.records``) and creates, replaces or
+deletes the difference from what the API server holds, writing nothing when nothing changed.
+A record is deleted only after a complete read names its claim in no spec (``_gone``); only
+this node's own records are ever replaced or deleted (``relayed.sort_listed``), and a name
+another node's ConfigMap holds is reported, never taken. The rules: docs/reference/relay.md.
 """
 
 from __future__ import annotations
@@ -39,15 +20,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kvdev.errors import KvdevError, Problem
+from kvdev.host.cdi.ondisk import DEFAULT_HOST_DIRS
+from kvdev.host.contract import CLAIM_UID_LABEL, node_selector
 from kvdev.host.publish.relayed import (
-    CLAIM_UID_LABEL,
     annotated_node,
-    node_selector,
     records,
     sort_listed,
     taken_message,
 )
-from kvdev.host.relay.finder import DEFAULT_HOST_DIRS, Found
+from kvdev.host.relay.finder import Found
 from kvdev.host.relay.finder import find as find_files
 
 log = logging.getLogger("kvdev.host.relay")

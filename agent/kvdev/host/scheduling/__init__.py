@@ -7,7 +7,7 @@ per-node decision and its cache; ``events.replay`` replays a stream of cluster c
 unschedulable pods as ``hints`` (queueing hints) says. No I/O anywhere in this package.
 """
 
-from kvdev.host.scheduling.events import ClusterEvent, EventRun, replay
+from kvdev.host.scheduling.clusterevents import ClusterEvent, EventRun, replay
 from kvdev.host.scheduling.run import Placement, ScheduleResult, Unplaced, schedule
 
 __all__ = [

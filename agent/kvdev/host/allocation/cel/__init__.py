@@ -53,6 +53,15 @@ Not supported (the library cannot, or the corpus does not need it)
   :class:`CelRuntimeError`, a non-bool result likewise (upstream reports both at compile time
   when it can tell). Comprehension variables used outside their macro are runtime errors.
 
+Parsing
+-------
+An expression is parsed once, into a small tree (``_tree``, over the tokens of ``_tokens``);
+every static question is a pass over that tree: the cost estimate, the copy bound, the bound
+variables and literal domains (``_cost``), the shortcut (``_fast``), the constant ``matches``
+patterns (``_regex``), and the source the library compiles (``cel.bind`` rewritten, ``matches``
+renamed). What the tree's grammar does not accept is a :class:`CelCompileError` (with the
+library's own message when it cannot parse the text either), never an estimate of another kind.
+
 Cost limit
 ----------
 The library has no cost budget and no interruption hook, and a comprehension runs entirely in
@@ -76,7 +85,8 @@ library runs at most what the two bounds allow.
 
 ``device.driver == "..."``, ``device.attributes["<domain>"].<id> == <literal>`` and chains of
 them joined by ``&&`` are answered from the view without building the CEL context when the
-answer is plain (``_fast``; CEL decides whenever an attribute is missing or of another type).
+answer is plain (``_fast``, from the tree; CEL decides whenever an attribute is missing or of
+another type).
 
 :meth:`Selector.value` evaluates an expression to whatever it yields (a derived attribute,
 KEP-6080): ``int``, ``bool``, ``str``, :class:`Semver`, ``Fraction`` for a quantity, lists of

@@ -1,29 +1,31 @@
 """Compiling selectors: :class:`Selector`, :func:`compile_selector` and its cache.
 
-Compilation rewrites ``cel.bind`` (the library has none), compiles with the library, runs the
-static analysis and rejects undeclared references (functions and variables outside the
-supported environment).
+Compilation parses the expression once into a tree (``_tree``; what it cannot parse is a
+compile error), renders it back with ``cel.bind`` rewritten (the library has none) and
+``matches`` renamed to ours (``_regex``), compiles that with the library, runs the static
+passes over the tree (``_cost``: upstream's estimate and the copy bound; ``_fast``: the
+shortcut; the constant ``matches`` patterns) and rejects undeclared references (functions and
+variables outside the supported environment).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from kvdev.host.allocation.cel._cost import COST_LIMIT, Analysis, analyze
 from kvdev.host.allocation.cel._errors import CelCompileError, CelCostLimitError, CelRuntimeError
-from kvdev.host.allocation.cel._fast import shortcut
+from kvdev.host.allocation.cel._fast import Answer, shortcut
 from kvdev.host.allocation.cel._functions import FUNCTIONS
 from kvdev.host.allocation.cel._interrupt import take_interruption
 from kvdev.host.allocation.cel._native import native
-from kvdev.host.allocation.cel._regex import compile_constant
-from kvdev.host.allocation.cel._regex import rewrite as rewrite_matches
-from kvdev.host.allocation.cel._tokens import (
-    Token,
-    matching_brackets,
-    tokenize,
-    top_level_commas,
-)
+from kvdev.host.allocation.cel._regex import FUNCTION, compile_constant, constant_patterns
+from kvdev.host.allocation.cel._tokens import tokenize
+from kvdev.host.allocation.cel._tree import Node, ParseError, parse, renamed, render
 from kvdev.host.allocation.cel._values import as_quantity, as_semver, type_name
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from kvdev.host.allocation.cel._view import DeviceView
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # upstream CELSelectorExpressionMaxLength (bytes)
+_FRAMES_PER_TOKEN: Final = 8  # the parser's frames per nested token, with room to spare
+_DEEP: Final = threading.Lock()  # one deep compilation at a time owns the raised limit
 
 # Functions and type names of the library's own standard environment that selectors may use.
 _BUILTIN_FUNCTIONS: Final = frozenset(
@@ -67,34 +71,22 @@ _TYPE_NAMES: Final = frozenset(
 )
 
 
-def _rewrite_bind(source: str) -> str:
-    """``cel.bind(v, init, body)`` -> ``[init].map(v, body)[0]``, innermost first."""
-    for _ in range(MAX_EXPRESSION_LENGTH):
-        tokens = tokenize(source)
-        match = matching_brackets(tokens)
-        found = None
-        for k in range(len(tokens) - 3):
-            if (
-                tokens[k].text == "cel"
-                and tokens[k + 1].text == "."
-                and tokens[k + 2].text == "bind"
-                and tokens[k + 3].text == "("
-                and (k == 0 or tokens[k - 1].text != ".")
-            ):
-                found = k  # keep the last one: it is never an ancestor of an earlier one
-        if found is None:
-            return source
-        open_ = found + 3
-        close = match[open_]
-        commas = top_level_commas(tokens, match, open_ + 1, close)
-        if len(commas) != 2 or commas[0] != open_ + 2 or tokens[open_ + 1].kind != "id":
-            raise CelCompileError("CEL compile error: cel.bind() needs (name, init, body)")
-        var = tokens[open_ + 1].text
-        init = source[tokens[commas[0]].end : tokens[commas[1]].start]
-        body = source[tokens[commas[1]].end : tokens[close].start]
-        replacement = f"([{init}].map({var}, {body})[0])"
-        source = source[: tokens[found].start] + replacement + source[tokens[close].end :]
-    raise CelCompileError("CEL compile error: too many cel.bind()")  # pragma: no cover
+def _rewritten(tree: Node, expression: str) -> str:
+    """The source the library compiles, from the tree.
+
+    ``cel.bind(v, init, body)`` becomes ``[init].map(v, body)[0]`` (the library has none), and
+    every ``matches`` call :data:`FUNCTION`.
+    """
+
+    def replace(node: Node, again: Callable[[Node], str]) -> str | None:
+        if node.kind == "bind":
+            init, body = node.children
+            return f"([{again(init)}].map({node.var}, {again(body)})[0])"
+        if node.kind == "call" and node.text == "matches":
+            return renamed(node, expression, FUNCTION, again)
+        return None
+
+    return expression[: tree.start] + render(tree, expression, replace) + expression[tree.end :]
 
 
 class Selector:
@@ -102,11 +94,13 @@ class Selector:
 
     __slots__ = ("_analysis", "_fast", "_program", "expression")
 
-    def __init__(self, expression: str, program: cel.Program, analysis: Analysis) -> None:
+    def __init__(
+        self, expression: str, program: cel.Program, analysis: Analysis, fast: Answer | None
+    ) -> None:
         self.expression = expression
         self._program = program
         self._analysis = analysis
-        self._fast = shortcut(expression)
+        self._fast = fast
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -239,18 +233,22 @@ def compile_uncached(expression: str) -> Selector:
         raise CelCompileError(
             f"CEL compile error: expression is longer than {MAX_EXPRESSION_LENGTH} bytes"
         )
-    source = _rewrite_bind(expression)
-    try:
-        program = native.compile(source)  # the library's parse errors name the text as written
-        tokens = tokenize(source)
-        if any(t.kind == "id" and t.text == "matches" for t in tokens):
-            program = native.compile(rewrite_matches(source, tokens))
-    except (ValueError, RuntimeError) as exc:
-        raise CelCompileError(
-            f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"
-        ) from exc
-    _compile_patterns(tokens)
-    analysis = analyze(tokens, tokenize(expression))
+    tokens = tokenize(expression)
+    with _room_for(len(tokens)):
+        try:
+            tree = parse(tokens)
+        except ParseError as exc:
+            raise _unparsed(expression, exc) from None
+        source = _rewritten(tree, expression)
+        try:
+            program = native.compile(source)
+        except (ValueError, RuntimeError) as exc:
+            raise CelCompileError(
+                f"CEL compile error: {_quote(expression)}: {_parse_detail(source, exc)}"
+            ) from exc
+        analysis = analyze(tree, tokens[-1].end)
+        fast = shortcut(tree, expression)
+    _compile_patterns(tree)
     allowed = {"device", *analysis.bound_vars, *_TYPE_NAMES}
     undeclared = [v for v in program.variables() if v not in allowed]
     undeclared += [
@@ -263,21 +261,47 @@ def compile_uncached(expression: str) -> Selector:
             f"CEL compile error: {_quote(expression)}: "
             f"undeclared reference to {', '.join(undeclared)}"
         )
-    return Selector(expression, program, analysis)
+    return Selector(expression, program, analysis, fast)
 
 
-def _compile_patterns(tokens: list[Token]) -> None:
+@contextlib.contextmanager
+def _room_for(tokens: int) -> Iterator[None]:
+    """Recursion room for the tree of ``tokens`` tokens: its depth is bounded by their count.
+
+    A chain the library accepts (``!`` x 9000, ``.a`` x 3000, ``1 + 1 + ...``) is that deep;
+    the parser and the passes recurse once or a few times per level. The limit is raised for
+    the one compilation that needs it (one at a time) and put back.
+    """
+    need = _FRAMES_PER_TOKEN * tokens + 1000
+    if need <= sys.getrecursionlimit():
+        yield
+        return
+    with _DEEP:
+        before = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(before, need))
+        try:
+            yield
+        finally:
+            sys.setrecursionlimit(before)
+
+
+def _unparsed(expression: str, exc: ParseError) -> CelCompileError:
+    """A parse failure: the library's own message when it cannot parse the text either."""
+    try:
+        native.compile(expression)
+    except (ValueError, RuntimeError) as library:
+        detail = _parse_detail(expression, library)
+    else:
+        detail = f"cannot parse at offset {exc.at}: {exc}"
+    return CelCompileError(f"CEL compile error: {_quote(expression)}: {detail}")
+
+
+def _compile_patterns(tree: Node) -> None:
     """Compile each constant ``matches`` pattern now, as upstream does (a bad one is an error)."""
-    for k in range(len(tokens) - 3):
-        if (
-            tokens[k].text == "matches"
-            and tokens[k + 1].text == "("
-            and tokens[k + 2].kind == "str"
-            and tokens[k + 3].text == ")"
-        ):
-            pattern = native.compile(tokens[k + 2].text).execute(native.Context())
-            if isinstance(pattern, str):
-                compile_constant(pattern)
+    for literal in constant_patterns(tree):
+        pattern = native.compile(literal.text).execute(native.Context())
+        if isinstance(pattern, str):
+            compile_constant(pattern)
 
 
 def reads_device(expression: str) -> bool:

@@ -1,12 +1,12 @@
-"""Static analysis of a selector: cost estimate, copy bound, bound variables, literal domains.
+"""Static analysis of a parsed selector: cost estimate, copy bound, bound variables, domains.
 
 The cost estimate is upstream's (:mod:`._estimate`), compared with :data:`COST_LIMIT` as the
 API server compares it. The copy bound is kvdev's own: the library copies a list or map each
 time a literal or ``map`` holds it (``[v, v]`` nested by ``cel.bind`` doubles per level: 2**22
 copies take seconds), where upstream's shares it, so each expression also gets a bound on the
-values it can copy (:func:`_grown`), compared with the same limit. When :mod:`._estimate`
-cannot parse the expression, the cost is the older token-based worst case (:func:`_estimate`,
-see the package docstring, "Cost limit").
+values it can copy (:func:`_grown`), compared with the same limit. Both are passes over the
+tree of ``_tree``, as are the variables macros and binds declare and the attribute and
+capacity domains written as literals.
 """
 
 from __future__ import annotations
@@ -15,23 +15,22 @@ from dataclasses import dataclass
 from typing import Final
 
 from kvdev.host.allocation.cel._estimate import estimate
-from kvdev.host.allocation.cel._tokens import Token, matching_brackets, top_level_commas
+from kvdev.host.allocation.cel._tree import Node
 from kvdev.schema.metadata import ATTRIBUTE_VALUES_MAX
 
 COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
 _ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
-_MACROS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
-_CONSTANTS: Final = frozenset({"true", "false", "null"})
 _DYNAMIC_CAP: Final = COST_LIMIT * 1000
+# Nodes whose source has a name in it: a literal holding one may hold a variable's value.
+_NAMED: Final = frozenset({"ident", "select", "call", "has", "macro", "bind"})
 
 
 @dataclass(frozen=True)
 class Analysis:
     bound_vars: frozenset[str]
     domains: frozenset[str]
-    cost: int  # upstream's estimate (or the token bound when ``upstream`` is false)
+    cost: int  # upstream's estimate
     copies: int  # the library's copy bound (kvdev's own)
-    upstream: bool = True
 
 
 def _literal_string(text: str) -> str | None:
@@ -46,122 +45,81 @@ def _literal_string(text: str) -> str | None:
     return inner
 
 
-def analyze(tokens: list[Token], written: list[Token]) -> Analysis:
-    """The analysis of ``tokens`` (the source after rewriting); ``written``: as written."""
-    match = matching_brackets(tokens)
+def _domain(node: Node) -> str | None:
+    """``<x>.attributes["d"]`` or ``capacity["d"]`` (any receiver): the domain ``d``."""
+    if node.kind != "index":
+        return None
+    operand, index = node.children
+    named = operand.kind in ("select", "ident") and operand.text in ("attributes", "capacity")
+    if not named or index.kind != "lit" or index.lit != "str":
+        return None
+    return _literal_string(index.text)
+
+
+def analyze(tree: Node, last: int) -> Analysis:
+    """The analysis of an expression's tree; ``last``: where its last token ends."""
     bound: set[str] = set()
     domains: set[str] = set()
     largest = 0
-    plus = 0
-    for k, t in enumerate(tokens):
-        if t.kind == "op" and t.text == "+":
-            plus += 1
-        if (
-            t.kind == "op"
-            and t.text == "."
-            and k + 4 < len(tokens)
-            and tokens[k + 1].text in _MACROS
-            and tokens[k + 2].text == "("
-            and tokens[k + 3].kind == "id"
-            and tokens[k + 4].text == ","
-        ):
-            bound.add(tokens[k + 3].text)
-        if (
-            t.kind == "id"
-            and t.text in ("attributes", "capacity")
-            and k + 3 < len(tokens)
-            and tokens[k + 1].text == "["
-            and tokens[k + 2].kind == "str"
-            and tokens[k + 3].text == "]"
-        ):
-            literal = _literal_string(tokens[k + 2].text)
-            if literal is not None:
-                domains.add(literal)
-        if t.kind == "op" and t.text in "[{" and _is_literal_open(tokens, k):
-            largest = max(largest, _element_count(tokens, match, k))
+    for node in tree.walk():
+        if node.kind in ("macro", "bind"):
+            bound.add(node.var)
+        domain = _domain(node)
+        if domain is not None:
+            domains.add(domain)
+        if node.kind in ("list", "map"):
+            largest = max(largest, _count(node))
     base = max(ATTRIBUTE_VALUES_MAX, _ATTRIBUTES_AND_CAPACITIES_MAX, largest)
-    copies = _grown(tokens, match, base)
-    upstream = estimate(written)
-    if upstream is not None:
-        return Analysis(frozenset(bound), frozenset(domains), upstream, copies)
-    dynamic = _grown(tokens, match, base << min(plus, 64))
-    cost = _estimate(tokens, match, 0, len(tokens), dynamic)
-    return Analysis(frozenset(bound), frozenset(domains), cost, copies, upstream=False)
+    copies = _grown(tree, base, last)
+    return Analysis(frozenset(bound), frozenset(domains), estimate(tree), copies)
 
 
-def _grown(tokens: list[Token], match: dict[int, int], dynamic: int) -> int:
+def _count(node: Node) -> int:
+    return len(node.children) // (2 if node.kind == "map" else 1)
+
+
+def _naming(tree: Node) -> set[int]:
+    """The ids of the nodes with a name somewhere in their source (one pass, children first)."""
+    out: set[int] = set()
+    for node in reversed(list(tree.walk())):
+        own = node.kind in _NAMED or (node.kind == "binary" and node.text == "in")
+        if own or any(id(child) in out for child in node.children):
+            out.add(id(node))
+    return out
+
+
+def _is_map(node: Node, last: int) -> bool:
+    """``.map`` after a receiver: the macro, a method, a field (unless the last token)."""
+    if node.text != "map" or not (node.kind in ("macro", "select") or node.method):
+        return False
+    return node.kind != "select" or node.name_at[1] < last
+
+
+def _grown(tree: Node, dynamic: int, last: int) -> int:
     """The size bound once every value-copying construct has done its worst.
 
     A list/map literal holding a variable copies it once per element (``[v, v]`` doubles,
     and ``cel.bind`` can chain that: 2**30 copies from 30 binds); ``map`` over a receiver of
-    unknown size may return that many copies of a value as large (``b.map(x, b)`` squares).
-    Capped: past the cap anything that costs ``dynamic`` is over the limit anyway.
+    unknown size may return that many copies of a value as large (``b.map(x, b)`` squares;
+    any ``.map`` but a last field counts). Capped: past the cap anything that costs
+    ``dynamic`` is over the limit anyway. The constructs are taken in source order.
     """
-    for k, t in enumerate(tokens):
-        if t.kind != "op" or dynamic > _DYNAMIC_CAP:
+    steps: list[tuple[int, Node, bool]] = []  # (where, the literal or receiver, a map's)
+    naming = _naming(tree)
+    for node in tree.walk():
+        holds = any(id(child) in naming for child in node.children)
+        if node.kind in ("list", "map") and holds:
+            steps.append((node.start, node, False))
+        elif _is_map(node, last):
+            steps.append((node.name_at[0], node.children[0], True))
+    for _, node, mapped in sorted(steps, key=lambda step: step[0]):
+        if dynamic > _DYNAMIC_CAP:
             continue
-        if t.text in "[{" and _is_literal_open(tokens, k) and _holds_variable(tokens, k, match[k]):
-            dynamic *= max(1, _element_count(tokens, match, k))
-        elif t.text == "." and k + 2 < len(tokens) and tokens[k + 1].text == "map":
-            literal = tokens[k - 1].text in "]}" and _is_literal_open(tokens, match[k - 1])
-            dynamic *= _element_count(tokens, match, match[k - 1]) if literal else dynamic
+        literal = node.kind in ("list", "map") and not node.paren
+        if not mapped:
+            dynamic *= max(1, _count(node))
+        elif literal:
+            dynamic *= _count(node)
+        else:
+            dynamic *= dynamic
     return min(dynamic, _DYNAMIC_CAP + 1)
-
-
-def _holds_variable(tokens: list[Token], open_: int, close: int) -> bool:
-    return any(t.kind == "id" and t.text not in _CONSTANTS for t in tokens[open_ + 1 : close])
-
-
-def _is_literal_open(tokens: list[Token], k: int) -> bool:
-    """Whether ``[``/``{`` at ``k`` opens a list/map literal (not an index or a message)."""
-    if k == 0:
-        return True
-    prev = tokens[k - 1]
-    if prev.kind in ("num", "str") or (prev.kind == "id" and prev.text != "in"):
-        return False
-    return not (prev.kind == "op" and prev.text in ")]}")
-
-
-def _element_count(tokens: list[Token], match: dict[int, int], k: int) -> int:
-    close = match[k]
-    if close == k + 1:
-        return 0
-    commas = top_level_commas(tokens, match, k + 1, close)
-    trailing = bool(commas) and commas[-1] == close - 1
-    return len(commas) + 1 - trailing
-
-
-def _estimate(tokens: list[Token], match: dict[int, int], i: int, j: int, dynamic: int) -> int:
-    cost = 0
-    k = i
-    while k < j:
-        t = tokens[k]
-        if (
-            t.kind == "op"
-            and t.text == "."
-            and k + 2 < j
-            and tokens[k + 1].text in _MACROS
-            and tokens[k + 2].text == "("
-        ):
-            open_ = k + 2
-            close = match[open_]
-            size = dynamic
-            if k > 0 and tokens[k - 1].text in ("]", "}"):
-                start = match[k - 1]
-                if _is_literal_open(tokens, start):
-                    size = _element_count(tokens, match, start)
-            body = _estimate(tokens, match, open_ + 1, close, dynamic)
-            cost += 2 + size * (body + 1)
-            k = close + 1
-            continue
-        copies = t.kind == "op" and (
-            t.text == "+"
-            or (
-                t.text in "[{"
-                and _is_literal_open(tokens, k)
-                and _holds_variable(tokens, k, match[k])
-            )
-        )
-        cost += dynamic if copies else 1
-        k += 1
-    return cost

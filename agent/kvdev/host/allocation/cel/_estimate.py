@@ -5,8 +5,8 @@ cel-go's checker cost model (``checker.CostEstimator`` with Kubernetes' library 
 DRA environment, whose declared sizes bound what ``device`` holds: ``device.driver`` 63
 characters, ``device.attributes`` and each domain's map 32 entries (domains 63 characters,
 identifiers 32), an attribute value 64 (its characters, or its list's elements, which have no
-declared size), capacity values quantities. This module parses the expression and charges
-every node as that model does, with the figures measured against upstream's own estimate
+declared size), capacity values quantities. This module charges every node of the parsed
+expression (``_tree``) as that model does, with the figures measured against upstream's own estimate
 (``tests/upstream/cmd/celcost``):
 
 * ``semver()``, ``isSemver()``, ``quantity()``, ``isQuantity()`` a tenth of the string's
@@ -25,21 +25,19 @@ every node as that model does, with the figures measured against upstream's own 
 
 A size nothing declares (a list attribute's elements, ``type()``'s result, a string made by
 ``string()``) is unbounded, so anything charged by it is too: upstream's estimate is then
-``2**64-1``, and so is this one. :func:`estimate` returns None when it cannot parse the
-expression (the caller keeps its own bound then).
+``2**64-1``, and so is this one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from kvdev.host.allocation.cel._tokens import Token
+from kvdev.host.allocation.cel._tree import RELATIONS, Node
 
 INF: Final = 2**64 - 1
-_MACROS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
-_RELATIONS: Final = frozenset({"==", "!=", "<", "<=", ">", ">=", "in"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +77,11 @@ _NUMERIC_FUNCTIONS: Final = frozenset(
     | {"getDayOfYear", "getFullYear", "getHours", "getMilliseconds", "getMinutes"}
     | {"getMonth", "getSeconds"}
 )
+_LITERALS: Final = {"num": _NUMBER, "bool": _BOOL, "null": Shape("object", 1)}
 _BOOL_FUNCTIONS: Final = frozenset(
     {"contains", "startsWith", "endsWith", "matches", "isSemver", "isQuantity", "includes"}
     | {"isGreaterThan", "isLessThan"}
 )
-
-
-class _UnparsedError(Exception):
-    pass
 
 
 def _add(*costs: int) -> int:
@@ -108,183 +103,108 @@ def _larger(a: Shape, b: Shape) -> Shape:
     return Shape(a.kind, max(a.size, b.size), elem=elem, key=a.key or b.key)
 
 
-class _Parser:
-    """A recursive-descent CEL parser that estimates as it goes (cost, shape) per node."""
+class _Estimator:
+    """Charges each node (cost, shape), the variables of macros and binds in scope."""
 
-    def __init__(self, tokens: list[Token]) -> None:
-        self.t = tokens
-        self.k = 0
+    def __init__(self) -> None:
         self.scopes: list[dict[str, Shape]] = [{"device": _DEVICE}]
 
-    # ------------------------------------------------------------------ tokens
+    def node(self, n: Node) -> tuple[int, Shape]:
+        """The node's cost and the shape of its value."""
+        charge: Callable[[Node], tuple[int, Shape]] = getattr(self, f"_{n.kind}")
+        return charge(n)
 
-    def peek(self, ahead: int = 0) -> str:
-        k = self.k + ahead
-        return self.t[k].text if k < len(self.t) else ""
+    def _lit(self, n: Node) -> tuple[int, Shape]:
+        return 0, _LITERALS.get(n.lit) or Shape("string", _literal_length(n.text))
 
-    def take(self, text: str | None = None) -> Token:
-        if self.k >= len(self.t) or (text is not None and self.t[self.k].text != text):
-            raise _UnparsedError
-        self.k += 1
-        return self.t[self.k - 1]
-
-    # ------------------------------------------------------------------ grammar
-
-    def expr(self) -> tuple[int, Shape]:
-        c, s = self.binary(0)
-        if self.peek() != "?":
-            return c, s
-        self.take("?")
-        ca, sa = self.expr()
-        self.take(":")
-        cb, sb = self.expr()
-        return _add(c, max(ca, cb)), _larger(sa, sb)
-
-    _LEVELS: Final = (("||",), ("&&",), tuple(_RELATIONS), ("+", "-"), ("*", "/", "%"))
-
-    def binary(self, level: int) -> tuple[int, Shape]:
-        if level == len(self._LEVELS):
-            return self.unary()
-        c, s = self.binary(level + 1)
-        while self.peek() in self._LEVELS[level] and self.t[self.k].kind in ("op", "id"):
-            op = self.take().text
-            cb, sb = self.binary(level + 1)
-            own, s = _operator(op, s, sb)
-            c = _add(c, cb, own)
-        return c, s
-
-    def unary(self) -> tuple[int, Shape]:
-        if self.peek() in ("!", "-") and self.t[self.k].kind == "op":
-            op = self.take().text
-            if op == "-" and self.k < len(self.t) and self.t[self.k].kind == "num":
-                self.take()
-                return self.member(0, _NUMBER)
-            c, s = self.unary()
-            return _add(c, 1), _BOOL if op == "!" else s
-        return self.member(*self.primary())
-
-    def member(self, c: int, s: Shape) -> tuple[int, Shape]:
-        while True:
-            if self.peek() == ".":
-                self.take(".")
-                name = self.take().text
-                if self.peek() == "(":
-                    c, s = self.method(name, c, s)
-                else:
-                    c, s = (
-                        _add(c, 1),
-                        s.fields.get(name) or (s.elem if s.kind == "map" else _UNKNOWN) or _UNKNOWN,
-                    )
-            elif self.peek() == "[":
-                self.take("[")
-                ci, _ = self.expr()
-                self.take("]")
-                c, s = _add(c, ci, 1), s.elem or _UNKNOWN
-            else:
-                return c, s
-
-    def args(self) -> list[tuple[int, Shape]]:
-        self.take("(")
-        out = []
-        while self.peek() != ")":
-            out.append(self.expr())
-            if self.peek() != ")":
-                self.take(",")
-        self.take(")")
-        return out
-
-    def primary(self) -> tuple[int, Shape]:  # noqa: PLR0911, PLR0912, C901 - one branch per kind
-        tok = self.take()
-        if tok.kind == "str":
-            return 0, Shape("string", _literal_length(tok.text))
-        if tok.kind == "num":
-            return 0, _NUMBER
-        if tok.text in ("true", "false"):
-            return 0, _BOOL
-        if tok.text == "null":
-            return 0, Shape("object", 1)
-        if tok.text == "(":
-            got = self.expr()
-            self.take(")")
-            return got
-        if tok.text == "[":
-            return self.literal("]", 10)
-        if tok.text == "{":
-            return self.literal("}", 30)
-        if tok.kind != "id":
-            raise _UnparsedError
-        if tok.text == "cel" and self.peek() == "." and self.peek(1) == "bind":
-            return self.bind()
-        if self.peek() == "(":
-            if tok.text == "has":
-                self.take("(")
-                got = self.expr()
-                self.take(")")
-                return max(0, got[0] - 1), _BOOL  # the field's test is not charged
-            args = self.args()
-            return _call(tok.text, None, args)
+    def _ident(self, n: Node) -> tuple[int, Shape]:
         for scope in reversed(self.scopes):
-            if tok.text in scope:
-                return 1, scope[tok.text]
+            if n.text in scope:
+                return 1, scope[n.text]
         return 1, _UNKNOWN
 
-    def literal(self, close: str, base: int) -> tuple[int, Shape]:
-        cost, n = base, 0
-        elem: Shape | None = None
-        key: Shape | None = None
-        while self.peek() != close:
-            c, s = self.expr()
-            if close == "}":
-                self.take(":")
-                cv, sv = self.expr()
-                key = s if key is None else _larger(key, s)
-                c, s = _add(c, cv), sv
-            cost, n = _add(cost, c), n + 1
-            elem = s if elem is None else _larger(elem, s)
-            if self.peek() != close:
-                self.take(",")
-        self.take(close)
-        return cost, Shape("list" if close == "]" else "map", n, elem=elem, key=key)
+    def _unary(self, n: Node) -> tuple[int, Shape]:
+        c, s = self.node(n.children[0])
+        return _add(c, 1), _BOOL if n.text == "!" else s
 
-    def bind(self) -> tuple[int, Shape]:
-        self.take(".")
-        self.take("bind")
-        self.take("(")
-        var = self.take().text
-        self.take(",")
-        ci, si = self.expr()
-        self.take(",")
-        self.scopes.append({var: si})
-        cb, sb = self.expr()
+    def _binary(self, n: Node) -> tuple[int, Shape]:
+        c, s = self.node(n.children[0])
+        cb, sb = self.node(n.children[1])
+        own, shape = _operator(n.text, s, sb)
+        return _add(c, cb, own), shape
+
+    def _cond(self, n: Node) -> tuple[int, Shape]:
+        c, _ = self.node(n.children[0])
+        ca, sa = self.node(n.children[1])
+        cb, sb = self.node(n.children[2])
+        return _add(c, max(ca, cb)), _larger(sa, sb)
+
+    def _select(self, n: Node) -> tuple[int, Shape]:
+        c, s = self.node(n.children[0])
+        return _add(c, 1), _field(s, n.text)
+
+    def _index(self, n: Node) -> tuple[int, Shape]:
+        c, s = self.node(n.children[0])
+        ci, _ = self.node(n.children[1])
+        return _add(c, ci, 1), s.elem or _UNKNOWN
+
+    def _call(self, n: Node) -> tuple[int, Shape]:
+        parts = [self.node(child) for child in n.children]
+        if n.method:
+            return _function(n.text, parts[0], parts[1:])
+        return _function(n.text, None, parts)
+
+    def _has(self, n: Node) -> tuple[int, Shape]:
+        c, _ = self.node(n.children[0])
+        return max(0, c - 1), _BOOL  # the field's test is not charged
+
+    def _bind(self, n: Node) -> tuple[int, Shape]:
+        ci, si = self.node(n.children[0])
+        self.scopes.append({n.var: si})
+        cb, sb = self.node(n.children[1])
         self.scopes.pop()
-        self.take(")")
         return _add(10, ci, cb), sb
 
-    def method(self, name: str, c: int, s: Shape) -> tuple[int, Shape]:
-        if name not in _MACROS or self.peek(2) != ",":
-            return _call(name, (c, s), self.args())
-        self.take("(")
-        var = self.take().text
-        self.take(",")
+    def _list(self, n: Node) -> tuple[int, Shape]:
+        return self.literal(n)
+
+    def _map(self, n: Node) -> tuple[int, Shape]:
+        return self.literal(n)
+
+    def literal(self, n: Node) -> tuple[int, Shape]:
+        cost = 10 if n.kind == "list" else 30
+        elem: Shape | None = None
+        key: Shape | None = None
+        step = 1 if n.kind == "list" else 2
+        for i in range(0, len(n.children), step):
+            c, s = self.node(n.children[i])
+            if n.kind == "map":
+                cv, sv = self.node(n.children[i + 1])
+                key = s if key is None else _larger(key, s)
+                c, s = _add(c, cv), sv
+            cost = _add(cost, c)
+            elem = s if elem is None else _larger(elem, s)
+        count = len(n.children) // step
+        return cost, Shape(n.kind, count, elem=elem, key=key)
+
+    def _macro(self, n: Node) -> tuple[int, Shape]:
+        c, s = self.node(n.children[0])
         item = (s.key if s.kind == "map" else s.elem) or _UNKNOWN
-        self.scopes.append({var: item})
-        parts = [self.expr()]
-        if self.peek() == ",":
-            self.take(",")
-            parts.append(self.expr())
+        self.scopes.append({n.var: item})
+        parts = [self.node(part) for part in n.children[1:]]
         self.scopes.pop()
-        self.take(")")
-        n = s.size
+        size = s.size
         body = _add(*(p[0] for p in parts))
+        name = n.text
         if name == "all":
-            return _add(c, _mul(n, _add(3, body)), 1), _BOOL
+            return _add(c, _mul(size, _add(3, body)), 1), _BOOL
         if name == "exists":
-            return _add(c, _mul(n, _add(4, body)), 1), _BOOL
+            return _add(c, _mul(size, _add(4, body)), 1), _BOOL
         if name == "exists_one":
-            return _add(c, _mul(n, _add(2, body)), 2), _BOOL
+            return _add(c, _mul(size, _add(2, body)), 2), _BOOL
         if name == "filter":
-            return _add(c, _mul(n, _add(13, body)), 11), Shape("list", n, elem=s.elem)
-        return _add(c, _mul(n, _add(12, body)), 11), Shape("list", n, elem=parts[-1][1])
+            return _add(c, _mul(size, _add(13, body)), 11), Shape("list", size, elem=s.elem)
+        return _add(c, _mul(size, _add(12, body)), 11), Shape("list", size, elem=parts[-1][1])
 
 
 def _field(s: Shape, name: str) -> Shape:
@@ -318,7 +238,7 @@ def _operator(op: str, a: Shape, b: Shape) -> tuple[int, Shape]:  # noqa: PLR091
         return _factor(min(a.size, b.size), 0.1), _BOOL
     if op == "in":
         return (1 if b.kind == "map" else b.size), _BOOL
-    if op in _RELATIONS:
+    if op in RELATIONS:
         strings = "string" in (a.kind, b.kind)
         return (max(1, _factor(min(a.size, b.size), 0.1)) if strings else 1), _BOOL
     if op == "+":
@@ -331,7 +251,7 @@ def _operator(op: str, a: Shape, b: Shape) -> tuple[int, Shape]:  # noqa: PLR091
     return 1, _NUMBER
 
 
-def _call(
+def _function(
     name: str, target: tuple[int, Shape] | None, args: list[tuple[int, Shape]]
 ) -> tuple[int, Shape]:
     receiver = target[1] if target is not None else args[0][1] if args else _UNKNOWN
@@ -360,11 +280,7 @@ def _call(
     return _add(inputs, own), shape
 
 
-def estimate(tokens: list[Token]) -> int | None:
-    """Upstream's estimated cost of the expression (module docstring); None: not parsed."""
-    parser = _Parser(tokens)
-    try:
-        cost, _ = parser.expr()
-    except (_UnparsedError, RecursionError):
-        return None
-    return cost if parser.k == len(tokens) else None
+def estimate(tree: Node) -> int:
+    """Upstream's estimated cost of the expression (module docstring)."""
+    cost, _ = _Estimator().node(tree)
+    return cost

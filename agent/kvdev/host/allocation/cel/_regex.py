@@ -2,9 +2,10 @@ r"""``string.matches(pattern)`` with RE2, a constant pattern compiled once.
 
 The library's own ``matches`` compiles its pattern again on every call (tens of ms for a
 pattern like ``\w{100}``), and cannot be replaced by registering a function of that name,
-so the compiler rewrites every call of ``matches`` to :data:`FUNCTION` (:func:`rewrite`).
+so the compiler renames every call of ``matches`` in the parsed tree to :data:`FUNCTION`.
 Upstream (cel-go) compiles a constant pattern once, when the program is planned, and reports
-a bad one then; :func:`compile_constant` does the same at compile time. Matching uses RE2
+a bad one then; :func:`constant_patterns` finds them in the tree and :func:`compile_constant`
+compiles each at compile time. Matching uses RE2
 (``google-re2``), the syntax and the linear-time guarantee of Go's ``regexp`` that upstream
 uses; ``matches`` is true when the pattern matches anywhere in the string, as upstream's.
 A pattern that is not a constant is compiled when called, remembered in a small cache.
@@ -19,7 +20,7 @@ import re2
 
 from kvdev.host.allocation.cel._errors import CelCompileError
 from kvdev.host.allocation.cel._interrupt import checkpoint
-from kvdev.host.allocation.cel._tokens import Token, tokenize
+from kvdev.host.allocation.cel._tree import Node
 from kvdev.host.allocation.cel._values import no_overload
 
 FUNCTION: Final = "kvdevMatches"  # the name ``matches`` calls are rewritten to
@@ -58,15 +59,13 @@ def matches(text: object, pattern: object) -> bool:
     return regex.search(text) is not None
 
 
-def rewrite(source: str, tokens: list[Token] | None = None) -> str:
-    """``matches(`` as a function or a method -> :data:`FUNCTION` ``(``, nothing else."""
-    tokens = tokenize(source) if tokens is None else tokens
-    out: list[str] = []
-    pos = 0
-    for k, t in enumerate(tokens[:-1]):
-        if t.kind == "id" and t.text == "matches" and tokens[k + 1].text == "(":
-            out.append(source[pos : t.start])
-            out.append(FUNCTION)
-            pos = t.end
-    out.append(source[pos:])
-    return "".join(out)
+def constant_patterns(tree: Node) -> list[Node]:
+    """The string literals that are the one argument of a ``matches`` call."""
+    out = []
+    for node in tree.walk():
+        args = node.children[1:] if node.method else node.children
+        if node.kind != "call" or node.text != "matches" or len(args) != 1:
+            continue
+        if args[0].kind == "lit" and args[0].lit == "str" and not args[0].paren:
+            out.append(args[0])
+    return out

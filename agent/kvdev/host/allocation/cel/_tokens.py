@@ -1,4 +1,4 @@
-"""A CEL tokenizer and bracket matching, for the source rewrite and the static analysis."""
+"""The CEL tokenizer: the tokens ``_tree`` parses, each with its span of the source."""
 
 from __future__ import annotations
 
@@ -41,37 +41,3 @@ def tokenize(source: str) -> list[Token]:
             tokens.append(Token(kind, m.group(), m.start(), m.end()))
         pos = m.end()
     return tokens
-
-
-def matching_brackets(tokens: list[Token]) -> dict[int, int]:
-    """Index of the matching bracket, both ways."""
-    match: dict[int, int] = {}
-    stack: list[int] = []
-    pairs = {")": "(", "]": "[", "}": "{"}
-    for i, t in enumerate(tokens):
-        if t.kind != "op":
-            continue
-        if t.text in "([{":
-            stack.append(i)
-        elif t.text in pairs:
-            if not stack or tokens[stack[-1]].text != pairs[t.text]:
-                raise CelCompileError("CEL compile error: unbalanced brackets")
-            j = stack.pop()
-            match[i], match[j] = j, i
-    if stack:
-        raise CelCompileError("CEL compile error: unbalanced brackets")
-    return match
-
-
-def top_level_commas(tokens: list[Token], match: dict[int, int], i: int, j: int) -> list[int]:
-    commas = []
-    k = i
-    while k < j:
-        t = tokens[k]
-        if t.kind == "op" and t.text in "([{":
-            k = match[k] + 1
-            continue
-        if t.kind == "op" and t.text == ",":
-            commas.append(k)
-        k += 1
-    return commas

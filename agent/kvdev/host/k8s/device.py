@@ -1,8 +1,8 @@
-"""Upstream KEP-5304 ``DeviceMetadata`` as pydantic models: what the host's writer builds.
+"""The device attribute and network data of resource.k8s.io/v1, shared by slices and claims.
 
-The rules are ``kvdev.schema.metadata``'s (its limits and rule functions); these models are
-what ``publish`` builds and validates before writing, and one of the two judges of the guest's
-plain reader in the tests. Field names and JSON shapes are exactly upstream's.
+``DeviceAttribute`` is a ResourceSlice device's typed-union attribute value, ``NetworkDeviceData``
+a claim's ``status.devices[].networkData``; ``Int64`` is Go's int64. The limits and rule
+functions are ``kvdev.schema.metadata``'s, the metadata contract the host writes these into.
 
 No I/O here.
 """
@@ -13,28 +13,18 @@ from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvdev.host.schema.base import Document, Model
-from kvdev.host.schema.types import (
-    CanonicalInterfaceAddress,
-    DnsLabel,
-    DnsSubdomain,
-    DriverName,
-    PoolName,
-    RequestName,
-)
-from kvdev.schema.fields import check_qualified_name, check_semver
+from kvdev.host.k8s.model import Model
+from kvdev.host.k8s.types import CanonicalInterfaceAddress
+from kvdev.schema.fields import check_semver
 from kvdev.schema.metadata import (
     ATTRIBUTE_VALUE_MAX_BYTES,
     HARDWARE_ADDRESS_MAX_BYTES,
     INTERFACE_NAME_MAX_BYTES,
     IPS_MAX,
-    RESULTS_MAX,
-    attribute_limits,
     check_int64,
     exactly_one_value,
     max_bytes,
     non_empty,
-    result_limit,
     unique_ips,
 )
 
@@ -53,7 +43,6 @@ def _non_empty(values: list[_T]) -> list[_T]:
 AttrString = Annotated[str, _max_bytes(ATTRIBUTE_VALUE_MAX_BYTES)]
 AttrVersion = Annotated[str, _max_bytes(ATTRIBUTE_VALUE_MAX_BYTES), AfterValidator(check_semver)]
 Int64 = Annotated[int, AfterValidator(check_int64)]
-QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
 
 
 class DeviceAttribute(Model):
@@ -104,61 +93,4 @@ class NetworkDeviceData(Model):
     @model_validator(mode="after")
     def _unique_ips(self) -> NetworkDeviceData:
         unique_ips(self.ips or [])
-        return self
-
-
-class Device(Model):
-    """One allocated device of a request, with its attributes and network data."""
-
-    driver: DriverName
-    pool: PoolName
-    name: DnsLabel
-    attributes: dict[QualifiedName, DeviceAttribute] | None = None
-    network_data: NetworkDeviceData | None = None
-
-    @model_validator(mode="after")
-    def _attribute_limits(self) -> Device:
-        attribute_limits([a.size() for a in (self.attributes or {}).values()])
-        return self
-
-    def attribute(self, name: str) -> DeviceAttribute | None:
-        """Look up an attribute; an unqualified name is in the driver's own domain."""
-        attrs = self.attributes or {}
-        domain, _, ident = name.rpartition("/")
-        found = attrs.get(name)
-        if found is None and domain == self.driver:
-            found = attrs.get(ident)
-        if found is None and not domain:
-            found = attrs.get(f"{self.driver}/{ident}")
-        return found
-
-
-class DeviceMetadataRequest(Model):
-    """One request of the claim: ``name`` is ``<request>`` or ``<request>/<subrequest>``."""
-
-    name: RequestName
-    devices: list[Device] = Field(default_factory=list)
-
-
-class ObjectMeta(Model):
-    """The four ObjectMeta fields the framework fills in (others are ignored)."""
-
-    name: DnsSubdomain
-    namespace: DnsLabel | None = None
-    uid: str | None = None
-    generation: Annotated[Int64, Field(ge=0)] = 0
-
-
-class DeviceMetadata(Document):
-    """The metadata of one ResourceClaim's request(s), as one driver wrote it."""
-
-    metadata: ObjectMeta
-    pod_claim_name: DnsLabel | None = None
-    requests: Annotated[list[DeviceMetadataRequest], Field(max_length=RESULTS_MAX)] = Field(
-        default_factory=list
-    )
-
-    @model_validator(mode="after")
-    def _result_limit(self) -> DeviceMetadata:
-        result_limit(sum(len(r.devices) for r in self.requests))
         return self

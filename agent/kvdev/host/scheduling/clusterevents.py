@@ -1,24 +1,11 @@
 """Event mode: place pods, then replay a stream of cluster changes, retrying pods as they come.
 
-``replay(objects, events, hints=...)`` first places the input's pods like ``schedule``; pods
-that fit nowhere wait in the unschedulable queue. Then, for each event (a Kubernetes watch
-event, ``ADDED`` / ``MODIFIED`` / ``DELETED`` of one object), the change is applied and the
-waiting pods are retried in queue order: with ``hints``, only those the event can help
-(``hints.woken``), without, every one of them, as a scheduler without queueing hints does.
-A pod the event adds is tried right away. ``attempts`` counts the tries per pod (the seed's
-``scheduler_attempts_total``).
-
-Events, as they change the run's state:
-
-* ResourceSlice: added or replaced (by name, DeviceTaintRules of the input applied), removed.
-* ResourceClaim: created, changed (an allocation removed gives its devices back: the claim
-  was deallocated; one added takes them), deleted (its devices given back).
-* Pod: added (tried at once, or bound when it names a node), deleted (leaves the queue; a
-  placed pod gives back what it charged on its node, its template claims go, and a claim it
-  was the last consumer of is deallocated, as the resource-claim controller does).
-* DeviceClass: added, changed, removed. Node: added or changed.
-
-Anything else is refused (``ValueError`` naming the event). Pure: objects in, result out.
+``replay(objects, events, hints=...)`` places the input's pods like ``schedule``, then applies
+each watch event (``ADDED``/``MODIFIED``/``DELETED`` of a slice, claim, pod, class or node, as
+kube-scheduler and the resource-claim controller would see it) and retries the waiting pods in
+queue order: those the event can help (``queueinghints.woken``), or every one without hints.
+``attempts`` counts the tries per pod; an event of another kind is a ``ValueError`` naming it.
+Pure: objects in, result out. What each event changes: docs/guides/offline-tools.md.
 """
 
 from __future__ import annotations
@@ -33,7 +20,7 @@ from kvdev.host.allocation.features import Features
 from kvdev.host.k8s import DeviceClass, K8sObject, Node, Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.claim import AllocationResult, ResourceClaimStatus
 from kvdev.host.scheduling.claims import ClaimKey
-from kvdev.host.scheduling.hints import ANY, Key, pod_keys, woken
+from kvdev.host.scheduling.queueinghints import ANY, Key, pod_keys, woken
 from kvdev.host.scheduling.run import Scheduler, ScheduleResult, Unplaced
 
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")

@@ -12,14 +12,14 @@ No I/O here.
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated
 
 from pydantic import AfterValidator, Field, ValidationError
 
 from kvdev.errors import Problem, Severity
-from kvdev.host.schema import metadata as rules
-from kvdev.host.schema.base import Document, Model, format_path
+from kvdev.host.k8s.model import Document, Model, format_path
 from kvdev.schema.metadata import check_int64
+from pydantic_schema import metadata as rules
 
 Int64 = Annotated[int, AfterValidator(check_int64)]
 
@@ -80,8 +80,6 @@ class DeviceMetadata(Document):
 
 
 # --------------------------------------------------------------------------- conformance
-
-CONFORMANCE: Final = "breaks a rule every conforming writer follows (upstream accepts it)"
 
 
 def conformance(data: dict[str, object], *, source: str, index: int | None) -> tuple[Problem, ...]:

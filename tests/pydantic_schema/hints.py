@@ -1,10 +1,8 @@
-"""kvdev's ``GuestHints`` kind as pydantic models: what the host builds and publishes.
+"""kvdev's ``GuestHints`` kind as pydantic models: a judge of ``kvdev.schema.hints``.
 
-The document is described in ``kvdev.schema.hints`` (the guest's plain reader of it, whose
-limits and rule functions these models share); the host's controller and bundle builder make
-hints with these models, and the tests judge the plain reader by them.
-
-No I/O here.
+The host builds hints with the plain values of ``kvdev.schema.hints``; these models state the
+same document in pydantic (sharing its limits and rule functions), for the tests to hold the
+two to agreement.
 """
 
 from __future__ import annotations
@@ -13,8 +11,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvdev.host.schema.base import Document, Model
-from kvdev.host.schema.types import (
+from kvdev.host.k8s.model import Document, Model
+from kvdev.host.k8s.types import (
     DnsLabel,
     DnsSubdomain,
     DriverName,

@@ -1,21 +1,10 @@
 """Which Kubernetes Event to write for a note on a VMI, decided purely (no clock, no I/O).
 
-Owns what client-go's legacy ``record.EventRecorder`` does between ``Eventf`` and the API
-server, in small (KubeVirt's virt-controller records its VMI Events through that recorder,
-as core/v1 Events, so kvdev does too):
-
-* the Event's body (``core/v1``: ``involvedObject``, ``reason``, ``message``, ``type``,
-  ``source.component``/``host``, ``count``, ``firstTimestamp``/``lastTimestamp``);
-* the spam filter: a token bucket per source + object (``burst`` 25, one token back every
-  ``refill_seconds`` 300), as client-go's ``EventSourceObjectSpamFilter``: a note over it is
-  dropped, so no cluster object can make the controller flood the API server;
-* de-duplication: the same source, object, type, reason and message seen again within
-  ``window`` seconds (3600, the API server's default ``--event-ttl``) is one Event whose
-  ``count`` goes up by a PATCH, not a new Event (client-go's ``eventLogger``);
-* both caches are LRUs of ``size`` (4096) entries, client-go's ``maxLruCacheEntries``.
-
-``decide`` says what to send; ``written`` records what the API server stored (only a write
-that succeeded counts, as in client-go). Times are wall-clock seconds passed in.
+What client-go's legacy ``record.EventRecorder`` does between ``Eventf`` and the API server,
+in small (KubeVirt records its VMI Events that way, as core/v1 Events): the Event's body, the
+spam filter (a token bucket per source and object), de-duplication within a window (a PATCH of
+``count``, not a new Event) and both caches as bounded LRUs. ``decide`` says what to send;
+``written`` records what the API server stored. The figures: docs/reference/controller.md.
 """
 
 from __future__ import annotations
@@ -26,8 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, TypeVar
 
+from kvdev.host.contract import NAME_MAX
+
 MESSAGE_MAX: Final = 1024  # events.k8s.io's note limit; a bound on the caches' keys too
-NAME_MAX: Final = 253
 LRU_SIZE: Final = 4096
 BURST: Final = 25
 REFILL_SECONDS: Final = 300.0

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from kvdev.host.schema.base import Model
-from kvdev.host.schema.types import MacAddress
+from kvdev.host.k8s.model import Model
+from kvdev.host.k8s.types import MacAddress
 from kvdev.schema.configdrive import DEVICES_MAX, UINT32_MAX
 from kvdev.schema.fields import normalize_pci_address
 

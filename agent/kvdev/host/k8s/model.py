@@ -1,4 +1,4 @@
-"""The pydantic base every host document model derives from, its unknown-field rule, its errors.
+"""The pydantic base of the host's Kubernetes and input models, its unknown-field rule, its errors.
 
 Rules shared by all documents:
 
@@ -20,15 +20,17 @@ from typing import Any, TypeVar
 from pydantic import (
     BaseModel,
     ConfigDict,
+    PlainValidator,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kvdev.errors import Problem, SchemaError
-from kvdev.schema.plain import format_path, json_type, walk_unknown
+from kvdev.schema.plain import Value, format_path, json_type, read, walk_unknown
 
 
 class Model(BaseModel):
@@ -84,6 +86,31 @@ def unknown_fields(model: BaseModel, loc: tuple[int | str, ...] = ()) -> Iterato
 
 
 M = TypeVar("M", bound=Model)
+V = TypeVar("V", bound=Value)
+
+
+def plain_value(cls: type[V]) -> PlainValidator:
+    """A field's validator that reads it as the plain ``kvdev.schema`` value ``cls``.
+
+    Used as ``Annotated[cls, plain_value(cls)]``. Its problems are the field's, at their paths
+    inside it, as the plain value reports them.
+    """
+
+    def check(value: object) -> V:
+        out, errors = read(cls, value)
+        if out is None:
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("value_error", "{message}", {"message": message}),
+                    loc=loc,
+                    input=value,
+                )
+                for loc, message in errors
+            ]
+            raise ValidationError.from_exception_data(cls.__name__, details)
+        return out
+
+    return PlainValidator(check)
 
 
 def problems_from(error: ValidationError, *, source: str, index: int | None) -> list[Problem]:
@@ -111,4 +138,12 @@ def validate_value(value: object, model: type[M], *, source: str, index: int | N
         raise SchemaError(problems_from(e, source=source, index=index)) from e
 
 
-__all__ = ["Document", "Model", "format_path", "problems_from", "unknown_fields", "validate_value"]
+__all__ = [
+    "Document",
+    "Model",
+    "format_path",
+    "plain_value",
+    "problems_from",
+    "unknown_fields",
+    "validate_value",
+]

@@ -1,25 +1,12 @@
-"""Queueing hints: which cluster events can change an unschedulable pod's answer.
+"""Queueing hints: which cluster events can change an unschedulable pod's answer (pure).
 
-kube-scheduler keeps a pod that fits nowhere in its unschedulable queue until an event
-arrives that might help it, and each plugin's queueing hint says which events those are
-(the seed's PreQueueingHint; ``SchedulerQueueingHints``). kvdev's hint for the DRA part,
-pure, keyed by what the pod waits on:
-
-* its claims, by (namespace, name): one being created, changed or deallocated;
-* the DeviceClasses its pending claims' requests (and its DRA-backed extended resources)
-  use, and the drivers those classes can select: a class whose selectors (or a request's)
-  pin ``device.driver == "..."`` with nothing else that could widen it (no ``||``, no
-  ``?:``) waits on that driver, any other on every driver ("*");
-* a pod whose claims are all allocated, or that has none, waits on node resources: only a
-  node or a pod going away can change its answer.
-
-Events give keys the same way (``events``): a slice added, changed or removed gives its
-driver; a claim created, changed or deleted gives the claim and the drivers of the devices it
-gave back; a class, a node added or changed, or a pod deleted gives ``*`` (every pod is
-retried: a class can also map an extended resource a pod asks for). A pod is retried when an
-event key is one of its keys (a driver key matches a pod waiting on every driver). The hint
-must never miss a pod whose answer could change: ``test_schedule_events`` replays random
-event streams with and without hints and wants the same placements.
+kube-scheduler keeps a pod that fits nowhere until an event arrives that might help it, and a
+plugin's queueing hint says which (``SchedulerQueueingHints``). kvdev's hint for the DRA part
+keys each pod by what it waits on (``pod_keys``: its claims, the drivers its pending
+requests' classes can select, or ``*``), an event by what it changes (``clusterevents``), and
+wakes a pod when a key matches (``woken``). It must never miss a pod whose answer could change:
+``test_schedule_events`` replays random event streams with and without hints and wants the
+same placements. The rules: docs/guides/offline-tools.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """The kvdev ``GuestHints`` a VMI's spec implies: which described device is which, in the guest.
 
-Owns the mapping from KubeVirt's VMI spec to hints, one per claimed device:
-
-* each ``spec.networks[]`` with ``resourceClaim {claimName, requestName}``: the interface of the
-  same name in ``spec.domain.devices.interfaces[]`` gives ``guest.pciAddress`` (its
-  ``pciAddress``), ``guest.tag`` (its ``tag``) and, only where KubeVirt itself puts that MAC on
-  the guest's NIC (a network binding plugin's interface), ``guest.macAddress``. A DRA SR-IOV
-  interface (``sriov: {}``) is a plain host device that KubeVirt gives no MAC
-  (``CreateDRAHostDevices``): the guest sees the MAC the driver set, which the metadata's
-  ``networkData.hardwareAddress`` reports, so a ``macAddress`` there is left out with a
-  warning instead of overriding it;
-* each ``gpus[]`` / ``hostDevices[]`` entry with ``claimName`` + ``requestName``: ``guest.tag``
-  when it has one;
-* the hint's claim is ``{resourceClaimName: X}`` when the VMI's ``spec.resourceClaims[]`` entry
-  named ``claimName`` has ``resourceClaimName: X``, else ``{podClaimName: claimName}`` (a
-  template claim: the directory upstream's tree uses is the pod's claim name).
-
-The VMI's own interfaces (each ``spec.networks[]`` without ``resourceClaim``: the pod
-network, a multus network) become ``protectedNICs``, NICs the agent never touches: by the MAC
-KubeVirt reports in ``status.interfaces[]`` (else the interface's ``macAddress``) and the
-interface's ``pciAddress``. That is the evidence the guest lacks at first boot, before any lease
-or configuration names its own NIC.
-
-A hint that would say nothing is not written. A value kvdev cannot use (a MAC or PCI address
-that does not parse, an unknown claim entry, a second hint for the same request) costs only
-that value or that hint, with a warning naming the VMI and the field; past the document's
-bounds (``HINTS_MAX`` hints, ``PROTECTED_NICS_MAX`` protected NICs) the rest are left out, with
-a warning naming the first one left out. Whatever the spec says, ``vmi_hints`` returns a valid
-document. Pure: no I/O.
+``vmi_hints`` maps KubeVirt's VMI spec to one hint per claimed device (the interface's PCI
+address, tag and, for a binding plugin's interface only, MAC; a GPU's or host device's tag) and
+the VMI's own interfaces to ``protectedNICs``, the evidence the guest lacks at first boot. A
+value kvdev cannot use costs only that value, with a warning naming the VMI and the field;
+whatever the spec says, the document is valid. The mapping: docs/reference/controller.md.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -35,12 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from kvdev.errors import Problem, Severity
 from kvdev.host.k8s.kubevirt import ClaimedDevice, VirtualMachineInstance
-from kvdev.host.schema.hints import DeviceHint, GuestHints, GuestLocation, ProtectedNic
-from kvdev.schema.hints import HINTS_MAX, KIND, PROTECTED_NICS_MAX, V1ALPHA1
+from kvdev.schema.hints import (
+    HINTS_MAX,
+    KIND,
+    PROTECTED_NICS_MAX,
+    V1ALPHA1,
+    DeviceHint,
+    GuestHints,
+    GuestLocation,
+    ProtectedNic,
+)
+from kvdev.schema.plain import Errors, read
 
 _GUEST_FIELDS = {"mac_address": "macAddress", "pci_address": "pciAddress", "tag": "tag"}
 
@@ -102,6 +87,10 @@ def _uses(vmi: VirtualMachineInstance, ignored: list[Problem]) -> Iterator[_Use]
             yield _Use(path, entry.claim_name, entry.request_name, guest, {"tag": f"{path}.tag"})
 
 
+def _reason(errors: Errors) -> str:
+    return "; ".join(message for _, message in errors)
+
+
 def _claim_ref(vmi: VirtualMachineInstance, claim_name: str) -> dict[str, str] | None:
     for entry in vmi.spec.resource_claims or []:
         if entry.name == claim_name:
@@ -117,14 +106,13 @@ def _guest(use: _Use, subject: str, warnings: list[Problem]) -> dict[str, str]:
     for key, value in use.guest.items():
         if value is None or value == "":
             continue
-        try:
-            checked = GuestLocation.model_validate({key: value}).to_json_dict()
-        except ValidationError as e:
-            reason = "; ".join(err["msg"] for err in e.errors())
+        checked, errors = read(GuestLocation, {key: value})
+        if checked is None:
+            reason = _reason(errors)
             message = f"{subject}: {value!r} cannot be a hint's guest.{key} ({reason}); left out"
             warnings.append(Problem(message, path=use.origins[key], severity=Severity.WARNING))
             continue
-        out.update(checked)
+        out.update(checked.to_json_dict())
     return out
 
 
@@ -153,12 +141,14 @@ def _protected(vmi: VirtualMachineInstance, warnings: list[Problem]) -> list[dic
         for key, (value, path) in values.items():
             if not value:
                 continue
-            try:
-                entry.update(ProtectedNic.model_validate({key: value}).to_json_dict())
-            except ValidationError as e:
-                reason = "; ".join(err["msg"] for err in e.errors())
-                message = f"{subject}: {value!r} cannot be a protectedNICs {key} ({reason})"
+            nic, errors = read(ProtectedNic, {key: value})
+            if nic is None:
+                message = (
+                    f"{subject}: {value!r} cannot be a protectedNICs {key} ({_reason(errors)})"
+                )
                 warnings.append(Problem(message, path=path, severity=Severity.WARNING))
+            else:
+                entry.update(nic.to_json_dict())
         if not entry:
             continue
         if len(out) == PROTECTED_NICS_MAX:
@@ -194,13 +184,10 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
         if not guest:
             continue
         body = {"claim": claim, "request": use.request_name, "guest": guest}
-        try:
-            hint = DeviceHint.model_validate(body)
-        except ValidationError as e:
-            reason = "; ".join(err["msg"] for err in e.errors())
-            warnings.append(
-                Problem(f"{subject}: no hint: {reason}", path=use.path, severity=Severity.WARNING)
-            )
+        hint, errors = read(DeviceHint, body)
+        if hint is None:
+            message = f"{subject}: no hint: {_reason(errors)}"
+            warnings.append(Problem(message, path=use.path, severity=Severity.WARNING))
             continue
         key = hint.selector()
         if key in seen:
@@ -221,5 +208,5 @@ def vmi_hints(vmi: VirtualMachineInstance) -> tuple[GuestHints, tuple[Problem, .
     }
     if protected := _protected(vmi, warnings):
         document_body["protectedNICs"] = protected
-    document = GuestHints.model_validate(document_body)
+    document = GuestHints.parse(document_body)
     return document, tuple(warnings)
