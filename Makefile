@@ -31,7 +31,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick test-loaded check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
-.PHONY: upstream-cluster cluster cluster-down bench-controller helm manifests go-early
+.PHONY: record-kubevirt upstream-cluster cluster cluster-down bench-controller helm manifests go-early
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -111,6 +111,10 @@ bench-schedule: $(STAMP)  ## schedule 10k pods over 1k nodes: claims/s, cache on
 
 upstream:  ## upstream's own Go code (v1.37.2) as judges: build/upstream/bin, cached by go.sum + sources
 	tests/upstream/build.sh
+
+record-kubevirt: $(STAMP)  ## KubeVirt's own code judges kvdev's VMIs: record KUBEVIRT=DIR (a checkout) into tests/data/kubevirt
+	@test -n "$(KUBEVIRT)" || { echo "usage: make record-kubevirt KUBEVIRT=<KubeVirt checkout>"; exit 2; }
+	tests/kubevirt/record.sh "$(KUBEVIRT)"
 
 upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -controller-manager, -scheduler) and kubectl
 	tests/upstream/build.sh --cluster

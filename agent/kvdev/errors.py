@@ -12,24 +12,30 @@ Every exception class in kvdev, wherever it is defined::
     │   │       └── CelCostLimitError     its estimated cost is over the limit: never evaluated
     │   ├── host.allocation.plans.AllocationFailedError   the allocator's failure, raised inside it
     │   │                             (a fixture keyword + message; returned as ``Failed``)
+    │   ├── host.kube.errors.KubePermanentError   the API server refused a call (other 4xx)
+    │   │   ├── NotFoundError         404: the object (or the API) is not there
+    │   │   ├── ForbiddenError        403: RBAC does not allow the call
+    │   │   └── InvalidError          422: the object was refused
     │   ├── host.plugin.claimsource.ClaimNotFoundError    the claim kubelet named does not exist
     │   ├── host.plugin.claimsource.ClaimUidMismatchError the claim found has another UID
     │   ├── guest.cli.client.AccessDeniedError     the agent's socket refuses this user
     │   └── guest.cli.client.ApiError              the agent answered an error (HTTP 4xx, 500)
     └── RetryableError                the same call may succeed later: back off and try again
         ├── TransientReadError        a file vanished, changed or could not be read mid-way
-        ├── host.controller.kube.ConflictError     a write lost a race (409; 404 on an update):
-        │                             read the object again, decide again
-        ├── host.controller.kube.ExpiredError      a resourceVersion or continue token is too
-        │                             old (410 Gone): list again
+        ├── host.kube.errors.KubeRetryableError   an API call may succeed later (408, 429, 5xx,
+        │   │                         unreachable, a body that is not JSON)
+        │   ├── ConflictError         409: a write lost a race: read again, decide again
+        │   └── GoneError             410: a resourceVersion or continue token expired: list again
         ├── host.plugin.claimstatus.DeviceStatusWriteError   a claim's status.devices was not
         │                             applied (``reason``): the next prepare applies it again
         ├── guest.cli.client.NotRunningError       no socket (yet): the agent is not running
         ├── guest.cli.client.UnreachableError      the socket gave no usable answer in time
         └── guest.cli.client.AgentBusyError        the agent answered 503 (busy, no pass yet)
 
-``guest.cli.client.AgentError`` is the base of the five ``kvdev`` client errors (each also a
-PermanentError or a RetryableError, as drawn), so the CLI can catch them in one clause;
+``host.kube.errors.KubeError`` is the base of the API server's errors (each carries ``what``
+and ``status``). ``guest.cli.client.AgentError`` is the base of the five ``kvdev`` client
+errors (each also a PermanentError or a RetryableError, as drawn), so the CLI can catch them in
+one clause;
 ``AnsweredError`` is the base of the two that carry the agent's answer (``status``, ``body``).
 Internal signals, each caught in the module that raises it and never seen outside:
 ``schema.stream._JsonError``, ``host.bundle.domainxml._Refused`` (both become SchemaError),

@@ -35,3 +35,19 @@ def test_agent_figures_without_psutil_are_the_pid_alone():
     assert have is False
     assert set(figures) == {"pid", "uptimeSeconds"}
     assert figures["pid"] > 0
+
+
+@pytest.mark.skipif(not procstats.HAVE_PSUTIL, reason="no psutil here (test-compat's el9 leg)")
+def test_psutil_is_imported_when_the_figures_are_first_asked_for():
+    code = (
+        "import sys, json\n"
+        "from kvdev.guest.api import routes\n"
+        "from kvdev.guest.adapters import procstats\n"
+        "before = 'psutil' in sys.modules\n"
+        "figures = procstats.agent(0.0)\n"
+        "print(json.dumps([before, 'psutil' in sys.modules, 'rssBytes' in figures]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(done.stdout) == [False, True, True]

@@ -486,7 +486,7 @@ def next_step(config: Path) -> str:
 
 
 def install_crds(config: Path) -> None:
-    """The CRDs under tests/cluster/crds (KubeVirt's VMI), applied and waited for (Established)."""
+    """KubeVirt's own VMI CRD (the KubeVirt judge's recording), applied and Established."""
     from crds import install  # noqa: PLC0415 - beside this file
 
     install(config)

@@ -14,10 +14,11 @@ from clusterlab import SYSTEM, apply, kvdev_host, minimal_vmi, wait_for
 from controlplane import token_kubeconfig
 from kubernetes import client
 
-from kvdev.host import cli, kubeclient
+from kvdev.host import cli
 from kvdev.host.commands.common import bucket_from
 from kvdev.host.commands.controller import lease_elector
-from kvdev.host.controller.kube import KubeApi
+from kvdev.host.kube import client as kubeclient
+from kvdev.host.kube.wire import KubeApi
 from kvdev.host.ratelimit import TokenBucket
 
 

@@ -12,8 +12,8 @@ from clusterlab import SYSTEM, kvdev_host, wait_for
 from kubernetes import client
 
 from kvdev.host.controller.index import Kind, parse
-from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
+from kvdev.host.kube.wire import KubeApi
 
 LEASE = "kvdev-host-controller"
 
@@ -124,13 +124,7 @@ def test_a_409_on_update_is_retried_from_a_fresh_read(cluster, kube, world):
     )
     world.report_network(claims["devices"], "10.3.3.3/24")
     fresh = client.ResourceV1Api(kube).read_namespaced_resource_claim("vm1-devices", world.ns)
-    raw = api.call(
-        "get",
-        "claim",
-        client.ResourceV1Api(api.client).read_namespaced_resource_claim,
-        name="vm1-devices",
-        namespace=world.ns,
-    )
+    raw = api.get_resource_claim(world.ns, "vm1-devices")
     assert raw["metadata"]["uid"] == fresh.metadata.uid
     ctl.index.upsert(Kind.CLAIM, parse(Kind.CLAIM, raw))  # the cache: new claim, stale ConfigMap
     before = dict(api.calls)

@@ -38,11 +38,11 @@ from kvdev.host import contract
 from kvdev.host.contract import node_selector
 from kvdev.host.controller.index import Index, Kind, parse
 from kvdev.host.controller.render import render
-from kvdev.host.kubeclient import api_client
+from kvdev.host.kube.client import api_client
+from kvdev.host.kube.wire import KubeApi
 from kvdev.host.publish import relayed
 from kvdev.host.publish.relayed import records
 from kvdev.host.relay.finder import DriverFile, Found
-from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
 from kvdev.schema.tree import ROOT
 
@@ -111,7 +111,7 @@ class RelayNode:
         return token_kubeconfig(path, host, Path(self.kube.configuration.ssl_ca_cert), token)
 
     def api(self, *, bound=True):
-        return RelayApi(api_client(self.config(bound=bound)))
+        return KubeApi(api_client(self.config(bound=bound)))
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def policy_in_force(kube, relay, node):
 
     def refusing():
         try:
-            relay.create(SYSTEM, body)
+            relay.create_configmap(SYSTEM, body)
         except PermanentError as e:
             return "may write only records of its own" in str(e)
         client.CoreV1Api(kube).delete_namespaced_config_map(body["metadata"]["name"], SYSTEM)
@@ -173,35 +173,45 @@ def test_a_nodes_relay_writes_only_its_own_nodes_records(kube, namespace, nodes,
     a, b = nodes
     done = Relay(a.api(), a.name, SYSTEM, [cdi_dir(tmp_path, A_BYTES)], [tmp_path]).sync()
     assert (done.created, done.failed) == (1, 0)
-    (record_a,) = a.api().list(SYSTEM, node_selector(a.name))
+    (record_a,) = a.api().list_configmaps(SYSTEM, node_selector(a.name))
 
     as_b = b.api()
     policy_in_force(kube, as_b, a.name)
     f = DriverFile(CLAIM_UID, "nic-1", DRIVER, b'{"forged": true}', "/etc/cdi/x.json")
     (forged,), _ = records(a.name, SYSTEM, [f])  # names node A
-    assert "may write only records of its own" in refused(lambda: as_b.create(SYSTEM, forged))
+    assert "may write only records of its own" in refused(
+        lambda: as_b.create_configmap(SYSTEM, forged)
+    )
     takeover = copy.deepcopy(record_a)
     takeover["data"] = forged["data"]
-    assert "may write only records of its own" in refused(lambda: as_b.replace(SYSTEM, takeover))
+    assert "may write only records of its own" in refused(
+        lambda: as_b.replace_configmap(SYSTEM, takeover)
+    )
     moved = copy.deepcopy(record_a)
     moved["metadata"]["annotations"]["kvdev.io/node"] = b.name
-    assert "may write only records of its own" in refused(lambda: as_b.replace(SYSTEM, moved))
+    assert "may write only records of its own" in refused(
+        lambda: as_b.replace_configmap(SYSTEM, moved)
+    )
     gone = record_a["metadata"]["name"]
-    assert "may write only records of its own" in refused(lambda: as_b.delete(SYSTEM, gone))
+    assert "may write only records of its own" in refused(
+        lambda: as_b.delete_configmap(SYSTEM, gone)
+    )
 
     # Not a record: the namespace's other ConfigMaps are not the relay's to write.
     plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"x-{namespace}"}}
-    assert "only relay records" in refused(lambda: as_b.create(SYSTEM, plain))
+    assert "only relay records" in refused(lambda: as_b.create_configmap(SYSTEM, plain))
     # A VMI's ConfigMap, in its own namespace: RBAC grants nothing there.
     vmi_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kvdev-vm1"}}
-    assert "answered 403" in refused(lambda: as_b.create(namespace, vmi_cm))
+    assert "answered 403" in refused(lambda: as_b.create_configmap(namespace, vmi_cm))
     with pytest.raises(ApiException) as e:
         client.CoreV1Api(api_client(b.config())).list_namespaced_config_map(namespace)
     assert e.value.status == 403
     # A token bound to no node writes nothing.
     unbound = b.api(bound=False)
     own = records(b.name, SYSTEM, [f])[0][0]
-    assert "no node in the request's credentials" in refused(lambda: unbound.create(SYSTEM, own))
+    assert "no node in the request's credentials" in refused(
+        lambda: unbound.create_configmap(SYSTEM, own)
+    )
 
     # Node B's own record of the claim is accepted, and changes nothing for a VMI on node A.
     done = Relay(as_b, b.name, SYSTEM, [cdi_dir(tmp_path, B_BYTES)], [tmp_path]).sync()
@@ -264,7 +274,7 @@ def test_the_live_controller_copies_the_vmis_nodes_record(
     a_bytes = driver_bytes(uid, namespace, "nic")
     for node, data in ((b, driver_bytes(uid, namespace, "nic", 2)), (a, a_bytes)):
         f = DriverFile(uid, "nic", DRIVER, data, "/etc/cdi/x.json")
-        node.api().create(SYSTEM, records(node.name, SYSTEM, [f])[0][0])
+        node.api().create_configmap(SYSTEM, records(node.name, SYSTEM, [f])[0][0])
     core = client.CoreV1Api(kube)
     key = f"vm1-devices.nic.{DRIVER}-metadata.json"
     env = {"POD_NAMESPACE": SYSTEM, "POD_NAME": "ctl-relay"}
@@ -313,13 +323,17 @@ def test_a_node_cannot_take_another_nodes_record_name_or_label(kube, nodes):
     old_form = forged_as(own_b, name=f"kvdev-relay-{CLAIM_UID}-0123456789")
     other_uid = forged_as(own_b, name=contract.record_name(b.name, OTHER_UID))
     for forged in (named_a, labelled_a, old_form, other_uid):
-        message = refused(lambda forged=forged: as_b.create(SYSTEM, forged))
+        message = refused(lambda forged=forged: as_b.create_configmap(SYSTEM, forged))
         assert f"the relay on node '{b.name}' may write only records of its own" in message
-    assert f"not {of_a['metadata']['name']}" in refused(lambda: as_b.create(SYSTEM, named_a))
-    stored = as_b.create(SYSTEM, own_b)
+    assert f"not {of_a['metadata']['name']}" in refused(
+        lambda: as_b.create_configmap(SYSTEM, named_a)
+    )
+    stored = as_b.create_configmap(SYSTEM, own_b)
     relabel = forged_as(stored, label=contract.node_label(a.name))
-    assert "may write only records of its own" in refused(lambda: as_b.replace(SYSTEM, relabel))
-    as_b.delete(SYSTEM, own_b["metadata"]["name"])
+    assert "may write only records of its own" in refused(
+        lambda: as_b.replace_configmap(SYSTEM, relabel)
+    )
+    as_b.delete_configmap(SYSTEM, own_b["metadata"]["name"])
 
 
 def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
@@ -357,7 +371,11 @@ def test_a_nodes_relay_publishes_past_a_record_of_another_node_holding_its_name(
         with pytest.raises(ApiException) as gone:
             core.read_namespaced_config_map(old_form["metadata"]["name"], SYSTEM)
         assert gone.value.status == 404
-        (mine,) = [o for o in a.api().list(SYSTEM, node_selector(a.name)) if relayed.read_record(o)]
+        (mine,) = [
+            o
+            for o in a.api().list_configmaps(SYSTEM, node_selector(a.name))
+            if relayed.read_record(o)
+        ]
         assert mine["metadata"]["name"] == contract.record_name(a.name, THIRD_UID)
         again = relay.sync()
         assert (again.created, again.updated, again.deleted, again.taken) == (0, 0, 0, 2)
@@ -408,5 +426,5 @@ def test_the_policy_admits_the_names_and_labels_python_makes_for_long_node_names
     # Node one's claim is gone: its relay deletes its own record, never node two's.
     done = Relay(one.api(), one.name, SYSTEM, [], finder=lambda *_: Found()).sync()
     assert (done.deleted, done.failed) == (1, 0)
-    left = one.api().list(SYSTEM, node_selector(one.name))
+    left = one.api().list_configmaps(SYSTEM, node_selector(one.name))
     assert [o["metadata"]["name"] for o in left] == [contract.record_name(two.name, CLAIM_UID)]

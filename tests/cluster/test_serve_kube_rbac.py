@@ -8,7 +8,7 @@ from controlplane import token_kubeconfig
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kvdev.host.plugin.kube import KubeClaimSource
+from kvdev.host.plugin.liveclaims import KubeClaimSource
 
 
 def slice_body(name, driver, **where):

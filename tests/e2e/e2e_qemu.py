@@ -23,8 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubevirtlab
+
 SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount mounts it
-VIRTIOFS_TAG = "kvdev-metadata"  # the filesystem name a VMI shares kvdev's ConfigMap under
+# The filesystem a VMI shares kvdev's ConfigMap under, as KubeVirt's own code makes it for the
+# e2e's VMI (tests/data/kubevirt, recorded by make record-kubevirt): the domain's virtiofs tag
+# and queue size (virtwrap/converter), virtiofsd's options (the template service's container).
+KUBEVIRT_VIRTIOFS = kubevirtlab.virtiofs("kvdev-metadata")
+VIRTIOFS_TAG = KUBEVIRT_VIRTIOFS.tag
 CONFIG_DRIVE_SLOT = 0x1E  # the config drive's virtio-blk; clear of the NICs' slots (0x10-0x1d)
 SERIAL_SLOT = 0x1F  # the guest agent's virtio-serial controller
 GUEST_AGENT_PORT = "org.qemu.guest_agent.0"  # the port name qemu-guest-agent's udev rule waits for
@@ -167,6 +173,31 @@ class Guest:
     guest_agent: bool = False  # qemu-guest-agent's virtio-serial channel, on ``qga.sock``
 
 
+def virtiofsd_argv(sock: Path, source: Path) -> list[str]:
+    """virtiofsd serving ``source`` on ``sock`` with the options KubeVirt's container has."""
+    return [
+        virtiofsd(),
+        f"--socket-path={sock}",
+        f"--shared-dir={source}",
+        *KUBEVIRT_VIRTIOFS.options,
+    ]
+
+
+def virtiofs_device_args(sock: Path, memory_mib: int) -> list[str]:
+    """QEMU's side of the share: shared guest RAM and the device, KubeVirt's tag and queue."""
+    v = KUBEVIRT_VIRTIOFS
+    return [
+        "-object",
+        f"memory-backend-memfd,id=mem,size={memory_mib}M,share=on",  # vhost-user needs shared RAM
+        "-numa",
+        "node,memdev=mem",
+        "-chardev",
+        f"socket,id=vfs0,path={sock}",
+        "-device",
+        f"vhost-user-fs-pci,chardev=vfs0,tag={v.tag},queue-size={v.queue_size}",
+    ]
+
+
 class Vm:
     """A running QEMU; ``console`` collects the serial console, ``qmp`` the monitor."""
 
@@ -240,23 +271,15 @@ class Vm:
     def _start_virtiofsd(self, source: Path) -> list[str]:
         """Serve ``source`` as KubeVirt serves a ConfigMap volume, with KubeVirt's options.
 
-        KubeVirt's virtiofs container for a ConfigMap/Secret volume runs ``virtiofsd
-        --sandbox=none --cache=auto --migration-on-error=guest-error
-        --migration-mode=find-paths`` (pkg/virt-controller/services/virtiofs.go); so does this.
+        virtiofsd's options are those of the virtiofs container KubeVirt's template service
+        renders for the e2e's VMI, and the device's tag and queue size those of the domain its
+        converter makes (``virtiofsd_argv``, ``virtiofs_device_args``).
         """
         sock = self.guest.workdir / "virtiofs.sock"
         log = self.guest.workdir / "virtiofsd.log"
         with log.open("w") as out:
             self.virtiofsd = subprocess.Popen(
-                [
-                    virtiofsd(),
-                    f"--socket-path={sock}",
-                    f"--shared-dir={source}",
-                    "--sandbox=none",
-                    "--cache=auto",
-                    "--migration-on-error=guest-error",
-                    "--migration-mode=find-paths",
-                ],
+                virtiofsd_argv(sock, source),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -266,17 +289,7 @@ class Vm:
             if self.virtiofsd.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"virtiofsd did not start:\n{tail(log, 20)}")
             time.sleep(0.05)
-        size = f"{self.guest.memory_mib}M"
-        return [
-            "-object",
-            f"memory-backend-memfd,id=mem,size={size},share=on",  # vhost-user needs shared RAM
-            "-numa",
-            "node,memdev=mem",
-            "-chardev",
-            f"socket,id=vfs0,path={sock}",
-            "-device",
-            f"vhost-user-fs-pci,chardev=vfs0,tag={VIRTIOFS_TAG},queue-size=1024",
-        ]
+        return virtiofs_device_args(sock, self.guest.memory_mib)
 
     @property
     def qmp(self) -> Qmp:

@@ -321,7 +321,7 @@ def test_the_example_vmi_shares_its_configmap_as_kvdev_metadata_over_virtiofs(na
 
 
 def test_dra_nics_come_through_a_binding_plugin_and_sriov_only_in_the_v1_9_example():
-    """KubeVirt main refuses a DRA network on an `sriov: {}` interface; v1.9 still takes it."""
+    """The v1.9 example keeps `sriov: {}` DRA NICs; the main one goes through a binding plugin."""
     for name, shape in (("vm1", "binding"), ("vm1-sriov", "sriov")):
         spec = by_kind("VirtualMachineInstance", name)["spec"]
         dra = {n["name"] for n in spec["networks"] if "resourceClaim" in n}

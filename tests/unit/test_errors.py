@@ -33,7 +33,7 @@ def test_every_error_class_is_permanent_or_retryable_and_drawn_in_the_tree():
     doc = inspect.getdoc(importlib.import_module("kvdev.errors"))
     for cls in classes - {KvdevError, PermanentError, RetryableError}:
         assert cls.__name__ in doc, f"{cls.__module__}.{cls.__name__} is not drawn"
-        abstract = cls.__name__ in {"AgentError", "AnsweredError"}
+        abstract = cls.__name__ in {"AgentError", "AnsweredError", "KubeError"}
         if not abstract:
             assert issubclass(cls, PermanentError) != issubclass(cls, RetryableError), cls
             assert cls.retryable is issubclass(cls, RetryableError)

@@ -24,7 +24,6 @@ ALLOWED = {
     "adapters/netlink/_rtnl.py": "network namespace handles for setns(2): opened, never read",
     "adapters/config.py": "the admin's own config file, named on the command line: any file "
     "the admin names is read (``--config /dev/null`` is no configuration)",
-    "adapters/journal_file.py": "the state directory's files: the state store reads its own",
 }
 NOT_READING = ("O_PATH", "O_DIRECTORY", "O_WRONLY")  # os.open flags that read no file's content
 NOT_FILES = {"tarfile"}  # X.open(...) that opens no path (tarfile.open(fileobj=...))

@@ -8,7 +8,7 @@ Debian 13's 6.12), so this is the pure test the logic gets. The example tree giv
 
 import pytest
 
-from kvdev.guest.adapters import address_journal
+from kvdev.guest.adapters.state import ADDRESSES, Store
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.observed import Address, NetState
 from kvdev.guest.reconciler import Reconciler, converge
@@ -42,11 +42,11 @@ def test_a_stale_address_of_kvdevs_is_removed_and_the_admins_kept(cfg):
     converge(r)
     assert on(k, 1) == ["10.1.0.5/24", "10.9.9.9/24"]
     assert all(a.proto is None for a in k.state.addresses)  # the kernel kept no mark
-    assert address_journal.load(cfg.state_dir)[1] == {"10.1.0.5/24"}
+    assert Store(cfg.state_dir).get(ADDRESSES)[1] == {"10.1.0.5/24"}
     move_address(cfg)
     converge(r)
     assert on(k, 1) == ["10.1.0.9/24", "10.9.9.9/24"]
-    assert address_journal.load(cfg.state_dir)[1] == {"10.1.0.9/24"}
+    assert Store(cfg.state_dir).get(ADDRESSES)[1] == {"10.1.0.9/24"}
 
 
 def test_the_journal_outlives_the_agent(cfg):
@@ -60,7 +60,7 @@ def test_the_journal_outlives_the_agent(cfg):
 def test_without_the_journal_nothing_without_a_mark_is_ever_removed(cfg):
     k = old_kernel()
     converge(Reconciler(cfg, k, scan_devices=tuple))
-    (cfg.state_dir / address_journal.JOURNAL_FILE).unlink()
+    (cfg.state_dir / ADDRESSES.name).unlink()
     move_address(cfg)
     converge(Reconciler(cfg, k, scan_devices=tuple))
     assert on(k, 1) == ["10.1.0.5/24", "10.1.0.9/24", "10.9.9.9/24"]  # the safe side: kept
@@ -76,7 +76,7 @@ def test_an_address_someone_else_removed_leaves_the_journal(cfg):
     )
     r.stale_links = True
     converge(r)  # kvdev puts it back: journaled again, once
-    assert address_journal.load(cfg.state_dir)[2] == {"10.1.0.6/24"}
+    assert Store(cfg.state_dir).get(ADDRESSES)[2] == {"10.1.0.6/24"}
 
 
 def test_a_kernel_that_keeps_the_mark_needs_no_journal(cfg):
@@ -86,13 +86,13 @@ def test_a_kernel_that_keeps_the_mark_needs_no_journal(cfg):
     move_address(cfg)
     converge(r)
     assert on(k, 1) == ["10.1.0.9/24", "10.9.9.9/24"]
-    assert not (cfg.state_dir / address_journal.JOURNAL_FILE).exists()
+    assert not (cfg.state_dir / ADDRESSES.name).exists()
 
 
 def test_a_damaged_journal_is_set_aside_and_nothing_unmarked_is_removed(cfg):
     cfg.state_dir.mkdir()
-    (cfg.state_dir / address_journal.JOURNAL_FILE).write_text('{"1": ["10.9.9.9/24"')
+    (cfg.state_dir / ADDRESSES.name).write_text('{"1": ["10.9.9.9/24"')
     k = old_kernel()
     converge(Reconciler(cfg, k, scan_devices=tuple))
     assert "10.9.9.9/24" in on(k, 1)
-    assert (cfg.state_dir / f"{address_journal.JOURNAL_FILE}.corrupt").exists()
+    assert (cfg.state_dir / f"{ADDRESSES.name}.corrupt").exists()

@@ -14,7 +14,8 @@ from dataclasses import replace
 from test_planning import bound, described, fake_apply, hint, link
 from test_reconciler_conditions import Disk
 
-from kvdev.guest.adapters import altname_journal
+from kvdev.guest.adapters.state import ALTNAMES, Store
+from kvdev.guest.core import journals
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import NetState, Route
@@ -119,49 +120,49 @@ def test_without_altnames_the_ones_kvdev_added_go_and_no_other():
 
 def test_the_journal_records_before_adding_keeps_what_links_have_and_forgets_removals():
     add = s.AddAltname(3, "eth1", "d", "r", WANTED)
-    journal = altname_journal.record({}, [add, s.SetUp(3, "eth1", "d", "r")])
+    journal = journals.record_altnames({}, [add, s.SetUp(3, "eth1", "d", "r")])
     assert journal == {3: frozenset({WANTED})}
-    assert altname_journal.prune(journal, NetState((link(3, "eth1"),))) == {}  # the add failed
+    assert journals.prune_altnames(journal, NetState((link(3, "eth1"),))) == {}  # the add failed
     has = NetState((link(3, "eth1", altnames=(WANTED, USERS)),))
-    assert altname_journal.prune(journal, has) == journal
-    assert altname_journal.prune(journal, NetState((link(4, "eth1", altnames=(WANTED,)),))) == {}
+    assert journals.prune_altnames(journal, has) == journal
+    assert journals.prune_altnames(journal, NetState((link(4, "eth1", altnames=(WANTED,)),))) == {}
     remove = s.RemoveAltname(3, "eth1", "d", "r", WANTED)
-    assert altname_journal.forget(journal, [StepResult(remove, ok=False)]) == journal
-    assert altname_journal.forget(journal, [StepResult(remove, ok=True)]) == {}
+    assert journals.forget_altnames(journal, [StepResult(remove, ok=False)]) == journal
+    assert journals.forget_altnames(journal, [StepResult(remove, ok=True)]) == {}
 
 
 def test_a_links_entry_is_bounded():
-    full = {3: frozenset(f"a{i}" for i in range(altname_journal.MAX_PER_LINK))}
-    more = altname_journal.record(full, [s.AddAltname(3, "eth1", "d", "r", WANTED)])
+    full = {3: frozenset(f"a{i}" for i in range(journals.MAX_PER_LINK))}
+    more = journals.record_altnames(full, [s.AddAltname(3, "eth1", "d", "r", WANTED)])
     assert more == full  # not recorded: the reconciler does not add it
 
 
 def test_the_journal_reads_back_what_was_saved_and_is_removed_when_empty(tmp_path):
     journal = {3: frozenset({WANTED, STALE}), 12: frozenset({"x"})}
-    altname_journal.save(tmp_path, journal)
-    assert altname_journal.load(tmp_path) == journal
-    altname_journal.save(tmp_path, {})
-    assert not (tmp_path / altname_journal.JOURNAL_FILE).exists()
-    assert altname_journal.load(tmp_path) == {}
+    Store(tmp_path).put(ALTNAMES, journal)
+    assert Store(tmp_path).get(ALTNAMES) == journal
+    Store(tmp_path).put(ALTNAMES, {})
+    assert not (tmp_path / ALTNAMES.name).exists()
+    assert Store(tmp_path).get(ALTNAMES) == {}
 
 
 def test_a_hand_edited_journal_keeps_only_ifindexes_with_names_within_the_bound(tmp_path):
     names = [f"a{i}" for i in range(100)]
-    (tmp_path / altname_journal.JOURNAL_FILE).write_text(
+    (tmp_path / ALTNAMES.name).write_text(
         '{"3": ' + str(names).replace("'", '"') + ', "x": ["y"], "4": "z", "5": [1, ""]}'
     )
-    assert altname_journal.load(tmp_path) == {3: frozenset(names[: altname_journal.MAX_PER_LINK])}
+    assert Store(tmp_path).get(ALTNAMES) == {3: frozenset(names[: journals.MAX_PER_LINK])}
 
 
 def test_a_corrupt_journal_is_set_aside_once(tmp_path, caplog):
-    path = tmp_path / altname_journal.JOURNAL_FILE
+    path = tmp_path / ALTNAMES.name
     path.write_bytes(b'{"3": ["vm1')
     with caplog.at_level(logging.WARNING, logger="kvdev.agent"):
-        assert altname_journal.load(tmp_path) == {}
-        assert altname_journal.load(tmp_path) == {}  # the next start
+        assert Store(tmp_path).get(ALTNAMES) == {}
+        assert Store(tmp_path).get(ALTNAMES) == {}  # the next start
     [record] = caplog.records
     assert "altname journal" in record.getMessage()
-    assert (tmp_path / f"{altname_journal.JOURNAL_FILE}.corrupt").read_bytes() == b'{"3": ["vm1'
+    assert (tmp_path / f"{ALTNAMES.name}.corrupt").read_bytes() == b'{"3": ["vm1'
 
 
 # --------------------------------------------------------------- the pass, in memory
@@ -182,12 +183,12 @@ def test_a_pass_journals_each_altname_before_adding_it(tmp_path):
 
     def check(step):
         if isinstance(step, s.AddAltname):
-            seen.append(step.altname in altname_journal.load(cfg.state_dir).get(step.ifindex, ()))
+            seen.append(step.altname in Store(cfg.state_dir).get(ALTNAMES).get(step.ifindex, ()))
 
     kernel.fault = check
     assert converge(Reconciler(cfg, kernel, scan_devices=tuple)).status.converged
     assert seen == [True, True, True]
-    assert altname_journal.load(cfg.state_dir) == {
+    assert Store(cfg.state_dir).get(ALTNAMES) == {
         i: frozenset(kernel.state.link(i).altnames) for i in (1, 2, 3)
     }
 
@@ -224,14 +225,14 @@ def test_a_changed_claim_name_leaves_exactly_the_wanted_altnames(tmp_path):
 
 def test_no_altname_is_added_without_its_journal_on_disk(tmp_path, monkeypatch):
     cfg = example_config(tmp_path, gpu=False)
-    disk = Disk(monkeypatch, names=(altname_journal.JOURNAL_FILE,))
+    disk = Disk(monkeypatch, names=(ALTNAMES.name,))
     kernel = example_kernel()
     r = Reconciler(cfg, kernel, scan_devices=tuple)
     outcome = converge(r)
     assert not [x for x in kernel.applied if isinstance(x, s.AddAltname)]
     assert all(lk.altnames == () for lk in kernel.state.links)
     assert kernel.state.link(1).mtu == 9000  # the rest went ahead
-    journal = cfg.state_dir / altname_journal.JOURNAL_FILE
+    journal = cfg.state_dir / ALTNAMES.name
     vf1 = next(d for d in outcome.status.devices if d.name == "vf-1")
     assert vf1.phase.value == "Pending"  # ENOSPC: retried
     assert vf1.reason.startswith(
@@ -243,6 +244,6 @@ def test_no_altname_is_added_without_its_journal_on_disk(tmp_path, monkeypatch):
     disk.full = False
     assert converge(r).status.converged
     assert all(len(lk.altnames) == 1 for lk in kernel.state.links)
-    assert altname_journal.load(cfg.state_dir) == {
+    assert Store(cfg.state_dir).get(ALTNAMES) == {
         lk.ifindex: frozenset(lk.altnames) for lk in kernel.state.links
     }

@@ -6,7 +6,8 @@ its device then stopped asking for a name, the temporary name stayed for good.
 
 from test_planning import bound, described, fake_apply, hint, link
 
-from kvdev.guest.adapters import rename_journal
+from kvdev.guest.adapters.state import RENAMES, Store
+from kvdev.guest.core import journals
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.matching import Matching
 from kvdev.guest.core.observed import NetState
@@ -60,23 +61,21 @@ def test_the_journal_records_names_before_temporary_renames_and_prunes_finished_
         s.Rename(4, "eth2", "d", "trade", temp_name(4)),
         s.Rename(3, temp_name(3), "d", "final", "eth2"),
     ]
-    journal = rename_journal.record({4: "first"}, steps)
+    journal = journals.record_renames({4: "first"}, steps)
     assert journal == {3: "eth1", 4: "first"}
     state = NetState((link(3, "eth2"), link(4, temp_name(4))))
-    assert rename_journal.prune(journal, state) == journal  # unfinished: every freed name counts
-    assert rename_journal.prune(journal, NetState((link(3, "eth2"), link(4, "eth1")))) == {}
-    assert rename_journal.prune(journal, NetState()) == {}
+    assert journals.prune_renames(journal, state) == journal  # unfinished: every freed name counts
+    assert journals.prune_renames(journal, NetState((link(3, "eth2"), link(4, "eth1")))) == {}
+    assert journals.prune_renames(journal, NetState()) == {}
 
 
 def test_the_journal_file_round_trips_and_ignores_garbage(tmp_path):
-    rename_journal.save(tmp_path, {3: "eth1", 12: "data0"})
-    assert rename_journal.load(tmp_path) == {3: "eth1", 12: "data0"}
-    rename_journal.save(tmp_path, {})
-    assert not (tmp_path / rename_journal.JOURNAL_FILE).exists()
-    assert rename_journal.load(tmp_path) == {}
-    (tmp_path / rename_journal.JOURNAL_FILE).write_text(
-        '{"3": "eth1", "x": "y", "4": 5, "\u00b2": "z"}'
-    )
-    assert rename_journal.load(tmp_path) == {3: "eth1"}
-    (tmp_path / rename_journal.JOURNAL_FILE).write_text("[1, 2")
-    assert rename_journal.load(tmp_path) == {}
+    Store(tmp_path).put(RENAMES, {3: "eth1", 12: "data0"})
+    assert Store(tmp_path).get(RENAMES) == {3: "eth1", 12: "data0"}
+    Store(tmp_path).put(RENAMES, {})
+    assert not (tmp_path / RENAMES.name).exists()
+    assert Store(tmp_path).get(RENAMES) == {}
+    (tmp_path / RENAMES.name).write_text('{"3": "eth1", "x": "y", "4": 5, "\u00b2": "z"}')
+    assert Store(tmp_path).get(RENAMES) == {3: "eth1"}
+    (tmp_path / RENAMES.name).write_text("[1, 2")
+    assert Store(tmp_path).get(RENAMES) == {}

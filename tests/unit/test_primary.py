@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from kvdev.guest.adapters import primary_record
+from kvdev.guest.adapters.state import PRIMARY
 from kvdev.guest.core.observed import KVDEV_PROTO, GuestDevice, Link, NetState, Nic, Route
 from kvdev.guest.core.primary import Decision, protected
 from kvdev.guest.reconciler import Reconciler, converge
@@ -54,7 +54,7 @@ def test_a_nic_the_guests_configuration_names_is_never_touched_before_any_lease(
     )
     assert "eth1 is the guest's own NIC" in tables.explain_text(encode.device_json(vf1))
     assert devices(outcome)[VF2].phase.value == "Configured"  # the rest goes ahead
-    recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
+    recorded = json.loads((cfg.state_dir / PRIMARY.name).read_text())
     assert list(recorded["owned"]) == [MACS[1]]
 
 
@@ -71,7 +71,7 @@ def test_the_decision_is_kept_and_a_later_default_route_adds_and_takes_nothing_b
     again = converge(Reconciler(cfg, kernel, scan_devices=tuple))  # a restarted agent
     assert devices(again)[VF1].phase.value == "Error"  # still the guest's, from the record
     assert "eth1 is the guest's own NIC" in devices(again)[VF1].reason
-    recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
+    recorded = json.loads((cfg.state_dir / PRIMARY.name).read_text())
     assert sorted(recorded["owned"]) == sorted([MACS[1], MACS[3]])
     assert "default route" in recorded["owned"][MACS[3]]
 
@@ -80,12 +80,12 @@ def test_without_configuration_or_default_route_nothing_is_the_guests(cfg):
     kernel = example_kernel()
     outcome = converge(Reconciler(cfg, kernel, scan_devices=tuple))
     assert devices(outcome)[VF1].phase.value == "Configured"
-    assert not (cfg.state_dir / primary_record.RECORD_FILE).exists()
+    assert not (cfg.state_dir / PRIMARY.name).exists()
 
 
 def test_a_damaged_record_starts_again_from_what_holds(cfg):
     cfg.state_dir.mkdir(parents=True)
-    (cfg.state_dir / primary_record.RECORD_FILE).write_text("{not json")
+    (cfg.state_dir / PRIMARY.name).write_text("{not json")
     networkd(cfg, MACS[2])
     outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
     assert devices(outcome)[VF2].phase.value == "Error"
@@ -132,7 +132,7 @@ def test_first_boot_metadata_describing_a_protected_nics_mac_leaves_it_alone(cfg
     assert vf1.phase.value == "Error"
     assert f"protectedNICs[0] name it, by MAC {MACS[1]}" in vf1.reason
     assert devices(outcome)[VF2].phase.value == "Configured"
-    recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
+    recorded = json.loads((cfg.state_dir / PRIMARY.name).read_text())
     assert list(recorded["owned"]) == [MACS[1]]
 
 
@@ -165,7 +165,7 @@ def test_networkmanagers_auto_default_holds_every_nic_until_the_first_lease(cfg)
     assert kernel.applied == []  # NetworkManager would connect each: the lease decides
     assert {d.phase.value for d in first.status.devices} == {"Error"}
     assert "NetworkManager's auto-default would connect it" in devices(first)[VF1].reason
-    assert not (cfg.state_dir / primary_record.RECORD_FILE).exists()  # held, not recorded
+    assert not (cfg.state_dir / PRIMARY.name).exists()  # held, not recorded
     kernel.state = type(kernel.state)(  # the lease lands on eth1
         kernel.state.links, kernel.state.addresses, (Route(1, "0.0.0.0/0", "10.0.2.2", 100, 16),)
     )
@@ -173,7 +173,7 @@ def test_networkmanagers_auto_default_holds_every_nic_until_the_first_lease(cfg)
     after = converge(reconciler)
     assert "eth1 carries the default route" in devices(after)[VF1].reason
     assert devices(after)[VF2].phase.value == "Configured"
-    recorded = json.loads((cfg.state_dir / primary_record.RECORD_FILE).read_text())
+    recorded = json.loads((cfg.state_dir / PRIMARY.name).read_text())
     assert list(recorded["owned"]) == [MACS[1]]
 
 

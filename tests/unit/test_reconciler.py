@@ -12,7 +12,7 @@ import pytest
 
 from kvdev.errors import RetryableError
 from kvdev.guest import reconciler as reconciler_module
-from kvdev.guest.adapters.rename_journal import JOURNAL_FILE
+from kvdev.guest.adapters.state import RENAMES
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.observed import Link
 from kvdev.guest.core.planning import temp_name
@@ -106,12 +106,12 @@ def test_a_dry_run_tidies_nothing_and_changes_nothing(cfg):
 
 def test_a_dry_run_writes_no_status_and_leaves_a_damaged_journal_where_it_is(cfg):
     cfg.state_dir.mkdir()
-    (cfg.state_dir / JOURNAL_FILE).write_text("not JSON")
+    (cfg.state_dir / RENAMES.name).write_text("not JSON")
     outcome = converge(Reconciler(dry(cfg), example_kernel(), scan_devices=tuple))
     assert outcome.plan.steps
     assert not outcome.status.converged  # so --once --dry-run exits 1, as documented
-    assert sorted(p.name for p in cfg.state_dir.iterdir()) == [JOURNAL_FILE]
-    assert (cfg.state_dir / JOURNAL_FILE).read_text() == "not JSON"
+    assert sorted(p.name for p in cfg.state_dir.iterdir()) == [RENAMES.name]
+    assert (cfg.state_dir / RENAMES.name).read_text() == "not JSON"
 
 
 def dry(cfg):
@@ -132,7 +132,7 @@ def swap_names(cfg):
 
 def test_the_rename_journal_is_on_disk_before_any_link_takes_a_temporary_name(cfg):
     swap_names(cfg)
-    journal = cfg.state_dir / JOURNAL_FILE
+    journal = cfg.state_dir / RENAMES.name
     seen = []
 
     def check_journal(step):

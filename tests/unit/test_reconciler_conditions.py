@@ -15,8 +15,8 @@ import shutil
 import pytest
 
 from kvdev.errors import Severity
-from kvdev.guest import reconciler as reconciler_module
-from kvdev.guest.adapters import journal_file, rename_journal, walk
+from kvdev.guest.adapters import state, walk
+from kvdev.guest.adapters.state import RENAMES, Store
 from kvdev.guest.api.bridge import Bridge
 from kvdev.guest.core import steps as s
 from kvdev.guest.core.status import changes
@@ -78,13 +78,11 @@ ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
 
 class Disk:
-    """``write_atomic`` of the reconciler and the journals, failing for ``names`` while ``full``."""
+    """``write_atomic`` of the state files, failing for ``names`` while ``full``."""
 
-    def __init__(self, monkeypatch, names=(STATUS_FILE, rename_journal.JOURNAL_FILE)):
+    def __init__(self, monkeypatch, names=(STATUS_FILE, RENAMES.name)):
         self.full, self.names = True, names
-        for module in (reconciler_module, journal_file):
-            real = module.write_atomic
-            monkeypatch.setattr(module, "write_atomic", self._wrap(real))
+        monkeypatch.setattr(state, "write_atomic", self._wrap(state.write_atomic))
 
     def _wrap(self, real):
         def write_atomic(path, data, *, mode=0o644):
@@ -146,7 +144,7 @@ def test_no_link_trades_names_without_its_journal_on_disk(cfg, monkeypatch):
         3: "eth3",
     }
     assert {lk.ifindex: lk.mtu for lk in kernel.state.links}[1] == 9000  # the rest went ahead
-    journal = cfg.state_dir / rename_journal.JOURNAL_FILE
+    journal = cfg.state_dir / RENAMES.name
     devices = {d.name: d for d in outcome.status.devices}
     for name in ("vf-1", "vf-2", "pci-0000-5e-00-1"):
         assert devices[name].phase.value == "Pending"  # ENOSPC: retried
@@ -174,7 +172,7 @@ def test_a_journal_on_a_read_only_state_dir_is_a_permanent_failure(cfg, monkeypa
     def read_only(path, data, *, mode=0o644):
         raise erofs
 
-    monkeypatch.setattr(journal_file, "write_atomic", read_only)
+    monkeypatch.setattr(state, "write_atomic", read_only)
     outcome = converge(Reconciler(cfg, example_kernel(), scan_devices=tuple))
     devices = {d.name: d for d in outcome.status.devices}
     assert devices["vf-1"].phase.value == "Error"  # needs the operator: not retried blindly
@@ -183,22 +181,22 @@ def test_a_journal_on_a_read_only_state_dir_is_a_permanent_failure(cfg, monkeypa
 
 def test_a_corrupt_journal_is_set_aside_once_and_never_warned_about_again(tmp_path, caplog):
     # Regression (finding 6): a corrupt renames.json warned at every start forever.
-    journal = tmp_path / rename_journal.JOURNAL_FILE
+    journal = tmp_path / RENAMES.name
     journal.write_bytes(b'{"3": "eth1"')
     with caplog.at_level(logging.WARNING, logger="kvdev.agent"):
-        assert rename_journal.load(tmp_path) == {}
+        assert Store(tmp_path).get(RENAMES) == {}
     [record] = caplog.records
-    aside = tmp_path / rename_journal.CORRUPT_FILE
+    aside = tmp_path / f"{RENAMES.name}.corrupt"
     assert str(journal) in record.getMessage()
     assert f"kept as {aside}" in record.getMessage()
     assert aside.read_bytes() == b'{"3": "eth1"'  # nothing lost
     assert not journal.exists()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="kvdev.agent"):
-        assert rename_journal.load(tmp_path) == {}  # the next start
+        assert Store(tmp_path).get(RENAMES) == {}  # the next start
     assert caplog.records == []
     journal.write_text("[1, 2]")
-    assert rename_journal.load(tmp_path) == {}
+    assert Store(tmp_path).get(RENAMES) == {}
     assert aside.read_text() == "[1, 2]"  # the newest bad one is kept
 
 
@@ -206,16 +204,16 @@ def test_a_corrupt_journal_is_set_aside_once_and_never_warned_about_again(tmp_pa
     ("content", "why"),
     [
         (b"[" * 30_000 + b"]" * 30_000, "not JSON: maximum recursion depth exceeded"),
-        (b" " * (rename_journal.MAX_BYTES + 1), "larger than 65536 bytes"),
+        (b" " * (RENAMES.bound + 1), "larger than 65536 bytes"),
         (b"\xff\xfe", "not JSON"),
     ],
 )
 def test_a_journal_too_deep_or_too_large_to_read_is_set_aside_too(tmp_path, caplog, content, why):
-    (tmp_path / rename_journal.JOURNAL_FILE).write_bytes(content)
+    (tmp_path / RENAMES.name).write_bytes(content)
     with caplog.at_level(logging.WARNING, logger="kvdev.agent"):
-        assert rename_journal.load(tmp_path) == {}  # a RecursionError crashed the start before
+        assert Store(tmp_path).get(RENAMES) == {}  # a RecursionError crashed the start before
     assert why in caplog.records[0].getMessage()
-    assert (tmp_path / rename_journal.CORRUPT_FILE).read_bytes() == content
+    assert (tmp_path / f"{RENAMES.name}.corrupt").read_bytes() == content
 
 
 # --------------------------------------- NetworkManager managing a link kvdev configures anyway

@@ -7,7 +7,7 @@ structured logs: ``ts`` RFC 3339 UTC with microseconds, ``level``, ``msg``, ``co
 (the ``extra=`` that names that object) and ``RetryNoiseFilter``: urllib3 logs a warning with
 the full exception repr for every retry of a failed request (three per failed list); those are
 dropped, and the caller's own back-off logs one line per step instead
-(``kubeclient.unreachable`` words it).
+(``kube.client.unreachable`` words it).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ from kvdev.host.controller.guests import (
     described_nics,
 )
 from kvdev.host.controller.guestwatch import Tracker
-from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.metrics import Metrics
 from kvdev.host.controller.render import Inputs, Verb, render
 from kvdev.host.controller.vmievents import Reason
+from kvdev.host.kube.wire import KubeApi
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_controller_live import CM, Running, configmap, example_objects, kubeconfig, until

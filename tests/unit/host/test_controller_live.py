@@ -15,9 +15,9 @@ from apidouble import ApiDouble
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import Lease, LeaseElector
 from kvdev.host.controller.index import Kind
-from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.render import render
+from kvdev.host.kube.wire import KubeApi
 from kvdev.schema import decode_stream
 from kvdev.schema.stream import DEVICE_METADATA
 

@@ -14,7 +14,6 @@ from kvdev.host.contract import CONTROLLER as MANAGER
 from kvdev.host.contract import MANAGED_BY, VMI_LABEL
 from kvdev.host.controller.endpoints import Endpoints, Probes, parse_address
 from kvdev.host.controller.index import Kind, parse
-from kvdev.host.controller.kube import KubeApi
 from kvdev.host.controller.live import Controller
 from kvdev.host.controller.metrics import Metrics
 from kvdev.host.controller.reflector import Upsert
@@ -33,6 +32,7 @@ from kvdev.host.controller.vmievents import (
     event_name,
 )
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.host.kube.wire import KubeApi
 
 VMI = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm1", "uid-1")
 OTHER = ObjectRef("kubevirt.io/v1", "VirtualMachineInstance", "vms", "vm2", "uid-2")

@@ -15,7 +15,7 @@ from test_controller_live import NIC1, Running, configmap, example_objects, kube
 
 from apidouble import ApiDouble
 from kvdev.host.controller.index import Kind
-from kvdev.host.controller.kube import KubeApi
+from kvdev.host.kube.wire import KubeApi
 from kvdev.host.publish.relayed import records
 from kvdev.host.relay.finder import DriverFile
 

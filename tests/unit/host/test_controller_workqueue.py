@@ -149,7 +149,7 @@ def test_the_controllers_client_keeps_a_connection_per_watch_worker_and_sender(t
     pool (5 per CPU) urllib3 would open and drop a connection per request."""
     import yaml  # noqa: PLC0415
 
-    from kvdev.host import kubeclient  # noqa: PLC0415
+    from kvdev.host.kube import client as kubeclient  # noqa: PLC0415
 
     config = {
         "apiVersion": "v1",

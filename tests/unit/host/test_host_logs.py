@@ -10,7 +10,8 @@ from datetime import datetime
 import pytest
 import urllib3
 
-from kvdev.host import kubeclient, logs
+from kvdev.host import logs
+from kvdev.host.kube import client as kubeclient
 
 
 def closed_port() -> int:

@@ -19,7 +19,7 @@ import yaml
 
 from kvdev.errors import PermanentError, RetryableError, SchemaError
 from kvdev.host.plugin.claimsource import ClaimNotFoundError
-from kvdev.host.plugin.kube import KubeClaimSource
+from kvdev.host.plugin.liveclaims import KubeClaimSource
 from kvdev.host.plugin.server import PluginServer, Sockets
 from kvdev.host.plugin.service import Plugin
 from kvdev.host.proto import dra_v1_pb2, dra_v1_pb2_grpc

@@ -19,7 +19,6 @@ from agentlab import eventually
 from hostlab import DRIVER, allocated_claim, vf_slice
 from kvdev.errors import PermanentError, Problem, RetryableError, SchemaError, UsageError
 from kvdev.host.k8s import ResourceClaim
-from kvdev.host.plugin import claimstatus
 from kvdev.host.plugin.claimsource import (
     ClaimNotFoundError,
     ClaimUidMismatchError,
@@ -259,27 +258,3 @@ def test_concurrent_probes_share_dials_instead_of_piling_up(short_dir):
         verdicts = [first.result(), *(r.result() for r in rest)]
     assert all(v.healthy for v in verdicts)
     assert len(dials) == 2  # not six
-
-
-@pytest.mark.parametrize(
-    ("status", "unavailable"), [(None, True), (408, True), (429, True), (503, True), (403, False)]
-)
-def test_which_api_answers_are_unavailable(status, unavailable):
-    assert claimstatus._unavailable(status) is unavailable
-
-
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        (
-            '{"kind": "Status", "message": "changing status.devices requires"}',
-            "changing status.devices requires",
-        ),
-        (b'{"message": "x"}', "x"),
-        ("not json", ""),
-        ('["a list"]', ""),
-        (None, ""),
-    ],
-)
-def test_the_api_servers_message_is_taken_from_its_status_body(body, message):
-    assert claimstatus._message(body) == message

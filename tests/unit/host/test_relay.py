@@ -18,10 +18,10 @@ import pytest
 from apidouble import ApiDouble
 from kvdev.host import contract
 from kvdev.host.contract import RECORD_BYTES_MAX
-from kvdev.host.kubeclient import api_client
+from kvdev.host.kube.client import api_client
+from kvdev.host.kube.wire import KubeApi
 from kvdev.host.publish.relayed import read_record, records
 from kvdev.host.relay.finder import find
-from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
 from kvdev.schema.tree import ROOT
 
@@ -172,7 +172,7 @@ def test_the_loop_writes_only_what_changed_and_deletes_what_is_gone(node):
             )
         )
         relay = Relay(
-            RelayApi(api_client(config)), "node-a", "kvdev-system", [cdi], [files], relist=4
+            KubeApi(api_client(config)), "node-a", "kvdev-system", [cdi], [files], relist=4
         )
         first = relay.sync()
         assert (first.created, first.failed) == (1, 0)
@@ -206,10 +206,10 @@ def test_a_read_that_never_returns_costs_passes_that_change_nothing_and_one_thre
         return find(dirs, roots)
 
     class NoApi:
-        def list(self, *_):
+        def list_configmaps(self, *_):
             return []
 
-        def create(self, _namespace, body):
+        def create_configmap(self, _namespace, body):
             return dict(body)
 
     relay = Relay(

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from apidouble import ApiDouble
 from kvdev.host import contract
 from kvdev.host.contract import record_name
-from kvdev.host.kubeclient import api_client
+from kvdev.host.kube.client import api_client
+from kvdev.host.kube.wire import KubeApi
 from kvdev.host.publish import relayed
 from kvdev.host.publish.relayed import DriverFile, read_record, records
 from kvdev.host.relay.finder import Found
-from kvdev.host.relay.kube import RelayApi
 from kvdev.host.relay.live import Relay
 
 REPO = Path(__file__).resolve().parents[3]
@@ -168,7 +168,7 @@ def test_the_loop_trusts_only_its_nodes_records_and_reports_a_taken_name(tmp_pat
         )
         files = [file_of(taken_uid), file_of(free_uid), file_of(own_uid)]
         found = Found(files, claims={taken_uid, free_uid, own_uid})
-        relay = Relay(RelayApi(api_client(config)), "node-a", NS, [], finder=lambda *_: found)
+        relay = Relay(KubeApi(api_client(config)), "node-a", NS, [], finder=lambda *_: found)
         with caplog.at_level(logging.WARNING, "kvdev.host.relay"):
             done = relay.sync()
         assert (done.created, done.taken, done.legacy, done.failed) == (2, 1, 1, 0)

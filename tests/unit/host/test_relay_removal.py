@@ -33,18 +33,18 @@ class Store:
     def __init__(self) -> None:
         self.objects: dict[str, dict] = {}
 
-    def list(self, _namespace, _selector):
+    def list_configmaps(self, _namespace, _selector):
         return list(self.objects.values())
 
-    def create(self, _namespace, body):
+    def create_configmap(self, _namespace, body):
         self.objects[body["metadata"]["name"]] = body
         return body
 
-    def replace(self, _namespace, body):
+    def replace_configmap(self, _namespace, body):
         self.objects[body["metadata"]["name"]] = body
         return body
 
-    def delete(self, _namespace, name):
+    def delete_configmap(self, _namespace, name):
         del self.objects[name]
 
 

@@ -145,3 +145,18 @@ def test_allocate_with_given_pools_matches_allocate_with_slices():
     b = allocate(info, [claim], classes=classes, pools=PoolIndex(slices).pools_for(info))
     assert isinstance(a, Allocated)
     assert a == b
+
+
+def test_pool_index_of_reuses_one_snapshot_and_follows_a_change():
+    from kvdev.host.allocation.features import Features  # noqa: PLC0415
+
+    one = [node_slice("n0", [_gpu(0, "a", 1)])]
+    first = PoolIndex.of(one, Features())
+    assert PoolIndex.of(list(one), Features()) is first
+    two = [node_slice("n0", [_gpu(0, "a", 1), _gpu(1, "a", 1)])]
+    second = PoolIndex.of(two, Features())
+    assert second is not first
+    ids = [c.id for p in second.pools_for(NodeInfo("n0")) for c in p.candidates]
+    assert [d for _, _, d in ids] == ["gpu-0", "gpu-1"]
+    assert PoolIndex.of(two, Features(DRAAdminAccess=False)) is not second
+    assert PoolIndex.of(one, Features()) is not first  # one entry: the last snapshot only

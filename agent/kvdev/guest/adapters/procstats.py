@@ -3,23 +3,25 @@
 An adapter: every call reads /proc and /sys now (``interfaces``: only the named interfaces).
 Interfaces are those of the agent's network namespace. Nothing here raises for a vanished
 interface or process: missing facts are left out. psutil is optional: EL9's python3.11 has no
-psutil package, and there the agent's usage is its pid alone.
+psutil package, and there the agent's usage is its pid alone; it is imported when first asked.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
+if TYPE_CHECKING:
     import psutil
-except ImportError:  # EL9 (AppStream's python3.11): no psutil; the usage figures are left out
-    HAVE_PSUTIL = False
-else:
-    HAVE_PSUTIL = True
+
+# EL9 (AppStream's python3.11) has no psutil: the usage figures are left out. psutil itself is
+# imported at the first ``agent`` call (its import costs more CPU and memory than the rest of
+# this module, and only the API asks for these figures).
+HAVE_PSUTIL = importlib.util.find_spec("psutil") is not None
 
 _COUNTERS = (
     ("rxBytes", "rx_bytes"),
@@ -94,4 +96,6 @@ def agent(started_at: float) -> dict[str, Any]:
 
 @functools.cache
 def _process() -> psutil.Process:
+    import psutil  # noqa: PLC0415 - see HAVE_PSUTIL
+
     return psutil.Process(os.getpid())

@@ -35,7 +35,6 @@ from collections.abc import Collection, Sequence
 from kvdev.guest.core.observed import GuestDevice, Link, Nic
 
 LOOPBACK = "lo"
-ZERO_MAC = "00:00:00:00:00:00"
 
 # IFLA_INFO_KIND values of links that software creates inside the guest.
 SOFTWARE_KINDS = frozenset(

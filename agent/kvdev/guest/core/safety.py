@@ -284,9 +284,10 @@ class _Judge:
     def _protected(self, guard: Guard) -> list[tuple[_NET, str]]:
         """What the primary NICs' traffic is: (network, what it is, for people)."""
         out: dict[_NET, str] = {}
-        for a in self.state.addresses:
+        # The primaries' addresses first: parsing every address of the guest is the cost.
+        for a in filter(lambda a: a.ifindex in self.primaries, self.state.addresses):
             iface = ipaddress.ip_interface(a.address)
-            if a.ifindex in self.primaries and not iface.ip.is_link_local:
+            if not iface.ip.is_link_local:
                 out.setdefault(
                     iface.network, f"{iface.network}, the prefix of {self._name(a.ifindex)}"
                 )

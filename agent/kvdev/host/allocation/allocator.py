@@ -21,7 +21,6 @@ from kvdev.host.allocation.pools import (
     NodeLike,
     Pool,
     PoolIndex,
-    gather_pools,
 )
 from kvdev.host.allocation.results import allocation_result
 from kvdev.host.allocation.search import Clock, Search
@@ -112,10 +111,16 @@ def allocate(  # noqa: PLR0913 - keyword-only inputs of the public entry
     feats = features or Features()
     if selection is not None and selection.features != feats:
         raise ValueError("allocate: the selection cache was made for other features")
-    node_pools = list(pools) if pools is not None else gather_pools(node, slices, feats)
+    # A set is read as it is (only during this call); anything else is copied once.
+    held = (
+        allocated_devices
+        if isinstance(allocated_devices, set | frozenset)
+        else frozenset(allocated_devices)
+    )
+    node_pools = list(pools) if pools is not None else PoolIndex.of(slices, feats).pools_for(node)
     search = Search(
         pools=node_pools,
-        allocated=frozenset(allocated_devices),
+        allocated=held,
         allocated_capacity={
             dev: {k: v if isinstance(v, Fraction) else parse_quantity(v) for k, v in m.items()}
             for dev, m in (allocated_capacity or {}).items()

@@ -44,7 +44,7 @@ class Search(Protocol):
 
     plans: list[ClaimPlan]
     candidates: list[Candidate]
-    allocated: frozenset[DeviceID]
+    allocated: frozenset[DeviceID] | set[DeviceID]
     consumable: bool
     partitionable: bool
     taints: bool

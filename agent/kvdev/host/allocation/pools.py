@@ -26,6 +26,9 @@ every gate on) does it:
 
 ``PoolIndex`` indexes slices once (by pool, node-local slices by node name) so that finding one
 node's pools among thousands of slices costs what that node sees, not the whole cluster.
+``PoolIndex.of`` keeps the index of the last slice snapshot it was asked for (the same slice
+objects in the same order, same features), so that calls handed the whole cluster's slices
+(``allocate(slices=...)``) index them once, not once per call.
 """
 
 from __future__ import annotations
@@ -459,6 +462,7 @@ class PoolIndex:
         self._by_pool: dict[PoolID, list[ResourceSlice]] = {}
         self._by_node: dict[str, list[ResourceSlice]] = {}
         self._floating: list[ResourceSlice] = []  # slices naming no node
+        self._pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         for s in slices:
             pid = (s.spec.driver, s.spec.pool.name)
             self._by_pool.setdefault(pid, []).append(s)
@@ -467,7 +471,37 @@ class PoolIndex:
             else:
                 self._floating.append(s)
 
+    @classmethod
+    def of(cls, slices: Sequence[ResourceSlice], features: Features) -> PoolIndex:
+        """The index of ``slices``, reused while the same snapshot is asked for again.
+
+        The snapshot is the slices in order (compared as a tuple: the same objects match at
+        the cost of a pointer comparison each; the models are frozen, so equal ones index
+        alike) and ``features``. One entry: the last snapshot.
+        """
+        global _last_index  # noqa: PLW0603 - the one-entry snapshot cache
+        key = tuple(slices)
+        last = _last_index
+        if last is not None and last[1] == features and last[0] == key:
+            return last[2]
+        index = cls(key, features)
+        _last_index = (key, features, index)
+        return index
+
     def pools_for(self, node: NodeLike) -> list[Pool]:
-        """The pools visible from ``node``, in search order (as ``gather_pools``)."""
-        mine = [*self._by_node.get(node.name, ()), *self._floating]
-        return gather_pools(node, mine, self.features, cluster=self._by_pool)
+        """The pools visible from ``node``, in search order (as ``gather_pools``).
+
+        Found once per node name and labels (all a node's pools depend on); the pools are
+        never changed by a search, so calls share them.
+        """
+        key = (node.name, tuple(sorted(node.labels.items())))
+        found = self._pools.get(key)
+        if found is None:
+            mine = [*self._by_node.get(node.name, ()), *self._floating]
+            found = self._pools[key] = gather_pools(
+                node, mine, self.features, cluster=self._by_pool
+            )
+        return list(found)
+
+
+_last_index: tuple[tuple[ResourceSlice, ...], Features, PoolIndex] | None = None

@@ -116,7 +116,7 @@ class Search:
         self,
         *,
         pools: Sequence[Pool],
-        allocated: frozenset[DeviceID],
+        allocated: frozenset[DeviceID] | set[DeviceID],
         allocated_capacity: Mapping[DeviceID, Mapping[str, Fraction]],
         features: Features,
         selection: Selection,

@@ -57,8 +57,8 @@ from kvdev.host.k8s.load import KUBEVIRT_KINDS
 if TYPE_CHECKING:
     from kvdev.host.controller.election import LeaseElector
     from kvdev.host.controller.endpoints import Endpoints
-    from kvdev.host.controller.kube import KubeApi
     from kvdev.host.controller.live import Controller
+    from kvdev.host.kube.wire import KubeApi
 
 GRACE_MAX = 86400.0  # a day: a grace longer than that hides what it is meant to show
 EXIT_NOT_RENDERED = 1
@@ -386,7 +386,7 @@ def _settings_error(args: argparse.Namespace) -> str | None:
 
 
 def _run_live(args: argparse.Namespace, err: TextIO) -> int:
-    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415 - live only
+    from kvdev.host.kube.wire import KubeApi  # noqa: PLC0415 - live only
 
     log = logging.getLogger("kvdev.host.controller")
     problem = _settings_error(args)
@@ -459,7 +459,7 @@ def lease_client(args: argparse.Namespace) -> KubeApi:
         UsageError: bad rate-limit flags.
     """
     from kvdev.host.controller.election import request_timeout  # noqa: PLC0415 - live only
-    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
+    from kvdev.host.kube.wire import KubeApi  # noqa: PLC0415
 
     timeout = request_timeout(args.renew_deadline)
     return KubeApi.connect(args.kubeconfig, bucket_from(args), timeout=timeout)

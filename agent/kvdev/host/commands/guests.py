@@ -74,11 +74,11 @@ states (one per NIC; a VMI shows its worst: Differs > Unreported > Pending > App
               without grace, and prints the controller's verdict (annotation {GUEST_ANNOTATION})
 
 input: live (default), the in-cluster service account, --kubeconfig FILE or the default
-  kubeconfig: lists VirtualMachineInstances and the ConfigMaps labelled
+  kubeconfig: lists VirtualMachineInstances (every namespace) and the ConfigMaps labelled
   {MANAGED_BY}={CONTROLLER}
-  in every namespace (the controller's read RBAC); -n NAMESPACE keeps one namespace; VMI
-  names keep those VMIs. -f FILE: read the VMIs and ConfigMaps from files instead ('kubectl
-  get vmi,cm -o yaml'); nothing is asked of a cluster.
+  (every namespace, or -n NAMESPACE's): the controller's read RBAC; -n NAMESPACE keeps that
+  namespace's VMIs; VMI names keep those VMIs. -f FILE: read the VMIs and ConfigMaps from
+  files instead ('kubectl get vmi,cm -o yaml'); nothing is asked of a cluster.
 
 output: -o text (default): per VMI a line (namespace/name, state, the controller's verdict)
   and a table: NIC (the VMI network, else the device), MAC, STATE, DESCRIBED (name, addresses),
@@ -181,15 +181,20 @@ def _from_cluster(
         KvdevError: no configuration, bad flags, the API failed, an object does not parse.
     """
     from kvdev.host.controller.index import Kind, parse  # noqa: PLC0415 - live only
-    from kvdev.host.controller.kube import KubeApi  # noqa: PLC0415
+    from kvdev.host.controller.reflector import OWN_SELECTOR, collection  # noqa: PLC0415
+    from kvdev.host.kube.wire import KubeApi, configmaps  # noqa: PLC0415
 
     api = KubeApi.connect(args.kubeconfig, bucket_from(args))
     found: dict[Kind, list[Any]] = {Kind.VMI: [], Kind.CONFIGMAP: []}
     problems: list[Problem] = []
-    for kind, limit in ((Kind.VMI, PAGE), (Kind.CONFIGMAP, CONFIGMAP_PAGE)):
+    listed = (
+        (Kind.VMI, collection(Kind.VMI), PAGE),
+        (Kind.CONFIGMAP, configmaps(OWN_SELECTOR, args.namespace), CONFIGMAP_PAGE),
+    )
+    for kind, what, limit in listed:
         token: str | None = None
         while True:
-            page = api.list_page(kind, limit=limit, token=token)
+            page = api.list_page(what, limit=limit, token=token)
             for item in page.items:
                 try:
                     stored = parse(kind, item)  # a ConfigMap's data only where it is ours

@@ -132,10 +132,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.writelines(f"kvdev-host relay: not relayed: {p}\n" for p in problems)
         print_configmaps(bodies, args.output, out)
         return EXIT_LEFT_OUT if problems else EXIT_OK
-    from kvdev.host.relay.kube import RelayApi  # noqa: PLC0415
+    from kvdev.host.kube.wire import KubeApi  # noqa: PLC0415
 
     try:
-        api = RelayApi.connect(args.kubeconfig, bucket_from(args))
+        api = KubeApi.connect(args.kubeconfig, bucket_from(args))
     except KvdevError as e:
         err.write(f"kvdev-host relay: {e}\n")
         return EXIT_INVALID
@@ -156,14 +156,16 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 class _NoApi:
     """--once writes nothing: the loop's API is never called."""
 
-    def list(self, namespace: str, selector: str, fields: str = "") -> list[dict[str, object]]:
+    def list_configmaps(
+        self, namespace: str, selector: str, fields: str = ""
+    ) -> list[dict[str, object]]:
         raise AssertionError(namespace, selector, fields)
 
-    def create(self, namespace: str, body: object) -> dict[str, object]:
+    def create_configmap(self, namespace: str, body: object) -> dict[str, object]:
         raise AssertionError(namespace, body)
 
-    def replace(self, namespace: str, body: object) -> dict[str, object]:
+    def replace_configmap(self, namespace: str, body: object) -> dict[str, object]:
         raise AssertionError(namespace, body)
 
-    def delete(self, namespace: str, name: str) -> None:
+    def delete_configmap(self, namespace: str, name: str) -> None:
         raise AssertionError(namespace, name)

@@ -35,7 +35,7 @@ from kvdev.host.commands.prepare import layout_from
 from kvdev.host.plugin.claimsource import ClaimSource, FileClaimSource
 from kvdev.host.plugin.claimstatus import DeviceStatusSink, KubeDeviceStatus
 from kvdev.host.plugin.health import HealthServer
-from kvdev.host.plugin.kube import KubeClaimSource
+from kvdev.host.plugin.liveclaims import KubeClaimSource
 from kvdev.host.plugin.metrics import EVERY_ADDRESS, Address, MetricsServer
 from kvdev.host.plugin.server import DEFAULT_REGISTRY_DIR, PluginServer, Sockets
 from kvdev.host.plugin.service import Plugin
@@ -259,7 +259,7 @@ def _build(args: argparse.Namespace) -> tuple[PluginServer, Plugin]:
         kube = KubeClaimSource(
             args.driver, node=args.node_name, kubeconfig=args.kubeconfig, bucket=bucket_from(args)
         )
-        source, status = kube, KubeDeviceStatus(args.driver, kube.resource_api)
+        source, status = kube, KubeDeviceStatus(args.driver, kube.wire)
     else:
         source = FileClaimSource(args.claims_dir, args.driver)
     sockets = Sockets.default(

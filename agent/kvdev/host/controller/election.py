@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvdev.errors import KvdevError
-from kvdev.host.controller.kube import KubeApi
+from kvdev.host.kube.wire import KubeApi
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,6 @@ from kvdev.host.controller.election import LeaseElector
 from kvdev.host.controller.guests import annotate
 from kvdev.host.controller.guestwatch import GRACE_SECONDS, Assessment, Counts, Tracker
 from kvdev.host.controller.index import CONFIGMAPS, Index, Key, Kind, parse
-from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
 from kvdev.host.controller.reflector import Change, Delete, Reflector, Replace, Upsert
@@ -56,6 +55,8 @@ from kvdev.host.controller.vmievents import Note, ObjectRef, Reason
 from kvdev.host.controller.workqueue import WORKERS, KeyedQueue
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
+from kvdev.host.kube.errors import ConflictError, NotFoundError
+from kvdev.host.kube.wire import KubeApi
 
 log = logging.getLogger(__name__)
 CONFLICT_TRIES = 5
@@ -233,7 +234,7 @@ class Controller:
                 written = self._write(
                     result if summary is None else annotate(result, inputs.existing, summary)
                 )
-            except ConflictError as e:
+            except (ConflictError, NotFoundError) as e:  # 409, or 404 on an update
                 self.stats.count("conflicts")
                 self.metrics.conflicts.inc()
                 log.info("%s: %s: reading it again", result.vmi, e, extra=_about(result))

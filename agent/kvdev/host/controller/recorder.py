@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from kvdev.errors import KvdevError
-from kvdev.host.controller.kube import ConflictError, KubeApi
 from kvdev.host.controller.metrics import Metrics
 from kvdev.host.controller.vmievents import Correlator, Create, Note, ObjectRef, Patch
+from kvdev.host.kube.errors import ConflictError, NotFoundError
+from kvdev.host.kube.wire import KubeApi
 
 log = logging.getLogger(__name__)
 CAPACITY = 1024
@@ -72,7 +73,10 @@ class Recorder:
                 try:
                     stored = self.api.patch_event(decision.namespace, decision.name, decision.body)
                     result = "patched"
-                except ConflictError:  # 404: expired or deleted; a new one, as client-go does
+                except (
+                    NotFoundError,
+                    ConflictError,
+                ):  # expired or deleted: a new one, as client-go does
                     decision = decision.fallback
             if isinstance(decision, Create):
                 stored = self.api.create_event(decision.namespace, decision.body)

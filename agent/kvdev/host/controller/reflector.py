@@ -24,15 +24,46 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from kvdev.errors import KvdevError, SchemaError
+from kvdev.errors import KvdevError, PermanentError, SchemaError
 from kvdev.host import logs
+from kvdev.host.contract import CONTROLLER as MANAGER
+from kvdev.host.contract import MANAGED_BY, RELAY
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.index import Kind, Stored, parse
-from kvdev.host.controller.kube import ExpiredError, KubeApi, Watching
+from kvdev.host.k8s.kubevirt import GROUP, PLURAL
+from kvdev.host.kube import wire
+from kvdev.host.kube.errors import GoneError
+from kvdev.host.kube.wire import Collection, KubeApi, Watching
 
 log = logging.getLogger(__name__)
+
+LAUNCHER_SELECTOR: Final = "kubevirt.io=virt-launcher"
+OWN_SELECTOR: Final = f"{MANAGED_BY}={MANAGER}"  # the controller's own ConfigMaps, anywhere
+RELAY_SELECTOR: Final = f"{MANAGED_BY}={RELAY}"  # records: in the relay's namespace only
+
+
+def collection(kind: Kind, namespace: str | None = None) -> Collection:
+    """What the controller lists and watches of ``kind`` (``namespace``: ``Kind.RECORD``'s).
+
+    Raises:
+        PermanentError: relay records asked for without their namespace (never across
+            namespaces: a tenant's ConfigMaps are not seen).
+    """
+    if kind is Kind.RECORD:
+        if not namespace:
+            raise PermanentError("relay records are listed in the relay's namespace only")
+        return wire.configmaps(RELAY_SELECTOR, namespace)
+    if kind is Kind.VMI:
+        return wire.custom_objects(kind.kind, GROUP, "v1", PLURAL)
+    if kind is Kind.POD:
+        return wire.pods(LAUNCHER_SELECTOR)
+    if kind is Kind.CONFIGMAP:
+        return wire.configmaps(OWN_SELECTOR)
+    if kind is Kind.CLAIM:
+        return wire.resource_claims()
+    return wire.resource_slices()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +132,7 @@ class Reflector:
                 self._watch()
                 self.progressed = self.clock()  # a watch that ended cleanly (its timeout)
                 self.backoff.reset()
-            except ExpiredError as e:
+            except GoneError as e:
                 log.info("%s: %s: listing again", self.kind.kind, e)
                 self.resource_version = None
             except KvdevError as e:
@@ -140,7 +171,7 @@ class Reflector:
         version = ""
         while True:
             page = self.api.list_page(
-                self.kind, limit=self.page_size, token=token, namespace=self.namespace
+                collection(self.kind, self.namespace), limit=self.page_size, token=token
             )
             if token is None:  # every page of one list is one snapshot: the first one's version
                 version = page.resource_version
@@ -157,7 +188,7 @@ class Reflector:
     def _watch(self) -> None:
         assert self.resource_version is not None
         watching = self.api.watch(
-            self.kind, self.resource_version, self.watch_seconds, self.namespace
+            collection(self.kind, self.namespace), self.resource_version, self.watch_seconds
         )
         with self._lock:
             self._watching = watching

@@ -39,7 +39,7 @@ from kvdev.host.contract import (
     stream_key,
     vmi_label,
 )
-from kvdev.host.contract import CONTROLLER as MANAGER  # the name controller.kube imports
+from kvdev.host.contract import CONTROLLER as MANAGER
 from kvdev.host.controller.vmievents import Note, Reason
 from kvdev.host.controller.vmihints import vmi_hints, what
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
@@ -603,8 +603,6 @@ def _update(
 
 
 __all__ = [
-    "MANAGED_BY",
-    "MANAGER",
     "Inputs",
     "Rendered",
     "Verb",

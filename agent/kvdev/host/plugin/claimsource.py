@@ -3,7 +3,7 @@
 Kubelet's NodePrepareResources names a claim (namespace, name, UID) but does not send it: the
 plugin fetches the ResourceClaim and the driver's ResourceSlices through a ``ClaimSource``.
 ``FileClaimSource`` reads them from a directory of YAML/JSON files, re-read on every call (for
-tests, demos and nodes without API access); ``kvdev.host.plugin.kube.KubeClaimSource``
+tests, demos and nodes without API access); ``kvdev.host.plugin.liveclaims.KubeClaimSource``
 asks the API server. This module must not write anything nor talk to the network.
 """
 

@@ -16,7 +16,6 @@ plugin's service sees (None: no status is written, as with ``--claims-dir``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -24,10 +23,26 @@ from typing import Any, Final, Protocol
 from kvdev.errors import RetryableError
 from kvdev.host.k8s import ResourceClaim
 from kvdev.host.k8s.resource import API_VERSION
+from kvdev.host.kube.errors import (
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    InvalidError,
+    KubeError,
+    KubeRetryableError,
+    NotFoundError,
+)
+from kvdev.host.kube.wire import KubeApi
 from kvdev.host.publish.devicestatus import apply_configuration
 
-APPLY: Final = "application/apply-patch+yaml"
-_REASONS: Final = {403: "forbidden", 404: "not_found", 409: "conflict", 422: "invalid"}
+_REASONS: Final[tuple[tuple[type[KubeError], str], ...]] = (
+    (ForbiddenError, "forbidden"),
+    (NotFoundError, "not_found"),
+    (ConflictError, "conflict"),
+    (InvalidError, "invalid"),
+    (GoneError, "other"),
+    (KubeRetryableError, "unavailable"),  # 408, 429, 5xx, unreachable
+)
 
 
 def field_manager(driver: str) -> str:
@@ -72,23 +87,20 @@ class KubeDeviceStatus:
 
     Args:
         driver: the plugin's driver; its entries only, under ``field_manager(driver)``.
-        api: returns the ``ResourceV1Api`` to use (the claim source's, built on first use).
-        timeout: seconds for each request.
+        api: returns the client to use (the claim source's, built on first use).
         clock: the time of a new ``Ready`` condition.
     """
 
     def __init__(
         self,
         driver: str,
-        api: Callable[[], Any],
+        api: Callable[[], KubeApi],
         *,
-        timeout: float = 10.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.driver = driver
         self.manager = field_manager(driver)
         self._api = api
-        self.timeout = timeout
         self._clock = clock
 
     def apply(self, claim: ResourceClaim) -> None:
@@ -110,44 +122,16 @@ class KubeDeviceStatus:
     def _patch(
         self, namespace: str, name: str, body: dict[str, Any], *, missing_is_done: bool
     ) -> None:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - lazy import
-        from urllib3.exceptions import HTTPError  # noqa: PLC0415 - the client's transport
-
-        what = f"ResourceClaim {namespace}/{name}: status.devices of {self.driver}"
         try:
-            self._api().patch_namespaced_resource_claim_status(
-                name,
-                namespace,
-                body,
-                field_manager=self.manager,
-                force=True,
-                _content_type=APPLY,
-                _request_timeout=self.timeout,
-                _preload_content=False,
-            )
-        except ApiException as e:
-            if e.status in (404, 409) and missing_is_done:
+            self._api().apply_resource_claim_status(namespace, name, body, manager=self.manager)
+        except (NotFoundError, ConflictError) as e:
+            if missing_is_done:
                 return  # gone, or another claim under that name (the uid differs): done
-            reason = _REASONS.get(e.status, "unavailable" if _unavailable(e.status) else "other")
-            detail = _message(e.body) or e.reason
-            raise DeviceStatusWriteError(
-                f"{what}: API server answered {e.status}: {detail}", reason
-            ) from e
-        except (HTTPError, OSError) as e:
-            raise DeviceStatusWriteError(
-                f"{what}: API server unreachable: {e}", "unavailable"
-            ) from e
+            raise DeviceStatusWriteError(str(e), reason(e)) from e
+        except KubeError as e:
+            raise DeviceStatusWriteError(str(e), reason(e)) from e
 
 
-def _unavailable(status: int | None) -> bool:
-    return status is None or status in (408, 429) or status >= 500
-
-
-def _message(body: object) -> str:
-    """The ``message`` of a Status body, when the body is one."""
-    try:
-        status = json.loads(body) if isinstance(body, str | bytes) else None
-    except ValueError:
-        return ""
-    message = status.get("message") if isinstance(status, dict) else None
-    return message if isinstance(message, str) else ""
+def reason(error: KubeError) -> str:
+    """The metrics label of a write the API server refused or never answered."""
+    return next((label for kind, label in _REASONS if isinstance(error, kind)), "other")

@@ -37,7 +37,6 @@ from kvdev.host.contract import (
     record_key,
     record_name,
 )
-from kvdev.host.contract import RELAY as RELAY_MANAGER  # the name controller.kube imports
 from kvdev.schema.fields import base_request
 from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import DEVICE_METADATA, decode_every
@@ -346,7 +345,6 @@ def for_node(found: Sequence[Record], node: str | None) -> dict[str, Record]:
 
 
 __all__ = [
-    "RELAY_MANAGER",
     "Claim",
     "DriverFile",
     "Listing",

@@ -10,6 +10,7 @@ another node's ConfigMap holds is reported, never taken. The rules: docs/referen
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from kvdev.errors import KvdevError, Problem
 from kvdev.host.cdi.ondisk import DEFAULT_HOST_DIRS
 from kvdev.host.contract import CLAIM_UID_LABEL, node_selector
+from kvdev.host.kube.errors import ConflictError, NotFoundError
 from kvdev.host.publish.relayed import (
     annotated_node,
     records,
@@ -35,19 +37,21 @@ log = logging.getLogger("kvdev.host.relay")
 
 
 class Api(Protocol):
-    """What the loop needs of the API server (``kube.RelayApi``)."""
+    """What the loop needs of the API server (``kvdev.host.kube.wire.KubeApi``)."""
 
-    def list(self, namespace: str, selector: str, fields: str = "") -> list[dict[str, Any]]:
+    def list_configmaps(
+        self, namespace: str, selector: str, fields: str = ""
+    ) -> list[dict[str, Any]]:
         """The ConfigMaps of ``namespace`` that ``selector`` (and ``fields``) select."""
 
-    def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST a ConfigMap; the stored object."""
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a ConfigMap; the stored object (``ConflictError``: the name is taken)."""
 
-    def replace(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def replace_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """PUT a ConfigMap (with its resourceVersion); the stored object."""
 
-    def delete(self, namespace: str, name: str) -> None:
-        """DELETE a ConfigMap."""
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        """DELETE a ConfigMap (``NotFoundError``: gone already)."""
 
 
 @dataclass
@@ -176,7 +180,7 @@ class Relay:
             self._write(body, stored, done)
         for name in sorted(gone):
             try:
-                self.api.delete(self.namespace, name)
+                self._delete(name)
                 done.deleted += 1
                 del stored[name]
             except KvdevError as e:
@@ -206,7 +210,7 @@ class Relay:
         None when the list failed (nothing is known: the pass writes nothing).
         """
         try:
-            listed = self.api.list(self.namespace, node_selector(self.node))
+            listed = self.api.list_configmaps(self.namespace, node_selector(self.node))
         except KvdevError as e:
             log.warning("%s", e)
             done.failed += 1
@@ -251,7 +255,7 @@ class Relay:
             else:
                 version = (before.get("metadata") or {}).get("resourceVersion")
                 body["metadata"]["resourceVersion"] = version
-                stored[name] = self.api.replace(self.namespace, body)
+                stored[name] = self.api.replace_configmap(self.namespace, body)
                 done.updated += 1
         except KvdevError as e:
             log.warning("%s", e)
@@ -260,19 +264,18 @@ class Relay:
     def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """POST a record: the stored object, or None when another node's ConfigMap holds its name.
 
-        A 409 for a name not listed as this node's: that ConfigMap is looked up, reported, and
-        its name skipped until the next listing.
+        A 409 (``ConflictError``) for a name not listed as this node's: that ConfigMap is looked
+        up, reported, and its name skipped until the next listing; any other 409 is retried by
+        the next pass, as every failed write is.
 
         Raises:
             KvdevError: the create failed otherwise.
         """
         name = body["metadata"]["name"]
         try:
-            return self.api.create(self.namespace, body)
-        except KvdevError as e:
-            if "answered 409" not in str(e):
-                raise
-            holders = self.api.list(self.namespace, "", f"metadata.name={name}")
+            return self.api.create_configmap(self.namespace, body)
+        except ConflictError:
+            holders = self.api.list_configmaps(self.namespace, "", f"metadata.name={name}")
             owner = annotated_node(holders[0]) if holders else ""
             if not holders or owner == self.node:
                 raise
@@ -283,11 +286,16 @@ class Relay:
     def _delete_legacy(self, name: str, done: Pass) -> None:
         """Delete this node's record of the earlier name form (the new one replaces it)."""
         try:
-            self.api.delete(self.namespace, name)
+            self._delete(name)
             done.legacy += 1
         except KvdevError as e:
             log.warning("%s", e)
             done.failed += 1
+
+    def _delete(self, name: str) -> None:
+        """DELETE a record; one gone already (``NotFoundError``) is as good as deleted."""
+        with contextlib.suppress(NotFoundError):
+            self.api.delete_configmap(self.namespace, name)
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Passes every ``interval`` seconds until ``stop`` is set."""
