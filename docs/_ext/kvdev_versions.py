@@ -29,11 +29,19 @@ class VersionsError(Exception):
 
 @dataclass(frozen=True)
 class Platform:
-    """Kubernetes or KubeVirt: the versions supported, the one tested, and how."""
+    """Kubernetes or KubeVirt: the versions supported, those tested and how, those only read."""
 
     supported: tuple[str, ...]
     tested: str
     tested_how: str
+    also_tested: tuple[str, ...] = ()  # tested too, beside ``tested`` (KubeVirt: its main)
+    read_only: tuple[str, ...] = ()  # newer pre-releases read from their sources, not run
+    read_how: str = ""
+
+    @property
+    def all_tested(self) -> str:
+        """``v1.9.0 and main``: every version tested."""
+        return " and ".join((self.tested, *self.also_tested))
 
 
 @dataclass(frozen=True)
@@ -96,10 +104,16 @@ def _strings(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 def _platform(data: dict[str, Any], key: str) -> Platform:
     table = _field(data, key, dict, "")
+    read_only = _strings(table, "read_only", key) if "read_only" in table else ()
+    if read_only and not table.get("read_how"):
+        raise VersionsError(f"{VERSIONS}: {key}.read_how: say how {', '.join(read_only)} are read")
     return Platform(
         _strings(table, "supported", key),
         _field(table, "tested", str, key),
         _field(table, "tested_how", str, key),
+        _strings(table, "also_tested", key) if "also_tested" in table else (),
+        read_only,
+        _field(table, "read_how", str, key) if read_only else "",
     )
 
 
@@ -224,18 +238,20 @@ def readme_table(v: Versions) -> str:
     booted = [_short(d.name) for d in v.distributions if d.booted]
     legs = [_short(d.name) for d in v.distributions if d.leg]
     return _table(
-        ("component", "supported", "tested"),
+        ("component", "supported", "tested", "read, not tested"),
         [
-            ("Kubernetes", _span(k.supported), k.tested),
+            ("Kubernetes", _span(k.supported), k.all_tested, ", ".join(k.read_only) or "-"),
             (
                 "KubeVirt",
                 " and ".join(kv.supported),
-                f"{kv.tested} (read from its sources, not run)",
+                f"{kv.all_tested} (its own code judges kvdev's VMIs; not run as a cluster)",
+                ", ".join(kv.read_only) or "-",
             ),
             (
                 "guest",
                 ", ".join(_short(d.name) for d in v.distributions),
                 f"{', '.join(booted)} booted; the libraries of {len(legs)} of them",
+                "-",
             ),
         ],
     )
@@ -243,18 +259,16 @@ def readme_table(v: Versions) -> str:
 
 def versions_table(v: Versions) -> str:
     """Supported and tested versions, and how they are tested."""
-    return _table(
-        ("component", "supported", "tested", "tested how"),
-        [
-            (
-                "Kubernetes",
-                ", ".join(v.kubernetes.supported),
-                v.kubernetes.tested,
-                v.kubernetes.tested_how,
-            ),
-            ("KubeVirt", ", ".join(v.kubevirt.supported), v.kubevirt.tested, v.kubevirt.tested_how),
-        ],
-    )
+    rows: list[tuple[str, ...]] = [
+        (name, ", ".join(p.supported), p.all_tested, p.tested_how)
+        for name, p in (("Kubernetes", v.kubernetes), ("KubeVirt", v.kubevirt))
+    ]
+    rows += [
+        (name, "no: read only", ", ".join(p.read_only), p.read_how)
+        for name, p in (("Kubernetes", v.kubernetes), ("KubeVirt", v.kubevirt))
+        if p.read_only
+    ]
+    return _table(("component", "supported", "tested", "tested how"), rows)
 
 
 def gates_table(v: Versions, project: str) -> str:
@@ -334,7 +348,7 @@ def quickstart_table(v: Versions) -> str:
         [
             (
                 "Kubernetes",
-                f"{_span(k.supported)} (tested: {k.tested}); gates {gates('Kubernetes', k)}",
+                f"{_span(k.supported)} (tested: {k.all_tested}); gates {gates('Kubernetes', k)}",
             ),
             ("KubeVirt", f"{' or '.join(kv.supported)}; gates {gates('KubeVirt', kv)}"),
             (

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdev.schema.metadata import VERSIONS
+from kvdev.schema.metadata import WRITTEN
 from upstreamlab import JsonLines, publish_configmap  # the writer oracle; kubelet's AtomicWriter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -280,10 +280,17 @@ class DriverNode:
     are upstream's bytes; ``files`` gives each by the ConfigMap key it must land under.
     """
 
-    def __init__(self, work: Path, driver: str, claim: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        work: Path,
+        driver: str,
+        claim: dict[str, Any],
+        versions: tuple[str, ...] = WRITTEN,
+    ) -> None:
         self.work = work
         self.driver = driver
         self.claim = claim
+        self.versions = versions  # the helper requires v1beta1 among them (v0.37.2)
 
     def write(
         self, state: str, devices: list[dict[str, Any]], updates: list[dict[str, Any]]
@@ -297,7 +304,7 @@ class DriverNode:
                     "driver": self.driver,
                     "pluginDataDir": str(top / "plugins" / self.driver),
                     "cdiDir": str(top / "cdi"),
-                    "versions": list(VERSIONS),  # both, as v0.37.2's helper demands
+                    "versions": list(self.versions),
                     "claim": self.claim,
                     "devices": devices,
                     "updates": updates,

@@ -32,6 +32,11 @@ at the agent's default root, and the agent runs with no metadata setting at all.
    (``kvdev-host guests -f``): every NIC kvdev configured is ``Applied``.
 6. The agent stopped and one of nic-2's addresses removed in the guest by hand: the guest
    agent's next answer makes nic-2 ``Differs``, naming the address and the guest's interface.
+
+The driver writes **v1beta1 only** (v0.37.2's helper requires v1beta1 and allows it alone, as
+dra-driver-cpu does; KubeVirt v1.9's own reader would find nothing), and gives nic-1 an
+unqualified ``mtu`` attribute, as dra-driver-ovsdpdk does: the guest sets nic-1's MTU from it
+(no hint names one) and notes, per device, that KubeVirt up to v1.9 cannot read the stream.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from e2e_guestagent import status_interfaces
 from e2e_qemu import VIRTIOFS_TAG, Guest, Nic, Qga, Vm
 from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
+from kvdev.schema.metadata import OLDER_READERS_NOTE, V1BETA1
+
 pytestmark = pytest.mark.e2e
 
 VMI_CLAIM = "vm2-nics"
@@ -62,14 +69,19 @@ SOURCES_KEY = "kvdev-sources.json"
 DRIVER = "sriov.e2e.kvdev.io"  # the claim's allocation results name it
 KEYS = {n.id: f"{VMI_CLAIM}.{REQUESTS[n.id]}.{DRIVER}-metadata.json" for n in (NIC_1, NIC_2)}
 DRIVER_ATTR = "sriovnetwork.k8snetworkplumbingwg.io/interfaceName"  # only the driver knows it
+DRIVER_MTU = 1450  # nic-1's unqualified mtu attribute: the NIC's MTU in the guest
+WRITTEN = (V1BETA1,)  # the driver writes v1beta1 only: no v1alpha1 for KubeVirt v1.9 to read
 
 
 def _written(nic: Nic, ifname: str, ips: list[str] | None) -> dict[str, Any]:
     """The writer's device for ``nic``: with the driver's metadata, or none (``ips`` None)."""
     out: dict[str, Any] = {"requests": [REQUESTS[nic.id]], "pool": e2e_host.NODE, "device": nic.id}
     if ips is not None:
+        attributes: dict[str, Any] = {DRIVER_ATTR: {"string": ifname}}
+        if nic is NIC_1:
+            attributes["mtu"] = {"int": DRIVER_MTU}
         out["metadata"] = {
-            "attributes": {DRIVER_ATTR: {"string": ifname}},
+            "attributes": attributes,
             "networkData": {"interfaceName": ifname, "ips": ips, "hardwareAddress": nic.mac},
         }
     return out
@@ -123,13 +135,14 @@ def device(nic: Nic, phase: str, **expect: Any) -> dict[str, Any]:
 
 
 def link(nic: Nic, addresses: list[str]) -> dict[str, Any]:
-    """The NIC keeps the kernel's name (the VMI names nothing), with kvdev's altname."""
+    """The NIC keeps the kernel's name (the VMI names nothing), with kvdev's altname; nic-1
+    has the driver's MTU."""
     return {
         "kind": "link",
         "mac": nic.mac,
         "ifname": nic.kernel_name,
         "altname": f"{VMI_CLAIM}.{REQUESTS[nic.id]}.{nic.id}",
-        "mtu": 1500,
+        "mtu": DRIVER_MTU if nic is NIC_1 else 1500,
         "addresses": addresses,
     }
 
@@ -196,7 +209,7 @@ def artifacts(e2e_summary) -> Path:
 def cluster(artifacts) -> Cluster:
     """The controller's renders, in a ConfigMap volume under the artifacts; the first one out."""
     claim = yaml.safe_load((e2e_host.INPUTS / "kubevirt" / "claims-allocated.yaml").read_text())
-    node = e2e_host.DriverNode(artifacts / "node", DRIVER, claim)
+    node = e2e_host.DriverNode(artifacts / "node", DRIVER, claim, WRITTEN)
     c = Cluster(e2e_host.ClusterSide(artifacts, artifacts / "configmap-volume"), node)
     c.roll_out("claims-allocated.yaml", "prepared")
     return c
@@ -235,6 +248,16 @@ def _first_object(text: str) -> dict[str, Any]:
     return json.JSONDecoder().raw_decode(text.lstrip())[0]
 
 
+def _objects(text: str) -> list[dict[str, Any]]:
+    """Every object of a stream."""
+    out, decoder, at = [], json.JSONDecoder(), 0
+    while text[at:].strip():
+        obj, end = decoder.raw_decode(text[at:].lstrip())
+        at += len(text[at:]) - len(text[at:].lstrip()) + end
+        out.append(obj)
+    return out
+
+
 def test_0_configmap_carries_the_drivers_files(cluster):
     """The first ConfigMap: one stream per request, each the driver's file byte for byte
     (nic-2's structure-only), the sources index, the hints from the binding interfaces."""
@@ -244,6 +267,8 @@ def test_0_configmap_carries_the_drivers_files(cluster):
     for key, raw in cluster.files.items():
         assert data[key].encode() == raw, key
     assert DRIVER_ATTR in data[KEYS[NIC_1.id]]
+    for key in KEYS.values():  # the driver's v1beta1-only streams, relayed as they are
+        assert [o["apiVersion"] for o in _objects(data[key])] == [V1BETA1], key
     nic_2 = _first_object(data[KEYS[NIC_2.id]])
     (written,) = [d for r in nic_2["requests"] for d in r["devices"]]
     assert nic_2["metadata"]["generation"] == 1
@@ -273,7 +298,14 @@ def test_1_boot_reads_the_drivers_bytes(run, cluster):
             SHARE,
             {"kind": "status", "minGeneration": {VMI_CLAIM: 1}},
             *cluster.streams({NIC_1.id: 1, NIC_2.id: 1}),
-            device(NIC_1, "Configured", evidence=["pinned"], guestPciAddress=NIC_1.pci_address),
+            device(
+                NIC_1,
+                "Configured",
+                evidence=["pinned"],
+                guestPciAddress=NIC_1.pci_address,
+                driverMtu=DRIVER_MTU,
+                notes=[OLDER_READERS_NOTE],
+            ),
             device(NIC_2, "Pending"),
             link(NIC_1, ["192.0.2.21/24"]),
             UNMANAGED,

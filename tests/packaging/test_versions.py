@@ -127,3 +127,32 @@ def test_a_missing_field_is_named_with_the_file():
     del data["kubernetes"]["tested"]
     with pytest.raises(kvdev_versions.VersionsError, match=r"versions\.toml: kubernetes\.tested"):
         kvdev_versions.parse(data)
+
+
+def test_what_is_tested_and_what_is_only_read_is_said(versions):
+    """Tested: Kubernetes v1.37.2, KubeVirt v1.9.0 and main; only read: the 1.38 alphas."""
+    assert versions.kubernetes.all_tested == "v1.37.2"
+    assert versions.kubevirt.all_tested == "v1.9.0 and main"
+    assert versions.kubernetes.read_only == ("1.38 alphas",)
+    assert "1.38" not in versions.kubernetes.supported
+    row = next(
+        line for line in kvdev_versions.readme_table(versions).splitlines() if "Kubernetes" in line
+    )
+    assert row == "| Kubernetes | 1.34 to 1.37 | v1.37.2 | 1.38 alphas |"
+    compat = kvdev_versions.versions_table(versions)
+    assert "| Kubernetes | no: read only | 1.38 alphas |" in compat
+
+
+def test_no_file_sets_the_dynamic_resource_allocation_gate():
+    """The gate is gone in 1.38: nothing of kvdev's (chart, tests, docs) sets it."""
+    setting = re.compile(r"DynamicResourceAllocation\s*[=:]\s*\"?(true|false)")
+    roots = ["packaging", "tests", "docs", ".ci", "README.md", "Makefile"]
+    found = [
+        str(path)
+        for root in roots
+        for path in ([REPO / root] if (REPO / root).is_file() else (REPO / root).rglob("*"))
+        if path.is_file()
+        and path.suffix in {".py", ".yaml", ".yml", ".md", ".sh", ".toml", ".json", ""}
+        and setting.search(path.read_text(errors="replace"))
+    ]
+    assert not found, found

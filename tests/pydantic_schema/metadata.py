@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field, model_validator
 from kvdev.host.k8s.device import DeviceAttribute, Int64, NetworkDeviceData
 from kvdev.host.k8s.model import Document, Model
 from kvdev.host.k8s.types import DnsLabel, DnsSubdomain, DriverName, PoolName, RequestName
-from kvdev.schema.fields import check_qualified_name
+from kvdev.schema.fields import check_qualified_name, lookup_attribute
 from kvdev.schema.metadata import RESULTS_MAX, attribute_limits, result_limit
 
 QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
@@ -36,15 +36,9 @@ class Device(Model):
         return self
 
     def attribute(self, name: str) -> DeviceAttribute | None:
-        """Look up an attribute; an unqualified name is in the driver's own domain."""
-        attrs = self.attributes or {}
-        domain, _, ident = name.rpartition("/")
-        found = attrs.get(name)
-        if found is None and domain == self.driver:
-            found = attrs.get(ident)
-        if found is None and not domain:
-            found = attrs.get(f"{self.driver}/{ident}")
-        return found
+        """Look up an attribute; ``X`` and ``<driver>/X`` are one key (``lookup_attribute``)."""
+        attrs: dict[str, DeviceAttribute] = dict(self.attributes or {})
+        return lookup_attribute(attrs, self.driver, name)
 
 
 class DeviceMetadataRequest(Model):

@@ -5,6 +5,7 @@ import json
 
 V1BETA1 = "metadata.resource.k8s.io/v1beta1"
 V1ALPHA1 = "metadata.resource.k8s.io/v1alpha1"
+V1 = "metadata.resource.k8s.io/v1"
 V2 = "metadata.resource.k8s.io/v2"
 HINTS_V1ALPHA1 = "guest.kvdev.io/v1alpha1"
 DEV0 = "requests[0].devices[0]"

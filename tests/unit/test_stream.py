@@ -3,6 +3,7 @@ import json
 import pytest
 from builders import (
     DEV0,
+    V1,
     V1ALPHA1,
     V1BETA1,
     V2,
@@ -123,7 +124,7 @@ def test_stream_of_unknown_versions_names_them():
     assert p.index is None
     assert p.message == (
         f"no object of a supported version: found {V2}, other.example.com/v1; "
-        f"kvdev reads {V1BETA1}, {V1ALPHA1}"
+        f"kvdev reads {V1}, {V1BETA1}, {V1ALPHA1}"
     )
 
 

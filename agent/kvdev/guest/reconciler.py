@@ -29,7 +29,7 @@ from kvdev.guest.adapters.config import AgentConfig
 from kvdev.guest.adapters.intake import Intake, Reads
 from kvdev.guest.adapters.observer import Observer
 from kvdev.guest.adapters.state import ADDRESSES, ALTNAMES, PRIMARY, RENAMES, STATUS, Store
-from kvdev.guest.core import inventory, journals, marking, primary, sources
+from kvdev.guest.core import inventory, journals, marking, primary, rivals, sources
 from kvdev.guest.core.alerts import claim_of
 from kvdev.guest.core.matching import Matching, MatchState, match
 from kvdev.guest.core.observed import GuestDevice, NetState
@@ -117,6 +117,7 @@ class Reconciler:
     _applier: Applier = field(init=False)
     _inputs: object = None  # what the last pass acted on: described devices, hints, tags
     _nm_overrides: tuple[str, ...] = ()  # links NetworkManager manages although kvdev does
+    _rivals: tuple[tuple[str, str], ...] = ()  # (condition type, why): see core/rivals
     _unwritten: Status | None = None  # a status left for the pass after it to save
     _lap_at: float = 0.0
     _phases: list[tuple[str, float]] = field(default_factory=list)  # this pass's, in order
@@ -261,6 +262,9 @@ class Reconciler:
         managed = netconfig.nm_managed(self.config.config_root, [i for i, _ in configured])
         overrides = marking.nm_overrides(configured, managed)
         self._nm_overrides = tuple(why for _, why in overrides)
+        links = [(d.ifname, self._observer.state.link(d.ifindex)) for d in the_plan.desired]
+        macs = [(name, link.mac if link else None) for name, link in links]
+        self._rivals = tuple(rivals.findings(macs, *self._observer.rival_config))
         if not overrides:
             return the_plan
         devices = {d.ifname: d.device for d in the_plan.desired}
@@ -304,6 +308,7 @@ class Reconciler:
         out.extend(
             Condition("NetworkManagerManages", why, Severity.WARNING) for why in self._nm_overrides
         )
+        out.extend(Condition(kind, why, Severity.WARNING) for kind, why in self._rivals)
         if (why := self.watch_problem()) is not None:
             out.append(Condition("MetadataPolled", why, Severity.WARNING))
         return out

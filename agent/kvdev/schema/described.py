@@ -25,6 +25,16 @@ rewrites the file with them and generation + 1) describes devices the driver has
 yet: ``deferred`` devices, which the agent shows as Pending and leaves alone until the rewrite.
 A file of no device at all (or an empty file: ``pending``) shows its request the same way.
 
+The driver's MTU: a device's ``mtu`` attribute (unqualified, as dra-driver-ovsdpdk writes it and
+the vhost-user binding plugin reads it, or ``<driver>/mtu``) is ``mtu``, when it is an int within
+``DRIVER_MTU_MIN..DRIVER_MTU_MAX`` (the binding plugin's range); anything else is left out with a
+warning. Attribute names: ``X`` from driver D and ``D/X`` are one key (``Device.attribute``); a
+device that carries both with different values is warned about (the qualified one is used).
+
+CPU devices (``cpu``): a device of dra-driver-cpu (driver ``dra.cpu``, the driver DeviceClass
+``dra.cpu`` selects; KubeVirt main's ``<vmi>-cpu-claim``) is the VM's vCPUs: no guest device
+stands for it, so there is nothing to match.
+
 Mediated devices: ``resource.kubernetes.io/mdevUUID`` or the driver's own ``mdevUUID`` (the
 unqualified name KubeVirt reads) is the device's ``mdev_uuid``.
 
@@ -69,6 +79,9 @@ LOCAL_DEVICE_ID_NAMES = ("pciDevice", "deviceID")
 _PCI_ID_DIGITS = 4
 MAX_IPS = 256  # addresses kvdev puts on one interface (upstream's writers: at most 16)
 MAX_DEVICES = 256  # devices kvdev reads from one file (upstream's writers: at most 32)
+CPU_DRIVERS: Final = frozenset({"dra.cpu"})  # drivers whose devices are CPUs, not guest devices
+MTU_NAME = "mtu"  # the driver's MTU attribute, unqualified or in the driver's domain
+DRIVER_MTU_MIN, DRIVER_MTU_MAX = 68, 9702  # the range the vhost-user binding plugin accepts
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +105,8 @@ class DescribedDevice:
     vendor_id: str | None = None
     device_id: str | None = None
     mdev_uuid: str | None = None
+    mtu: int | None = None  # the driver's MTU for the NIC (its ``mtu`` attribute)
+    notes: tuple[str, ...] = ()  # facts worth showing that are no problem (explain, validate)
     deferred: bool = False  # the driver has not written this device's metadata yet (Pending)
     problems: tuple[Problem, ...] = ()  # why kvdev cannot act on this device (empty: it can)
     # Set on a last good description kept in force: why its newer description was not used.
@@ -101,6 +116,11 @@ class DescribedDevice:
     def usable(self) -> bool:
         """True when kvdev may match and configure the device."""
         return not self.problems
+
+    @property
+    def cpu(self) -> bool:
+        """True for a CPU device: the VM's vCPUs, with no guest device to match."""
+        return self.driver in CPU_DRIVERS
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -208,6 +228,7 @@ def describe(
             ips = _ips(data.ips if data else None, (*loc, "networkData", "ips"), warn, fail)
             request_name = (request.name if request else None) or ""
             _identity(claim or pod_claim_name, request_name, device, loc, fail)
+            _same_key_twice(device, loc, warn)
             devices.append(
                 DescribedDevice(
                     claim=claim,
@@ -227,6 +248,7 @@ def describe(
                     vendor_id=_pci_id(device, LOCAL_VENDOR_NAMES),
                     device_id=_pci_id(device, LOCAL_DEVICE_ID_NAMES),
                     mdev_uuid=_mdev_uuid(device),
+                    mtu=_driver_mtu(device, loc, warn),
                     deferred=is_deferred,
                     problems=tuple(problems),
                 )
@@ -331,6 +353,41 @@ def _mdev_uuid(device: Device) -> str | None:
         if attr is not None and attr.string is not None:
             return attr.string
     return None
+
+
+def _driver_mtu(device: Device, loc: tuple[int | str, ...], warn: _Warn) -> int | None:
+    """The driver's MTU for the NIC: its ``mtu`` attribute, an int in the plugin's range."""
+    name = f"{device.driver or ''}/{MTU_NAME}"
+    attr = device.attribute(name)
+    if attr is None:
+        return None
+    where = (*loc, "attributes", _attr_key(device, name))
+    if attr.int_ is None:
+        warn(where, "is not an int; not used as the NIC's MTU")
+        return None
+    if not DRIVER_MTU_MIN <= attr.int_ <= DRIVER_MTU_MAX:
+        warn(
+            where,
+            f"{attr.int_} is outside {DRIVER_MTU_MIN}..{DRIVER_MTU_MAX}; not used as the NIC's MTU",
+        )
+        return None
+    return attr.int_
+
+
+def _same_key_twice(device: Device, loc: tuple[int | str, ...], warn: _Warn) -> None:
+    """Warn where ``X`` and ``<driver>/X`` both name an attribute, with different values."""
+    attrs = device.attributes or {}
+    driver = device.driver or ""
+    for name, value in attrs.items():
+        if "/" in name or not driver:
+            continue
+        qualified = f"{driver}/{name}"
+        if qualified in attrs and attrs[qualified] != value:
+            warn(
+                (*loc, "attributes", name),
+                f"{name!r} and {qualified!r} are the same attribute of driver {driver} with "
+                f"different values: kvdev uses {qualified!r}",
+            )
 
 
 def _pci_id(device: Device, names: tuple[str, ...]) -> str | None:

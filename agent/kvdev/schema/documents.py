@@ -11,6 +11,9 @@ an error on that key (``HINTS_IN_STREAM``), never hints. On a ConfigMap volume h
 from the controller's ``guest-hints.json`` key, which it derives from the VMI's spec; a stream
 key holds a driver's bytes, relayed from the node.
 
+A DeviceMetadata stream without a v1alpha1 object gives each of its devices the note that
+KubeVirt up to v1.9 cannot read it (``metadata.older_readers_note``).
+
 An empty metadata file in a tree (nothing but white space) is the first state of a driver's
 deferred metadata, not an error: its request is ``pending`` (``described.pending``) until the
 driver writes it. An object that names neither claim nor uid is read as upstream reads it; the
@@ -22,7 +25,7 @@ No I/O here: the caller reads the bytes (or reports why it could not).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from kvdev.errors import Problem, SchemaError, Severity
@@ -31,6 +34,7 @@ from kvdev.schema.configdrive import ConfigDriveMetadata
 from kvdev.schema.described import DescribedDevice, describe, pending
 from kvdev.schema.fields import base_request
 from kvdev.schema.hints import GuestHints
+from kvdev.schema.metadata import older_readers_note
 from kvdev.schema.reading import DeviceMetadata
 from kvdev.schema.stream import (
     DEVICE_METADATA,
@@ -167,6 +171,8 @@ def _metadata(source: str, data: bytes, location: MetadataLocation | None) -> Fi
             )
         )
     described, warned = describe(doc, source=source, index=read.index, location=location)
+    if (note := older_readers_note(read.versions)) is not None:
+        described = [replace(d, notes=(*d.notes, note)) for d in described]
     warnings = [*read.warnings, *notes, *warned]
     if location is not None:
         warnings.extend(_placement(doc, location, source, read.index))

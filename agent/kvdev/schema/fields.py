@@ -7,16 +7,45 @@ The limits are the upstream ones (resource.k8s.io/v1 validation, the kernel's
 ``dev_valid_name``); each says where it comes from.
 
 This module owns value syntax only. It does no I/O and knows no document shapes.
+``lookup_attribute`` is the one rule for attribute names: ``X`` of driver D's device and ``D/X``
+are the same key, wherever kvdev looks an attribute up (the reader, the writer's derived
+attributes, the allocator's constraints and CEL view).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
+from typing import TypeVar
 
 # re-exported: the interface-name rule lives in a module of its own (the root helper's start-up)
 from kvdev.schema.ifnames import IFNAMSIZ as IFNAMSIZ  # noqa: PLC0414
 from kvdev.schema.ifnames import check_ifname as check_ifname  # noqa: PLC0414
+
+_V = TypeVar("_V")
+
+
+def attribute_names(driver: str, name: str) -> tuple[str, ...]:
+    """The spellings of attribute ``name`` on a device of ``driver``, the given one first.
+
+    ``X`` and ``<driver>/X`` are one key; another domain's name (``resource.kubernetes.io/X``) has
+    one spelling.
+    """
+    domain, sep, ident = name.rpartition("/")
+    if not sep:
+        return (name, f"{driver}/{name}") if driver else (name,)
+    return (name, ident) if domain == driver else (name,)
+
+
+def lookup_attribute(attrs: Mapping[str, _V | None], driver: str, name: str) -> _V | None:
+    """The value of attribute ``name`` (either spelling, ``attribute_names``), or None."""
+    for key in attribute_names(driver, name):
+        found = attrs.get(key)
+        if found is not None:
+            return found
+    return None
+
 
 # --------------------------------------------------------------------------- Kubernetes names
 
@@ -100,6 +129,8 @@ def base_request(name: str) -> str:
 def check_qualified_name(value: str) -> str:
     """An attribute or capacity name: ``[<domain>/]<C identifier>``, identifier <= 32 chars."""
     domain, sep, ident = value.rpartition("/")
+    if "/" in domain:
+        raise ValueError(f"domain of {value!r}: more than one '/' (Kubernetes 1.38 refuses that)")
     if sep:
         try:
             check_dns_subdomain(domain, DEVICE_MAX_DOMAIN_LENGTH)

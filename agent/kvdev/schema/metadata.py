@@ -1,7 +1,10 @@
-"""Upstream KEP-5304 ``DeviceMetadata`` (metadata.resource.k8s.io v1beta1 and v1alpha1): the rules.
+"""Upstream KEP-5304 ``DeviceMetadata`` (metadata.resource.k8s.io v1, v1beta1, v1alpha1): the rules.
 
-Field names and JSON shapes are exactly upstream's; the two versions have the same content,
-so one set of values serves both (``api_version`` says which one an object was). Limits are the
+Field names and JSON shapes are exactly upstream's; the versions have the same content, so one
+set of values serves them all (``api_version`` says which one an object was). ``v1`` is the
+version KEP-5304 adds at GA with v1beta1's fields; a reader takes whichever of the three a
+stream holds, and none of them is assumed present (``older_readers_note``: a stream without
+v1alpha1 is one KubeVirt up to v1.9 cannot read). Limits are the
 v1beta1 validation rules, applied to v1alpha1 too: its content comes from the same validated
 ResourceSlices, so a file breaking them was not written by a conforming driver.
 
@@ -47,7 +50,26 @@ GROUP: Final = "metadata.resource.k8s.io"
 KIND: Final = "DeviceMetadata"
 V1BETA1: Final = f"{GROUP}/v1beta1"
 V1ALPHA1: Final = f"{GROUP}/v1alpha1"
-VERSIONS: Final = (V1BETA1, V1ALPHA1)  # newest first, the order writers emit
+V1: Final = f"{GROUP}/v1"  # KEP-5304 at GA: v1beta1's fields (upstream publishes no schema yet)
+VERSIONS: Final = (V1, V1BETA1, V1ALPHA1)  # read, newest first (the order writers emit)
+WRITTEN: Final = (V1BETA1, V1ALPHA1)  # what kvdev's writers emit, as upstream's v1.37 writer
+KUBEVIRT_READS: Final = V1ALPHA1  # the only version virt-launcher decodes, up to v1.9 at least
+OLDER_READERS_NOTE: Final = (
+    f"the stream has no {V1ALPHA1} object: KubeVirt up to v1.9 reads only v1alpha1 and "
+    "cannot read it (kvdev reads v1, v1beta1 and v1alpha1)"
+)
+
+
+def older_readers_note(versions: tuple[str, ...]) -> str | None:
+    """The note for a stream of ``versions`` (its objects' apiVersions) that KubeVirt cannot read.
+
+    None when the stream holds v1alpha1, or holds no DeviceMetadata object at all.
+    """
+    known = [v for v in versions if v in VERSIONS]
+    if not known or KUBEVIRT_READS in known:
+        return None
+    return OLDER_READERS_NOTE
+
 
 ATTRIBUTE_VALUE_MAX_BYTES = 64  # DeviceAttributeMaxValueLength
 ATTRIBUTES_MAX = 32  # attributes per device

@@ -14,6 +14,12 @@ bytes, is a ``Problem`` naming the field (``parse`` raises nothing), and the str
 are then unknown. A key the index does
 not name is ``reconstructed`` (an older controller wrote no index; the streams of a ConfigMap
 are the controller's). Streams read from a tree (not a ConfigMap volume) have no origin here.
+
+The index may also say, in ``taints`` (a list of ``{"key": KEY, "pool": POOL, "device": NAME,
+"taints": [LINE, ...]}``, at most ``MAX_ENTRIES`` devices of at most ``MAX_TAINTS`` lines of at
+most ``MAX_LINE`` characters), the device taints the controller found on a stream's allocated
+devices, each line a taint and what tolerates it, as people read it (``kvdev explain`` shows
+them). An agent that does not know the field ignores it; ``read_index`` gives both.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ LABELS: Final = {
 }
 MAX_BYTES: Final = 64 * 1024
 MAX_ENTRIES: Final = 256
+MAX_TAINTS: Final = 16  # a device's taints (the API's limit) plus a DeviceTaintRule's: lines
+MAX_LINE: Final = 512
 _KEY: Final = re.compile(r"[-._a-zA-Z0-9]{1,253}\Z")
 
 
@@ -46,6 +54,11 @@ class Origins:
 
     configmap: bool = False
     sources: dict[str, str] = field(default_factory=dict)
+    taints: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
+
+    def taints_of(self, key: str, pool: str, device: str) -> tuple[str, ...]:
+        """The taint lines of a stream's device (empty: none known)."""
+        return self.taints.get((key, pool, device), ())
 
     def label(self, key: str) -> str:
         """``driver``, ``reconstructed from claim status and slices``, or "" (not known)."""
@@ -99,22 +112,65 @@ def _sources(value: object) -> dict[str, str]:
     return out
 
 
+def _line(value: object, path: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_LINE:
+        raise _BadIndexError(f"not a string of 1 to {MAX_LINE} characters", path)
+    return value
+
+
+def _taints(value: object) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, list) or len(value) > MAX_ENTRIES:
+        raise _BadIndexError(f"not a list of at most {MAX_ENTRIES} devices", "taints")
+    out = {}
+    for i, entry in enumerate(value):
+        at = f"taints[{i}]"
+        if not isinstance(entry, dict):
+            raise _BadIndexError("not an object", at)
+        key, pool, device = (_line(entry.get(n), f"{at}.{n}") for n in ("key", "pool", "device"))
+        lines = entry.get("taints")
+        if not isinstance(lines, list) or not 0 < len(lines) <= MAX_TAINTS:
+            raise _BadIndexError(f"not a list of 1 to {MAX_TAINTS} lines", f"{at}.taints")
+        out[(key, pool, device)] = tuple(_line(t, f"{at}.taints") for t in lines)
+    return out
+
+
+def read_index(data: bytes, source: str) -> tuple[Origins, Problem | None]:
+    """The index as the agent uses it (a ConfigMap's), or (unknown origins, the problem)."""
+    try:
+        doc = _document(data)
+        sources, taints = _sources(doc.get("sources")), _taints(doc.get("taints"))
+        return Origins(configmap=True, sources=sources, taints=taints), None
+    except _BadIndexError as e:
+        return Origins(), Problem(f"stream sources index: {e.message}", source, None, e.path)
+    except (TypeError, ValueError, RecursionError) as e:  # a shape the checks above missed
+        return Origins(), Problem(f"stream sources index: not read: {e}", source)
+
+
 def parse(data: bytes, source: str) -> tuple[dict[str, str], Problem | None]:
     """The index's sources by key, or ({}, the problem) when it is not a valid index.
 
     Never raises for bad input: every failure to read the index is its problem.
     """
-    try:
-        return _sources(_document(data).get("sources")), None
-    except _BadIndexError as e:
-        return {}, Problem(f"stream sources index: {e.message}", source, None, e.path)
-    except (TypeError, ValueError, RecursionError) as e:  # a shape the checks above missed
-        return {}, Problem(f"stream sources index: not read: {e}", source)
+    found, problem = read_index(data, source)
+    return found.sources, problem
 
 
-def index_json(sources: dict[str, str]) -> str:
-    """The index's text, as the controller writes it (keys sorted, compact)."""
-    body = {"apiVersion": API_VERSION, "kind": KIND, "sources": dict(sorted(sources.items()))}
+def index_json(
+    sources: dict[str, str], taints: dict[tuple[str, str, str], tuple[str, ...]] | None = None
+) -> str:
+    """The index's text, as the controller writes it (keys sorted, compact; taints if any)."""
+    body: dict[str, object] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "sources": dict(sorted(sources.items())),
+    }
+    if taints:
+        body["taints"] = [
+            {"key": k, "pool": p, "device": d, "taints": list(lines[:MAX_TAINTS])}
+            for (k, p, d), lines in sorted(taints.items())[:MAX_ENTRIES]
+        ]
     return json.dumps(body, separators=(",", ":"))
 
 
@@ -126,5 +182,6 @@ __all__ = [
     "Origins",
     "index_json",
     "parse",
+    "read_index",
     "stream_key",
 ]

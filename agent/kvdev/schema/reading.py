@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from kvdev.errors import Problem, Severity
 from kvdev.schema import metadata as rules
+from kvdev.schema.fields import lookup_attribute
 from kvdev.schema.plain import (
     Value,
     boolean,
@@ -70,16 +71,8 @@ class Device(Value):
     network_data: NetworkDeviceData | None = of(nullable(struct(NetworkDeviceData)), default=None)
 
     def attribute(self, name: str) -> DeviceAttribute | None:
-        """Look up an attribute; an unqualified name is in the driver's own domain."""
-        attrs = self.attributes or {}
-        driver = self.driver or ""
-        domain, _, ident = name.rpartition("/")
-        found = attrs.get(name)
-        if found is None and domain == driver:
-            found = attrs.get(ident)
-        if found is None and not domain:
-            found = attrs.get(f"{driver}/{ident}")
-        return found
+        """Look up an attribute; ``X`` and ``<driver>/X`` are one key (``lookup_attribute``)."""
+        return lookup_attribute(self.attributes or {}, self.driver or "", name)
 
 
 class DeviceMetadataRequest(Value):

@@ -68,7 +68,8 @@ class DocumentKind(Generic[D]):
 
     ``model`` (a ``plain.Value``) decodes an object (a failure makes that object unusable);
     ``check`` finds what does not fail it but breaks a writer's rules (warnings);
-    ``go_layout``, when set, is the Go type upstream writes the kind as.
+    ``go_layout``, when set, is the Go type upstream writes the kind as; ``written``, when
+    set, the versions a writer emits by default (else every known one).
     """
 
     group: str
@@ -77,6 +78,7 @@ class DocumentKind(Generic[D]):
     model: type[D]
     check: Callable[..., tuple[Problem, ...]] | None = None
     go_layout: gojson.Struct | None = None
+    written: tuple[str, ...] = ()
 
 
 DEVICE_METADATA: Final = DocumentKind(
@@ -86,6 +88,7 @@ DEVICE_METADATA: Final = DocumentKind(
     reading.DeviceMetadata,
     reading.conformance,
     metadata.GO_LAYOUT,
+    metadata.WRITTEN,
 )
 GUEST_HINTS: Final = DocumentKind(hints.GROUP, hints.KIND, hints.VERSIONS, hints.GuestHints)
 
@@ -101,6 +104,7 @@ class Decoded(Generic[D]):
         skipped: apiVersions of the unknown objects skipped before it.
         warnings: problems that did not reject the document.
         fallback: why newer known versions before it were unusable (empty: none was).
+        versions: the apiVersion of every object the stream holds, in order (as read).
     """
 
     document: D
@@ -109,6 +113,7 @@ class Decoded(Generic[D]):
     skipped: tuple[str, ...] = ()
     warnings: tuple[Problem, ...] = field(default=())
     fallback: tuple[Problem, ...] = field(default=())
+    versions: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- JSON layer
@@ -328,8 +333,12 @@ class _Scan(Generic[D]):
     warnings: list[Problem] = field(default_factory=list)
     unusable: list[Problem] = field(default_factory=list)  # known versions that did not decode
     used: tuple[int, str, D] | None = None
+    seen: list[str] = field(default_factory=list)  # every object's apiVersion, as read
 
     def feed(self, index: int, value: object) -> None:
+        api_seen = _type_meta(value)[0] if isinstance(value, dict) else None
+        if isinstance(api_seen, str):
+            self.seen.append(api_seen)
         if self.used is not None:
             self.warnings.extend(_check_later(value, self.kind, self.used, self.source, index))
             return
@@ -390,7 +399,15 @@ def decode_stream(data: bytes | str, kind: DocumentKind[D], *, source: str = "")
         Problem(f"duplicate key {key!r}: the last value wins", source, i, "", Severity.WARNING)
         for i, key in duplicates
     )
-    return Decoded(doc, api, index, tuple(scan.skipped), tuple(warnings), tuple(scan.unusable))
+    return Decoded(
+        doc,
+        api,
+        index,
+        tuple(scan.skipped),
+        tuple(warnings),
+        tuple(scan.unusable),
+        tuple(scan.seen),
+    )
 
 
 def _torn(message: str, source: str, index: int | None) -> Problem:
@@ -487,12 +504,12 @@ def decode_every(data: bytes | str, kind: DocumentKind[D], *, source: str = "") 
 def encode_stream(
     document: Writable, kind: DocumentKind[Any], versions: Sequence[str] = ()
 ) -> bytes:
-    """Write ``document`` once per version (default: every known one), newest first.
+    """Write ``document`` once per version (default: the kind's written ones), newest first.
 
     Each object is followed by a newline; a kind with a Go layout is written as upstream's
     Go writer does (``MarshalIndent``, struct field order), any other compactly.
     """
-    chosen = tuple(versions) or kind.versions
+    chosen = tuple(versions) or kind.written or kind.versions
     unknown = [v for v in chosen if v not in kind.versions]
     if unknown:
         raise ValueError(f"cannot write {kind.kind} as {', '.join(unknown)}")

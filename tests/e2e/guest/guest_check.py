@@ -346,7 +346,7 @@ def check_device(snap: dict[str, Any], c: dict[str, Any]) -> list[str]:
         bad.append(f"matched by {kinds}, expected one of {c['evidence']}")
     bad.extend(
         f"{key} {d.get(key)!r}, expected {c[key]!r}"
-        for key in ("interface", "guestPciAddress", "mac")
+        for key in ("interface", "guestPciAddress", "mac", "driverMtu", "notes")
         if key in c and d.get(key) != c[key]
     )
     if c.get("kernelAltname"):

@@ -342,7 +342,10 @@ def test_a_vmi_without_dra_gets_nothing_and_a_finished_one_is_left_alone():
     vmi = by_kind(objects, "VirtualMachineInstance", "vm1")
     plain = copy.deepcopy(vmi)
     del plain["spec"]["resourceClaims"]
-    assert rendered([o for o in objects if o is not vmi] + [plain]).verb is Verb.NONE
+    pod = copy.deepcopy(by_kind(objects, "Pod", "virt-launcher-vm1-abcde"))
+    del pod["spec"]["resourceClaims"], pod["status"]["resourceClaimStatuses"]  # its pod names none
+    rest = [o for o in objects if o is not vmi and o["kind"] != "Pod"]
+    assert rendered([*rest, plain, pod]).verb is Verb.NONE
     vmi["status"]["phase"] = "Succeeded"
     assert rendered(objects).verb is Verb.NONE
 

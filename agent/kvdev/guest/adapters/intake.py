@@ -20,8 +20,7 @@ from kvdev.guest.adapters.deadline import Deadline, Late
 from kvdev.guest.core import sources
 from kvdev.guest.core.observed import RawFile
 from kvdev.guest.core.status import ClaimStatus, Condition
-from kvdev.schema.origins import SOURCES_KEY, Origins
-from kvdev.schema.origins import parse as parse_origins
+from kvdev.schema.origins import SOURCES_KEY, Origins, read_index
 from kvdev.schema.reading import DeviceMetadata
 
 log = logging.getLogger("kvdev.agent")
@@ -136,7 +135,4 @@ def _origins_of(raws: list[RawFile], *, configmap: bool) -> tuple[Origins, Probl
         return Origins(configmap=True), None
     if index.data is None:
         return Origins(), index.problem
-    found, problem = parse_origins(index.data, index.source)
-    if problem is not None:
-        return Origins(), problem
-    return Origins(configmap=True, sources=found), None
+    return read_index(index.data, index.source)

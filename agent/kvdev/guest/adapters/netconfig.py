@@ -35,6 +35,15 @@ cache) name nothing. Same bounds per file; at most ``MAX_NAMESERVERS`` servers.
 <ifindex>``, ``managed=`` of ``[device]``) of the links asked about: which it manages now
 (``core.marking.nm_overrides``). At most 4 KiB per file.
 
+``ifcfg`` reads the ifcfg-rh files (``etc/sysconfig/network-scripts/ifcfg-*``: ``DEVICE=``,
+``HWADDR=``/``MACADDR=``, else the file's suffix): the NICs they name, which NetworkManager up to
+1.58 (its ifcfg-rh plugin, removed in 1.60) and the network-scripts would configure.
+``cloud_init_hotplug`` says where cloud-init's network hotplug is on (``updates: network: when:``
+listing ``hotplug`` in ``etc/cloud/cloud.cfg``, ``cloud.cfg.d/*.cfg`` or the instance's
+cloud-config, or the flag file ``var/lib/cloud/hotplug.enabled``): cloud-init then renders and
+applies network configuration for every NIC that appears, a DRA NIC kvdev configures included.
+Both feed ``core.rivals``; same bounds.
+
 ``auto_default`` reads NetworkManager's configuration (``etc/NetworkManager/NetworkManager.conf``
 and ``conf.d/*.conf``, then ``usr/lib/NetworkManager/conf.d``): whether NetworkManager is there
 and would give every ethernet NIC without a profile a DHCP connection of its own (no
@@ -249,6 +258,70 @@ def read(root: Path) -> tuple[tuple[Configured, ...], tuple[str, ...]]:
         if text is not None:
             out.extend(reader(text, str(path), problems))
     return tuple(out), tuple(problems)
+
+
+_IFCFG_DIR = "etc/sysconfig/network-scripts"
+_IFCFG_KEY = re.compile(r"""(?m)^\s*(DEVICE|HWADDR|MACADDR)\s*=\s*["']?([^"'\s#]*)""")
+
+
+def ifcfg(root: Path) -> tuple[tuple[Configured, ...], tuple[str, ...]]:
+    """The NICs the ifcfg-rh files under ``root`` name (one entry per file); the problems met."""
+    problems: list[str] = []
+    budget = _Budget()
+    out: list[Configured] = []
+    for path in _files(root / _IFCFG_DIR, "", problems):
+        if not path.name.startswith("ifcfg-") or path.name == "ifcfg-lo":
+            continue
+        text = _text(path, budget, problems)
+        if text is None:
+            continue
+        keys = dict(_IFCFG_KEY.findall(text))
+        name = _name(keys.get("DEVICE") or path.name.removeprefix("ifcfg-"))
+        mac = _mac((keys.get("HWADDR") or keys.get("MACADDR") or "").lower())
+        if name or mac:
+            out.append(Configured(str(path), name, mac))
+    return tuple(out), tuple(problems)
+
+
+_CLOUD_CFG = ("etc/cloud/cloud.cfg", "var/lib/cloud/instance/cloud-config.txt")
+HOTPLUG_FLAG = "var/lib/cloud/hotplug.enabled"
+_HOTPLUG_TEXT = re.compile(r"(?s)updates\s*:.*?network\s*:.*?when\s*:[^\n]*hotplug|-\s*hotplug\b")
+
+
+def _hotplug_on(text: str) -> bool:
+    """``updates.network.when`` lists ``hotplug`` (read as YAML when PyYAML is there)."""
+    try:
+        doc = _yaml_load(text)
+    except Exception:  # noqa: BLE001 - not YAML: looked at as text below
+        doc = None
+    if doc is None:
+        return bool(_HOTPLUG_TEXT.search(text))
+    updates = doc.get("updates") if isinstance(doc, dict) else None
+    network = updates.get("network") if isinstance(updates, dict) else None
+    when = network.get("when") if isinstance(network, dict) else None
+    return isinstance(when, list) and "hotplug" in when
+
+
+def cloud_init_hotplug(root: Path) -> tuple[str | None, tuple[str, ...]]:
+    """Where cloud-init's network hotplug is switched on under ``root`` (None: nowhere)."""
+    problems: list[str] = []
+    if (root / HOTPLUG_FLAG).is_file():
+        return str(root / HOTPLUG_FLAG), ()
+    budget = _Budget()
+    paths = [root / rel for rel in _CLOUD_CFG]
+    paths[1:1] = _files(root / "etc/cloud/cloud.cfg.d", ".cfg", problems)
+    for path in paths:
+        text = _text(path, budget, problems)
+        if text is not None and _hotplug_on(text):
+            return str(path), tuple(problems)
+    return None, tuple(problems)
+
+
+def rival_config(root: Path) -> tuple[tuple[Configured, ...], str | None, tuple[str, ...]]:
+    """``ifcfg`` and ``cloud_init_hotplug`` at once: what ``core.rivals`` judges; the problems."""
+    named, problems = ifcfg(root)
+    hotplug, more = cloud_init_hotplug(root)
+    return named, hotplug, problems + more
 
 
 MAX_NAMESERVERS = 8

@@ -31,6 +31,8 @@ class Observer:
     state: NetState = field(default_factory=NetState)
     configured: tuple[primary.Configured, ...] | None = None  # the guest's network config
     auto: primary.AutoDefault | None = None  # NetworkManager's auto-default, as last read
+    # ifcfg files' NICs and where cloud-init's network hotplug is on (core.rivals judges them)
+    rival_config: tuple[tuple[primary.Configured, ...], str | None] = ((), None)
     keeps_proto: bool = False  # an address showed a protocol: the kernel keeps IFA_PROTO
     _problems: tuple[str, ...] = ()  # what the configuration's last read said (logged once)
 
@@ -66,6 +68,8 @@ class Observer:
         configured, problems = netconfig.read(config_root)
         self.auto, nm_problems = netconfig.auto_default(config_root)
         problems += nm_problems
+        named, hotplug, more = netconfig.rival_config(config_root)
+        self.rival_config, problems = (named, hotplug), problems + more
         for problem in problems:
             if problem not in self._problems:
                 log.warning("the guest's network configuration: %s", problem)

@@ -96,7 +96,10 @@ exit status: 0 listed, 2 agent not reachable or not ready.
         (
             "Explain one described device: its phase, the evidence it was matched by, the "
             "candidates considered, the reason, desired against observed state (interface, MTU, "
-            "addresses, up) and the steps still pending."
+            "addresses, up) and the steps still pending; the driver's MTU (its mtu attribute) "
+            "and notes on its metadata (a stream KubeVirt up to v1.9 cannot read: no v1alpha1); "
+            "its device taints and the toleration that lets its claim keep it, as the "
+            "controller found them."
         ),
         """\
 DEVICE is one of:

@@ -24,7 +24,7 @@ Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 EPILOG = f"""\
 what is checked:
-  KEP-5304 DeviceMetadata streams (metadata.resource.k8s.io v1beta1/v1alpha1), as upstream's
+  KEP-5304 DeviceMetadata streams (metadata.resource.k8s.io v1, v1beta1, v1alpha1), as upstream's
   reader reads them: the first object of a known apiVersion that decodes is used (unknown
   versions are skipped; a known one that does not decode falls back to the next); then every
   rule a conforming writer follows (32 attributes, 64-byte strings, 16 CIDR ips, names ...):
@@ -32,6 +32,10 @@ what is checked:
   agent cannot act on (an IP that is no address) is an error on that device alone. Also: that
   the file's place in the tree matches its content; kvdev GuestHints (guest.kvdev.io) and a
   KubeVirt config drive's meta_data.json (its devices[] list).
+
+  A "note:" under a device is no problem: e.g. that its stream has no v1alpha1 object, which
+  KubeVirt up to v1.9 cannot read. "driver mtu N" is the device's mtu attribute, the NIC's MTU
+  in the guest unless a hint asks for less.
 
   Problems name the file, the object's position in the stream and the field, e.g.
     .../nic/sriov.example.com-metadata.json: stream[0]: requests[0].devices[1].networkData.ips[2]:

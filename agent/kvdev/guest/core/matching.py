@@ -16,7 +16,9 @@ Keys, strongest first; a device bound by one phase is not a candidate in the lat
 
 Two candidates, or two described devices wanting one guest device, is ``ambiguous`` for
 the devices involved only; duplicate MACs never stop the run. A guest device no described
-device binds is ``unmanaged`` and must never be touched.
+device binds is ``unmanaged`` and must never be touched. A CPU device (``DescribedDevice.cpu``)
+is matched to nothing: its binding is ``NOTHING_TO_MATCH`` (shown as configured, evidence
+``cpu``), never missing.
 
 What one device's binding says stays bounded, so that output grows linearly with devices
 however many share a MAC or want one guest device: at most ``MAX_CANDIDATES`` candidates
@@ -32,6 +34,7 @@ import enum
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from kvdev.guest.core.observed import GuestDevice, Nic
 from kvdev.schema.configdrive import TaggedDevice
@@ -50,6 +53,7 @@ class MatchState(enum.Enum):
     AMBIGUOUS = "Ambiguous"
     INVALID = "Invalid"  # its metadata holds a value kvdev cannot act on: never matched
     DEFERRED = "Deferred"  # the driver has not written its metadata yet: never matched
+    NOTHING_TO_MATCH = "NothingToMatch"  # a CPU device: no guest device stands for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +106,31 @@ def match(
     whose driver has not written its metadata yet (``deferred``) is not matched either: its
     binding is ``DEFERRED`` until the rewrite.
     """
-    usable = [d for d in described if d.usable and not d.deferred]
+    usable = [d for d in described if d.usable and not d.deferred and not d.cpu]
     matching = _match(usable, guest, hints, tagged)
     found = iter(matching.bindings)
     bindings = tuple(
         next(found)
-        if d.usable and not d.deferred
+        if d.usable and not d.deferred and not d.cpu
+        else nothing_to_match(d, hint_for(d, hints))
+        if d.usable and d.cpu
         else Binding(d, MatchState.INVALID, reason=_invalid_reason(d), hint=hint_for(d, hints))
         if not d.usable
         else Binding(d, MatchState.DEFERRED, reason=NOT_WRITTEN, hint=hint_for(d, hints))
         for d in described
     )
     return Matching(bindings, matching.unmanaged)
+
+
+CPU_REASON: Final = "a CPU device: the VM's vCPUs, no guest device to match"
+
+
+def nothing_to_match(d: DescribedDevice, hint: DeviceHint | None) -> Binding:
+    """The binding of a CPU device: done as it is, with nothing to match or configure."""
+    evidence = Evidence("cpu", f"driver {d.driver}: the VM's vCPUs")
+    return Binding(
+        d, MatchState.NOTHING_TO_MATCH, evidence=(evidence,), reason=CPU_REASON, hint=hint
+    )
 
 
 def _invalid_reason(d: DescribedDevice) -> str:

@@ -186,16 +186,38 @@ def temp_name(ifindex: int) -> str:
     return f"{TEMP_PREFIX}{ifindex}"
 
 
+def wanted_mtu(binding: Binding, ifname: str, capped: list[Warned]) -> int | None:
+    """The NIC's MTU: the hint's, else the driver's (its ``mtu`` attribute), never above it.
+
+    A hint asking for more than the driver's MTU gets the driver's, with a warning in ``capped``.
+    """
+    net = binding.hint.network if binding.hint is not None else None
+    asked = net.mtu if net is not None else None
+    driver = binding.device.mtu
+    if asked is None or driver is None or asked <= driver:
+        return asked if asked is not None else driver
+    capped.append(
+        Warned(
+            binding.device.ref,
+            ifname,
+            f"the hints ask for MTU {asked}, more than the driver's {driver} (its mtu attribute): "
+            f"set to {driver}",
+        )
+    )
+    return driver
+
+
 def _desire(
     binding: Binding,
     link: Link,
     policy: Policy,
     blocked: list[Blocked],
     restore: Mapping[int, str],
+    capped: list[Warned],
 ) -> Desired:
     net = binding.hint.network if binding.hint is not None else None
     ref = binding.device.ref
-    mtu = net.mtu if net is not None else None
+    mtu = wanted_mtu(binding, link.ifname, capped)
     if mtu is not None and not (link.min_mtu or 0) <= mtu <= (link.max_mtu or mtu):
         blocked.append(
             Blocked(
@@ -462,6 +484,7 @@ def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
     back = _restorations(matching, state, restore or {})
     blocked: list[Blocked] = []
     desired: list[Desired] = []
+    capped: list[Warned] = []  # hints' MTUs above the driver's
     for b in matching.bindings:
         nic = b.nic
         link = state.link(nic.ifindex) if b.state is MatchState.BOUND and nic else None
@@ -470,7 +493,7 @@ def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
         if (why := _hands_off(link, state, protected)) is not None:
             blocked.append(Blocked(b.device.ref, link.ifname, why))
             continue
-        desired.append(_desire(b, link, policy, blocked, back))
+        desired.append(_desire(b, link, policy, blocked, back, capped))
     desired, warnings = _safe(desired, state, blocked, safety.Guard(protected, tuple(dns)))
     steps = _stale_altnames(desired, state, altnames or {}, protected)
     freed = {s.altname for s in steps if isinstance(s, RemoveAltname)}
@@ -481,7 +504,7 @@ def plan(  # noqa: PLR0913 - the pass's inputs; dns keyword-only
         assert link is not None
         steps.extend(_link_steps(d, link, state, d.ifindex in downed))
     steps.extend(_file_steps(desired, link_files or {}, policy))
-    return Plan(tuple(steps), tuple(desired), tuple(blocked), tuple(warnings))
+    return Plan(tuple(steps), tuple(desired), tuple(blocked), (*capped, *warnings))
 
 
 def _hands_off(link: Link, state: NetState, protected: primary.Protected) -> str | None:

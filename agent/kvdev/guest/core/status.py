@@ -69,6 +69,9 @@ class DeviceStatus:
     warnings: tuple[str, ...] = ()  # what kvdev does for it but warns about (safety policy)
     origin: str = ""  # its stream's origin (schema/origins: driver, reconstructed; "" unknown)
     mdev_uuid: str | None = None  # a mediated device's UUID, as its metadata says
+    notes: tuple[str, ...] = ()  # facts about its metadata worth showing (described.notes)
+    driver_mtu: int | None = None  # the driver's MTU for the NIC (its mtu attribute)
+    taints: tuple[str, ...] = ()  # its device taints and what tolerates each (the controller's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,9 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         observed=state.link(nic.ifindex) if state is not None and nic is not None else None,
         pod_claim_name=d.pod_claim_name,
         origin=by.origins.label(stream_key(d.claim, d.pod_claim_name, d.request, d.driver)),
+        taints=by.origins.taints_of(
+            stream_key(d.claim, d.pod_claim_name, d.request, d.driver), d.pool, d.name
+        ),
         observed_addresses=tuple(
             a.address
             for a in (state.addresses if state else ())
@@ -217,6 +223,8 @@ def _device(b: Binding, by: _ByDevice, state: NetState | None, *, dry_run: bool)
         ),
         warnings=tuple(by.warnings.get(ref, ())),
         mdev_uuid=d.mdev_uuid,
+        notes=d.notes,
+        driver_mtu=d.mtu,
     )
 
 

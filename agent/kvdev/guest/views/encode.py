@@ -50,6 +50,12 @@ def device_json(d: DeviceStatus) -> dict[str, Any]:
         out["origin"] = d.origin
     if d.mdev_uuid is not None:
         out["mdevUUID"] = d.mdev_uuid
+    if d.driver_mtu is not None:
+        out["driverMtu"] = d.driver_mtu
+    if d.notes:
+        out["notes"] = list(d.notes)
+    if d.taints:
+        out["taints"] = list(d.taints)
     if d.desired is not None:
         out["desired"] = {
             "interface": d.desired.ifname,

@@ -409,6 +409,14 @@ def _guest_text(g: Json) -> str:
     return ", ".join(facts)
 
 
+def _notes(d: Json) -> list[tuple[str, str]]:
+    """The driver's MTU, notes on its metadata and its taints, as explain's labelled lines."""
+    pairs = [("driver MTU", _s(d["driverMtu"]))] if d.get("driverMtu") is not None else []
+    pairs.extend(("notes" if i == 0 else "", _s(n)) for i, n in enumerate(d.get("notes") or []))
+    pairs.extend(("taints" if i == 0 else "", _s(t)) for i, t in enumerate(d.get("taints") or []))
+    return pairs
+
+
 def explain_text(d: Json, color: bool = False) -> str:
     """``kvdev explain``: why a device matched or did not, and what is left to do."""
     d = _safe(d)
@@ -431,6 +439,7 @@ def explain_text(d: Json, color: bool = False) -> str:
         ("warnings" if i == 0 else "", paint("33", str(w), color))
         for i, w in enumerate(d.get("warnings") or [])
     )
+    pairs.extend(_notes(d))
     guest = d.get("guest")
     if guest:
         pairs.append(("guest device", _guest_text(guest)))

@@ -41,6 +41,8 @@ def _device_line(d: DescribedDevice) -> str:
         facts.append(f"if {d.interface_name}")
     if d.ips:
         facts.append("ips " + ",".join(d.ips))
+    if d.mtu is not None:
+        facts.append(f"driver mtu {d.mtu}")
     return "  ".join(facts)
 
 
@@ -85,6 +87,7 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
             lines.append(f"        {_summary_line(f)}")
             for d in f.described:
                 lines.append(f"        {_device_line(d)}")
+                lines.extend(f"          note: {n}" for n in d.notes)
                 lines.extend(f"          {paint('1;31', 'error')}: {_where(p)}" for p in d.problems)
         lines.extend(f"        {paint('1;31', 'error')}: {_where(p)}" for p in f.errors)
         lines.extend(f"        {paint('33', 'warning')}: {_where(p)}" for p in f.warnings)

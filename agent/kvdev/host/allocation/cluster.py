@@ -46,6 +46,7 @@ class ClusterState:
     classes: list[DeviceClass] = field(default_factory=list)
     slices: list[ResourceSlice] = field(default_factory=list)
     pending: list[ResourceClaim] = field(default_factory=list)
+    in_use: list[ResourceClaim] = field(default_factory=list)  # claims with status.allocation
     special: list[SpecialClaim] = field(default_factory=list)
     allocated_devices: set[tuple[str, str, str]] = field(default_factory=set)
     allocated_capacity: dict[tuple[str, str, str], dict[str, Fraction]] = field(
@@ -145,6 +146,7 @@ def cluster_state(
             if allocation is None:
                 state.pending.append(obj)
             else:
+                state.in_use.append(obj)
                 _add_in_use(state, allocation)
     state.slices = apply_taint_rules(slices, rules)
     if extended_resources:

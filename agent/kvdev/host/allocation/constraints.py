@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvdev.host.k8s.resource import Device
+from kvdev.schema.fields import lookup_attribute
 
 # (kind, is_list, values): kind is int / bool / string / version; a scalar is a 1-element set.
 Value = tuple[str, bool, frozenset[object]]
@@ -52,12 +53,7 @@ def to_value(key: str, raw: object) -> Value | None:
 
 def attribute_value(driver: str, device: Device, attribute: str) -> Value | None:
     """The device's value for a fully qualified attribute name, or None when absent."""
-    attrs = device.attributes or {}
-    found = attrs.get(attribute)
-    if found is None:
-        domain, sep, short = attribute.partition("/")
-        if sep and domain == driver:
-            found = attrs.get(short)
+    found = lookup_attribute(dict(device.attributes or {}), driver, attribute)
     if found is None:
         return None
     data = found.model_dump(by_alias=True, exclude_none=True)

@@ -55,6 +55,7 @@ from kvdev.host.allocation.plans import (
     plan_request,
 )
 from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
+from kvdev.host.allocation.taints import toleration_for
 from kvdev.host.k8s.claim import DeviceSubRequest, ExactDeviceRequest, ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 from kvdev.host.k8s.resource import DeviceClass
@@ -71,15 +72,7 @@ class _Stop(Exception):  # noqa: N818 - control flow, not an error
 
 def tolerated(taint: DeviceTaint, tolerations: Sequence[DeviceToleration]) -> bool:
     """Some toleration matches the taint (key, operator/value, effect)."""
-    for tol in tolerations:
-        if tol.effect and tol.effect != taint.effect:
-            continue
-        if tol.key and tol.key != taint.key:
-            continue
-        if tol.operator == "Equal" and (tol.value or "") != (taint.value or ""):
-            continue
-        return True
-    return False
+    return toleration_for(taint, tolerations) is not None
 
 
 @dataclass(slots=True, eq=False)

@@ -47,6 +47,7 @@ from kvdev.host.k8s.claim import AllocationResult
 
 if TYPE_CHECKING:
     from kvdev.host.allocation.explain import RequestReport
+    from kvdev.host.k8s.resource import ResourceSlice
 
 _ALLOCATE_EPILOG = f"""\
 input:
@@ -80,7 +81,10 @@ output:
   --explain writes to stderr, per claim and request, each device and the first reason it
   is rejected (other-node, pool-incomplete/-invalid/-obsolete, in-use, gated, selector,
   capacity, counters, taint, constraint), judging each device on its own against the
-  claims already in use (not against the other picks of this run).
+  claims already in use (not against the other picks of this run); then, for every allocated
+  device (in use or allocated now) that carries a taint (its slice's, or a DeviceTaintRule's),
+  each taint and the claim's toleration that lets it keep the device, or that none does (a
+  NoExecute taint nothing tolerates evicts the pods using the device: a VM's launcher pod).
 
 feature gates (all on by default): {GATES}
 
@@ -287,6 +291,8 @@ def run_allocate(  # noqa: PLR0913 - the command's options, keyword-only
     state, features = read
     if not state.pending:
         err.write("kvdev-host: allocate: no claim without status.allocation: nothing to do\n")
+        if explain_:
+            err.write(_taints(state.in_use, state.slices))
         print_objects([], output, out)
         return EXIT_OK
     inputs: dict[str, Any] = {
@@ -307,6 +313,11 @@ def run_allocate(  # noqa: PLR0913 - the command's options, keyword-only
     if isinstance(outcome, Allocated):
         if reports is not None:
             err.write(_notes(outcome.notes))
+            done = [
+                ResourceClaim.model_validate(_claim_output(c, outcome.results[c.metadata.name]))
+                for c in state.pending
+            ]
+            err.write(_taints([*state.in_use, *done], state.slices))
         _print_allocated(state, outcome, output, out, err)
         return EXIT_OK
     notes = list(outcome.notes)
@@ -318,6 +329,13 @@ def run_allocate(  # noqa: PLR0913 - the command's options, keyword-only
     err.write(_notes(notes))
     why = _why(reports or _reports(state, inputs), state.pending, node)
     return _fail("unschedulable", why, output, out, err, EXIT_UNSCHEDULABLE)
+
+
+def _taints(claims: Sequence[ResourceClaim], slices: Sequence[ResourceSlice]) -> str:
+    """``--explain``'s lines on the taints of the allocated devices, and what tolerates them."""
+    from kvdev.host.allocation.taints import allocated_taints, taints_text  # noqa: PLC0415
+
+    return taints_text(allocated_taints(claims, slices))
 
 
 def _reports(state: ClusterState, inputs: dict[str, Any]) -> list[RequestReport]:

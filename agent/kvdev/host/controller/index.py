@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError
 from kvdev.host.contract import VMI_LABEL, configmap_name
+from kvdev.host.controller.podclaims import claim_names
 from kvdev.host.controller.render import Inputs, uses_dra
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
 from kvdev.host.k8s.core import ConfigMap
@@ -248,7 +249,11 @@ class Index:
 
     def vmis(self) -> list[Key]:
         """Every cached VMI that uses DRA, sorted."""
-        return sorted(k for k, s in self._objects[Kind.VMI].items() if uses_dra(s.model))
+        return sorted(
+            k
+            for k, s in self._objects[Kind.VMI].items()
+            if uses_dra(s.model) or self._claims_of.get(k)
+        )
 
     def inputs(self, key: Key) -> Inputs | None:
         """What ``render`` needs for the VMI ``key`` (None: no such VMI)."""
@@ -295,7 +300,9 @@ class Index:
     def _concerns(self, kind: Kind, stored: Stored) -> set[Key]:
         namespace, name = stored.key
         if kind is Kind.VMI:
-            return {stored.key} if uses_dra(stored.model) else set()
+            return (
+                {stored.key} if uses_dra(stored.model) or self._claims_of.get(stored.key) else set()
+            )
         if kind is Kind.POD:
             return {(namespace, o.name) for o in _vmi_owners(stored.model)}
         if kind is Kind.RECORD:
@@ -408,11 +415,8 @@ class Index:
     @staticmethod
     def _claim_names(vmi: VirtualMachineInstance, pods: Sequence[Pod]) -> set[str]:
         names = {e.resource_claim_name for e in vmi.spec.resource_claims or []}
-        for pod in pods:
-            for status in (pod.status.resource_claim_statuses if pod.status else None) or []:
-                names.add(status.resource_claim_name)
         names.discard(None)
-        return {n for n in names if n is not None}
+        return {n for n in names if n is not None} | claim_names(pods)
 
     def _link_pod(self, stored: Stored) -> None:
         for owner in _vmi_owners(stored.model):

@@ -22,6 +22,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from kvdev.errors import Problem, SchemaError, Severity
+from kvdev.host.allocation.taints import allocated_taints, taint_lines
 from kvdev.host.contract import (
     CONFIGMAP_BYTES_MAX,
     CONFIGMAP_MAX_KEYS,
@@ -40,6 +41,7 @@ from kvdev.host.contract import (
     vmi_label,
 )
 from kvdev.host.contract import CONTROLLER as MANAGER
+from kvdev.host.controller.podclaims import pod_claims
 from kvdev.host.controller.vmievents import Note, Reason
 from kvdev.host.controller.vmihints import vmi_hints, what
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
@@ -50,6 +52,7 @@ from kvdev.host.k8s.kubevirt import VirtualMachineInstance
 from kvdev.host.publish.files import OnDisk, next_generation
 from kvdev.host.publish.metadata import POD_CLAIM_NAME_ANNOTATION, build_metadata, claim_identity
 from kvdev.host.publish.relayed import Claim, Record, for_node, refusal
+from kvdev.schema.fields import base_request
 from kvdev.schema.hints import GuestHints
 from kvdev.schema.origins import index_json
 from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, Writable, decode_stream, encode_stream
@@ -203,6 +206,8 @@ def _resolve(
             problems.append(Problem(message, path=path, severity=Severity.WARNING))
             notes.append(_note(Reason.CLAIM_PENDING, problems[-1], subject))
         out.append(_Claim(entry.name, path, name, template=True))
+    found = pod_claims(inputs.vmi, pods)  # the claims KubeVirt makes itself
+    out.extend(_Claim(c.entry, c.path, c.claim_name, template=False) for c in found)
     return out
 
 
@@ -485,6 +490,17 @@ def sources_annotation(sources: Mapping[str, str]) -> str:
     return json.dumps(dict(sorted(sources.items())), separators=(",", ":"))
 
 
+def stream_taints(inputs: Inputs) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    """The taints of the VMI's allocated devices, by (stream key, pool, device): for the guest."""
+    slices = [s for group in inputs.slices.values() for s in group]
+    out = {}
+    for claim in inputs.claims.values():
+        for d in allocated_taints([claim], slices):
+            key = stream_key(_directory(claim), base_request(d.request), d.driver)
+            out[(key, d.pool, d.name)] = taint_lines(d)
+    return out
+
+
 def _data(
     inputs: Inputs,
     old: Mapping[str, str],
@@ -500,8 +516,10 @@ def _data(
     notes.extend(_note(Reason.HINT_REFUSED, w, subject) for w in warnings)
     hints = _hints_generation(hints, old.get(HINTS_KEY))
     data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
-    if DRIVER in sources.values():  # only then: an agent older than the index never sees it
-        data[SOURCES_KEY] = index_json(sources)
+    taints = stream_taints(inputs)
+    # only then: an agent older than the index never sees it
+    if DRIVER in sources.values() or taints:
+        data[SOURCES_KEY] = index_json(sources, taints)
     return {k: data[k] for k in sorted(data)}
 
 
@@ -515,7 +533,7 @@ def render(inputs: Inputs) -> Rendered:
         "namespace": namespace,
         "name": name,
     }
-    if not uses_dra(vmi):
+    if not (uses_dra(vmi) or pod_claims(vmi, _launcher(inputs))):
         return Rendered(**base, verb=Verb.NONE)
     checked = _precheck(inputs, base)
     if isinstance(checked, Rendered):

@@ -26,6 +26,7 @@ from kvdev.schema.fields import (
     check_dns_label,
     check_dns_subdomain,
     check_driver_name,
+    lookup_attribute,
     normalize_pci_address,
 )
 from kvdev.schema.metadata import (
@@ -165,9 +166,7 @@ def find_device(
 
 
 def _lookup(attrs: Mapping[str, DeviceAttribute], driver: str, name: str) -> DeviceAttribute | None:
-    if "/" in name:
-        return attrs.get(name)
-    return attrs.get(name) or attrs.get(f"{driver}/{name}")
+    return lookup_attribute(attrs, driver, name)
 
 
 def _derive(key: str, raw: DeviceAttribute) -> DeviceAttribute | None:

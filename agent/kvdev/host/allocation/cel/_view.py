@@ -95,10 +95,14 @@ def device_view(driver: str, device: Device) -> DeviceView:
     """Build the CEL view of a ResourceSlice device published by ``driver``.
 
     Unqualified attribute and capacity names go under the driver's domain (``model`` on
-    ``gpu.example.com`` is ``attributes["gpu.example.com"]["model"]``).
+    ``gpu.example.com`` is ``attributes["gpu.example.com"]["model"]``); a device with both
+    ``model`` and ``gpu.example.com/model`` gets the qualified one's value.
     """
     attributes: dict[str, dict[str, object]] = {}
-    for name, attr in (device.attributes or {}).items():
+    attrs = device.attributes or {}
+    for name, attr in attrs.items():
+        if "/" not in name and f"{driver}/{name}" in attrs:
+            continue  # the same key as ``driver/name``, which is used (as everywhere in kvdev)
         domain, ident = _split_name(driver, name)
         value: object
         if attr.version is not None:
