@@ -31,7 +31,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 else
 
 .PHONY: help demo example test quick test-loaded check lint typecheck imports unit bench bench-api bench-schedule clean proto upstream
-.PHONY: record-kubevirt upstream-cluster cluster cluster-down bench-controller helm manifests go-early
+.PHONY: record-kubevirt upstream-cluster cluster cluster-down bench-controller helm promtool manifests go-early
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -64,8 +64,8 @@ test: go-early check docs test-compat dist unit e2e  ## everything CI runs: lint
 # the foreground, by the prerequisite that needs it).
 go-early:
 	@mkdir -p build
-	@{ tests/helm/build.sh; tests/upstream/build.sh --cluster; } >build/go-early.log 2>&1 </dev/null &
-	@echo "make test: helm, the Go judges and the control plane build in the background (build/go-early.log)"
+	@{ tests/helm/build.sh; tests/promtool/build.sh; tests/upstream/build.sh --cluster; } >build/go-early.log 2>&1 </dev/null &
+	@echo "make test: helm, promtool, the Go judges and the control plane build in the background (build/go-early.log)"
 
 quick: check unit  ## the fast loop: lint, types, imports, tests (no packages, no VM)
 
@@ -94,7 +94,7 @@ imports: $(STAMP)
 # default is one process: split across the two cores of a loaded machine, the kubelet plugin's
 # gRPC server twice did not finish stopping (testing.md, "Splitting the unit run").
 UNIT_JOBS ?= 0
-unit: $(STAMP) upstream-cluster helm
+unit: $(STAMP) upstream-cluster helm promtool
 	$(if $(LOADED),tests/loaded.sh $(LOAD_WORKERS)) $(BIN)/pytest $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadgroup) --durations=15
 
 bench: $(STAMP)  ## (root) agent benchmarks on real links, not timing-asserted; BENCH_ARGS=--quick
@@ -121,6 +121,9 @@ upstream-cluster:  ## the same plus the control plane (etcd, kube-apiserver, -co
 
 helm:  ## helm (v3.22.0, from its own pinned Go module) into build/helm/bin, cached by go.sum
 	tests/helm/build.sh
+
+promtool:  ## promtool (Prometheus module v0.316.0, its own pinned Go module) into build/promtool/bin, cached by go.sum
+	tests/promtool/build.sh
 
 manifests: helm  ## packaging/kubernetes/{controller,plugin}.yaml = helm template of the chart's defaults
 	packaging/helm/manifests.sh

@@ -5,7 +5,7 @@
 _kvdev_host()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-    local commands="allocate schedule prepare update unprepare status bundle serve controller relay"
+    local commands="allocate schedule prepare update unprepare status bundle serve controller guests relay"
     local command="" i
     for ((i = 1; i < COMP_CWORD; i++)); do
         [[ ${COMP_WORDS[i]} != -* ]] && { command=${COMP_WORDS[i]}; break; }
@@ -20,7 +20,7 @@ _kvdev_host()
             return ;;
         -o|--output)
             case $command in
-                prepare|update|unprepare|bundle) COMPREPLY=($(compgen -W "text json" -- "$cur")) ;;
+                prepare|update|unprepare|bundle|guests) COMPREPLY=($(compgen -W "text json" -- "$cur")) ;;
                 *) COMPREPLY=($(compgen -W "yaml json name" -- "$cur")) ;;
             esac
             return ;;
@@ -34,7 +34,7 @@ _kvdev_host()
             return ;;
         --node|--driver|--feature-gates|--filter-timeout|--claim-uid|--node-name|--grace|\
         --health-port|--metrics-address|\
-        --lease-namespace|--lease-name|--identity|--resync)
+        --lease-namespace|--lease-name|--identity|--resync|--guest-grace|-n|--namespace)
             return ;;
     esac
 
@@ -58,13 +58,14 @@ _kvdev_host()
         controller) words="--once -f --filename -o --output --json --kubeconfig --leader-elect
                            --no-leader-elect --lease-namespace --lease-name --identity --resync
                            --lease-duration --renew-deadline --retry-period --http-address
-                           --relay-namespace --workers --log-level" ;;
+                           --relay-namespace --workers --guest-grace --log-level" ;;
+        guests) words="-n --namespace --kubeconfig -f --filename -o --output" ;;
         relay) words="--once --node-name --cdi-dir --host-dir --namespace --interval --kubeconfig
                       -o --output --json" ;;
         *) return ;;
     esac
     # every command: --log-format --log-level; those that talk to the API server: the rate limit
-    [[ $command == serve || $command == controller || $command == relay ]] &&
+    [[ $command == serve || $command == controller || $command == relay || $command == guests ]] &&
         words="$words --kube-api-qps --kube-api-burst"
     COMPREPLY=($(compgen -W "$words --log-format --log-level --help" -- "$cur"))
 }

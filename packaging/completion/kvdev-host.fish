@@ -1,9 +1,9 @@
 # fish completion for kvdev-host(1). Install as
 # /usr/share/fish/vendor_completions.d/kvdev-host.fish.
 
-set -l commands allocate schedule prepare update unprepare status bundle serve controller relay
+set -l commands allocate schedule prepare update unprepare status bundle serve controller guests relay
 set -l objects allocate schedule status controller relay
-set -l texts prepare update unprepare bundle
+set -l texts prepare update unprepare bundle guests
 set -l f "__fish_seen_subcommand_from"
 complete -c kvdev-host -f
 complete -c kvdev-host -n "not $f $commands" -a allocate -d "allocate claims on one node"
@@ -15,8 +15,9 @@ complete -c kvdev-host -n "not $f $commands" -a status -d "the claim status a dr
 complete -c kvdev-host -n "not $f $commands" -a bundle -d "the guest bundle from the container tree"
 complete -c kvdev-host -n "not $f $commands" -a serve -d "run as a kubelet DRA plugin"
 complete -c kvdev-host -n "not $f $commands" -a controller -d "keep each VMI's bundle in a ConfigMap"
+complete -c kvdev-host -n "not $f $commands" -a guests -d "whether each guest applied its NICs"
 complete -c kvdev-host -n "not $f $commands" -a relay -d "relay the drivers' own metadata files"
-complete -c kvdev-host -n "$f allocate schedule prepare update unprepare status controller" -s f -l filename -r -F -d "objects: a file, a directory or -"
+complete -c kvdev-host -n "$f allocate schedule prepare update unprepare status controller guests" -s f -l filename -r -F -d "objects: a file, a directory or -"
 complete -c kvdev-host -n "$f $objects" -s o -l output -x -a "yaml json name" -d "output format"
 complete -c kvdev-host -n "$f $texts" -s o -l output -x -a "text json" -d "output format"
 complete -c kvdev-host -n "$f $objects $texts" -l json -d "the same as -o json"
@@ -44,15 +45,15 @@ complete -c kvdev-host -n "$f bundle" -l out -x -a "(__fish_complete_directories
 complete -c kvdev-host -n "$f serve" -l registry-dir -x -a "(__fish_complete_directories)" -d "kubelet plugin registry"
 complete -c kvdev-host -n "$f serve" -l claims-dir -x -a "(__fish_complete_directories)" -d "claims read from files"
 complete -c kvdev-host -n "$f serve" -l kube -d "read claims from the API server"
-complete -c kvdev-host -n "$f serve controller relay" -l kubeconfig -r -F -d "a kubeconfig file"
+complete -c kvdev-host -n "$f serve controller relay guests" -l kubeconfig -r -F -d "a kubeconfig file"
 complete -c kvdev-host -n "$f serve relay" -l node-name -x -d "this node"
 complete -c kvdev-host -n "$f serve" -l grace -x -d "seconds to finish on SIGTERM"
 complete -c kvdev-host -n "$f serve" -l health-port -x -d "gRPC health service on this TCP port (0: off)"
 complete -c kvdev-host -n "$f serve" -l metrics-address -x -d "Prometheus metrics on HOST:PORT (empty: off)"
 complete -c kvdev-host -n "$f $commands" -l log-level -x -a "debug info warning error" -d "log level"
 complete -c kvdev-host -n "$f $commands" -l log-format -x -a "text json" -d "logs: text or JSON lines"
-complete -c kvdev-host -n "$f serve controller relay" -l kube-api-qps -x -d "requests a second to the API server"
-complete -c kvdev-host -n "$f serve controller relay" -l kube-api-burst -x -d "requests at once above the qps"
+complete -c kvdev-host -n "$f serve controller relay guests" -l kube-api-qps -x -d "requests a second to the API server"
+complete -c kvdev-host -n "$f serve controller relay guests" -l kube-api-burst -x -d "requests at once above the qps"
 complete -c kvdev-host -n "$f controller" -l once -d "render from -f files, print, change nothing"
 complete -c kvdev-host -n "$f controller" -l leader-elect -d "take the Lease"
 complete -c kvdev-host -n "$f controller" -l no-leader-elect -d "run without the Lease"
@@ -66,6 +67,8 @@ complete -c kvdev-host -n "$f controller" -l retry-period -x -d "seconds between
 complete -c kvdev-host -n "$f controller" -l http-address -x -d "HOST:PORT of /healthz /readyz /leader /metrics"
 complete -c kvdev-host -n "$f controller" -l relay-namespace -x -d "where relay records are trusted"
 complete -c kvdev-host -n "$f controller" -l workers -x -d "VMIs synced at once"
+complete -c kvdev-host -n "$f controller" -l guest-grace -x -d "seconds a NIC stays Pending"
+complete -c kvdev-host -n "$f guests" -s n -l namespace -x -d "only this namespace"
 complete -c kvdev-host -n "$f relay" -l once -d "print the records, change nothing"
 complete -c kvdev-host -n "$f relay" -l namespace -x -d "the records' namespace"
 complete -c kvdev-host -n "$f relay" -l interval -x -d "seconds between two reads"

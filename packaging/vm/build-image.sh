@@ -63,6 +63,9 @@ packages=(
     # The neighbours the agent must live with (tests/e2e/test_vm_neighbours.py): installed in
     # every image but started only where a boot enables them (trim.sh disables them).
     network-manager dbus cloud-init
+    # What KubeVirt reads out of a guest (status.interfaces[]): started by its udev rule when
+    # the VM has the org.qemu.guest_agent.0 channel (tests/e2e/test_vm_kubevirt.py).
+    qemu-guest-agent
 )
 
 # MODULES=list keeps the initrd small (11 MB instead of 37 MB): it must set up virtio-blk + ext4

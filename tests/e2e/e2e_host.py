@@ -149,14 +149,15 @@ class Symlink:
     target: str
 
 
-def kvdev_host(log: Path, *args: str) -> str:
-    """Run ``kvdev-host`` (this venv's) with ``args``, logged; its stdout. Fails on an error."""
+def kvdev_host(log: Path, *args: str, ok: tuple[int, ...] = (0,)) -> str:
+    """Run ``kvdev-host`` (this venv's) with ``args``, logged; its stdout. Fails on an exit
+    status not in ``ok``."""
     exe = shutil.which("kvdev-host", path=str(Path(sys.executable).parent)) or "kvdev-host"
     argv = [exe, *args]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     with log.open("a") as out:
         out.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}exit {done.returncode}\n")
-    if done.returncode != 0:
+    if done.returncode not in ok:
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
     return done.stdout
 

@@ -4,8 +4,10 @@ Owns: choosing the accelerator (KVM only where it really works; TCG on PVM hosts
 command line (machine ``pc``, virtio-blk root, virtio-net NICs at fixed PCI slots and MACs
 with no network behind them, a 9p share, a QMP socket), optionally a **virtiofs** share (a
 ``virtiofsd`` process serving a host directory to a ``vhost-user-fs-pci`` device, guest RAM a
-shared memfd, as KubeVirt shares a ConfigMap volume with a VMI), the processes' lives, and a
-minimal QMP client for hot-plug. Must not know what the guest checks: that is the share's
+shared memfd, as KubeVirt shares a ConfigMap volume with a VMI), optionally qemu-guest-agent's
+channel (a virtio-serial port ``org.qemu.guest_agent.0`` on a host socket, as KubeVirt's domain
+has it) with a minimal client of its protocol (``Qga``), the processes' lives, and a minimal QMP
+client for hot-plug. Must not know what the guest checks: that is the share's
 business.
 """
 
@@ -30,6 +32,8 @@ SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount 
 KUBEVIRT_VIRTIOFS = kubevirtlab.virtiofs("kvdev-metadata")
 VIRTIOFS_TAG = KUBEVIRT_VIRTIOFS.tag
 CONFIG_DRIVE_SLOT = 0x1E  # the config drive's virtio-blk; clear of the NICs' slots (0x10-0x1d)
+SERIAL_SLOT = 0x1F  # the guest agent's virtio-serial controller
+GUEST_AGENT_PORT = "org.qemu.guest_agent.0"  # the port name qemu-guest-agent's udev rule waits for
 VIRTIOFSD = Path(__file__).resolve().parents[2] / "build" / "virtiofsd" / "bin" / "virtiofsd"
 
 
@@ -166,6 +170,7 @@ class Guest:
     cpus: int = 2
     virtiofs: Path | None = None  # a host directory shared over virtiofs as VIRTIOFS_TAG
     config_drive: Path | None = None  # a host directory shown as a FAT disk labelled config-2
+    guest_agent: bool = False  # qemu-guest-agent's virtio-serial channel, on ``qga.sock``
 
 
 def virtiofsd_argv(sock: Path, source: Path) -> list[str]:
@@ -243,6 +248,16 @@ class Vm:
                 ),
                 "-device",
                 f"virtio-blk-pci,drive=configdrive,bus=pci.0,addr=0x{CONFIG_DRIVE_SLOT:02x}",
+            ]
+        self.qga_path = guest.workdir / "qga.sock"
+        if guest.guest_agent:
+            argv += [
+                "-device",
+                f"virtio-serial-pci,id=vser0,bus=pci.0,addr=0x{SERIAL_SLOT:02x}",
+                "-chardev",
+                f"socket,id=qga0,path={self.qga_path},server=on,wait=off",
+                "-device",
+                f"virtserialport,bus=vser0.0,chardev=qga0,name={GUEST_AGENT_PORT}",
             ]
         self.virtiofsd: subprocess.Popen[bytes] | None = None
         if guest.virtiofs is not None:
@@ -341,6 +356,59 @@ class Vm:
             if self.virtiofsd.poll() is None:
                 self.virtiofsd.kill()
                 self.virtiofsd.wait()
+
+
+class Qga:
+    """qemu-guest-agent's protocol on the channel's host socket: one JSON object a line.
+
+    A connection may find the agent's reply to an earlier client in the pipe, so each call
+    first synchronises as libvirt does (``guest-sync`` with a fresh id, lines read until the
+    reply carries it), then sends its command.
+    """
+
+    def __init__(self, path: Path, timeout: float = 30.0) -> None:
+        self._path, self._timeout = path, timeout
+        self._id = int.from_bytes(os.urandom(4), "big")
+
+    def execute(self, command: str, **arguments: Any) -> Any:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(self._timeout)
+            sock.connect(str(self._path))
+            reader = sock.makefile("rb")
+            self._id += 1
+            sync = {"execute": "guest-sync", "arguments": {"id": self._id}}
+            sock.sendall(json.dumps(sync).encode() + b"\n")
+            while self._reply(reader) != self._id:
+                pass
+            msg: dict[str, Any] = {"execute": command}
+            if arguments:
+                msg["arguments"] = arguments
+            sock.sendall(json.dumps(msg).encode() + b"\n")
+            return self._reply(reader)
+
+    @staticmethod
+    def _reply(reader: Any) -> Any:
+        line = reader.readline()
+        if not line:
+            raise QmpError("the guest agent's channel closed")
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            return None  # a partial line left by an earlier client: the sync skips it
+        if "error" in reply:
+            raise QmpError(f"guest agent: {reply['error']}")
+        return reply.get("return")
+
+    def wait(self, command: str, timeout: float, **arguments: Any) -> tuple[Any, float]:
+        """``command``'s answer once the agent answers (it starts with the guest); the wait."""
+        start = time.monotonic()
+        while True:
+            try:
+                return self.execute(command, **arguments), time.monotonic() - start
+            except (OSError, QmpError):
+                if time.monotonic() - start > timeout:
+                    raise
+                time.sleep(1.0)
 
 
 def tail(path: Path, lines: int) -> str:

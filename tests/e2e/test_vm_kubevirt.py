@@ -25,6 +25,13 @@ at the agent's default root, and the agent runs with no metadata setting at all.
    agent reports it and keeps every interface as it was.
 4. The driver changes nic-2's addresses (generation 3); the next good version heals the error
    and is applied.
+5. qemu-guest-agent runs in the guest (the image has it; the VM has its virtio-serial channel,
+   as KubeVirt's domain does): its ``guest-network-get-interfaces`` answer, read from the host
+   over the channel's socket and turned into the VMI's ``status.interfaces[]`` as KubeVirt
+   does (``e2e_guestagent``), fed with the ConfigMap to the controller's comparison
+   (``kvdev-host guests -f``): every NIC kvdev configured is ``Applied``.
+6. The agent stopped and one of nic-2's addresses removed in the guest by hand: the guest
+   agent's next answer makes nic-2 ``Differs``, naming the address and the guest's interface.
 
 The driver writes **v1beta1 only** (v0.37.2's helper requires v1beta1 and allows it alone, as
 dra-driver-cpu does; KubeVirt v1.9's own reader would find nothing), and gives nic-1 an
@@ -44,7 +51,8 @@ from typing import Any
 import e2e_host
 import pytest
 import yaml
-from e2e_qemu import VIRTIOFS_TAG, Guest, Nic, Vm
+from e2e_guestagent import status_interfaces
+from e2e_qemu import VIRTIOFS_TAG, Guest, Nic, Qga, Vm
 from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
 from kvdev.schema.metadata import OLDER_READERS_NOTE, V1BETA1
@@ -108,6 +116,8 @@ ROWS = (
     ("  of which writer + relay --once + controller --once", "render"),
     ("broken version -> reported, nothing changed", "broken"),
     ("changed addresses -> healed and applied", "change"),
+    ("guest agent's first answer (from phase 4)", "guest_agent"),
+    ("address removed by hand -> Differs (guest agent's answer)", "differs"),
     ("VM lifetime (start to power-off)", "vm"),
     ("e2e total: image, disk, boot, phases", "total"),
 )
@@ -226,6 +236,7 @@ def run(e2e_summary, artifacts, cluster) -> Iterator[Run]:
             share=share,
             workdir=artifacts,
             virtiofs=cluster.side.volume,
+            guest_agent=True,
         )
         vm = Vm(guest)
         r = Run(vm, share, artifacts, None, e2e_host.package_name(deb), times)
@@ -357,6 +368,66 @@ def test_4_the_next_good_version_heals_and_applies(run, cluster):
             SHARE,
             {"kind": "service", "package": run.package},
         ],
-        final=True,
     )
     run.times["change"] = time.monotonic() - t
+
+
+def _judged(run: Run, cluster: Cluster, answer: Any, name: str) -> tuple[dict[str, Any], str]:
+    """The VMI with the status KubeVirt would write from ``answer``, and the ConfigMap, judged
+    by the controller's comparison (``kvdev-host guests -f``): the NICs by name, the table."""
+    docs = yaml.safe_load_all((e2e_host.INPUTS / "kubevirt" / "vmi.yaml").read_text())
+    vmi = next(d for d in docs if d["kind"] == "VirtualMachineInstance")
+    vmi["status"]["interfaces"] = status_interfaces(
+        vmi["spec"]["domain"]["devices"]["interfaces"], answer
+    )
+    vmi["status"]["conditions"] = [{"type": "AgentConnected", "status": "True"}]
+    path = run.artifacts / f"vmi-{name}.json"
+    path.write_text(json.dumps(vmi, indent=1))
+    (run.artifacts / f"guest-agent-{name}.json").write_text(json.dumps(answer, indent=1))
+    files = ["-f", str(path), "-f", str(cluster.side.stored)]
+    log = cluster.side.log
+    out = json.loads(e2e_host.kvdev_host(log, "guests", *files, "-o", "json", ok=(0, 1)))
+    table = e2e_host.kvdev_host(log, "guests", *files, ok=(0, 1))
+    (vmi_out,) = out["vmis"]
+    return {n["network"]: n for n in vmi_out["nics"]}, table
+
+
+def _answer(run: Run) -> Any:
+    answer, waited = Qga(run.vm.qga_path, timeout=10).wait("guest-network-get-interfaces", 120)
+    run.times.setdefault("guest_agent", waited)
+    return answer
+
+
+def test_5_the_guest_agent_reports_every_nic_applied(run, cluster):
+    run.require_guest("guest agent")
+    nics, table = _judged(run, cluster, _answer(run), "applied")
+    assert {k: n["state"] for k, n in nics.items()} == {"nic-1": "Applied", "nic-2": "Applied"}, (
+        table
+    )
+    reported = set(nics["nic-2"]["reported"]["addresses"])  # and the kernel's link-local one
+    assert {"198.51.100.22", "2001:db8:e3::22"} <= reported, table
+    assert nics["nic-2"]["reported"]["interfaceName"] == NIC_2.kernel_name
+    assert nics["nic-1"]["reported"]["infoSource"] == "domain, guest-agent"
+
+
+def test_6_an_address_removed_by_hand_differs(run, cluster):
+    run.require_guest("address removed by hand")
+    t = time.monotonic()
+    run.phase(
+        "the agent stopped, 198.51.100.22/24 removed from nic-2 by hand",
+        [link(NIC_1, ["192.0.2.21/24"]), link(NIC_2, ["2001:db8:e3::22/64"])],
+        actions=[
+            ["systemctl", "stop", "kvdev-agent.socket", "kvdev-agent.service"],
+            ["ip", "addr", "del", "198.51.100.22/24", "dev", NIC_2.kernel_name],
+        ],
+    )
+    nics, table = _judged(run, cluster, _answer(run), "differs")
+    run.times["differs"] = time.monotonic() - t
+    run.phase(  # no check that asks the agent: it is stopped
+        "nothing else changed",
+        [link(NIC_1, ["192.0.2.21/24"]), link(NIC_2, ["2001:db8:e3::22/64"])],
+        final=True,
+    )
+    assert nics["nic-1"]["state"] == "Applied", table
+    assert nics["nic-2"]["state"] == "Differs", table
+    assert nics["nic-2"]["detail"] == f"198.51.100.22/24 not on the guest's {NIC_2.kernel_name}"

@@ -32,6 +32,7 @@ _COMMANDS = {
     "bundle": "bundle",
     "serve": "serve",
     "controller": "controller",
+    "guests": "guests",
     "relay": "relay",
 }
 
@@ -43,6 +44,7 @@ the round trip:
   bundle                turn the container-side tree into what the guest's kvdev-agent reads
   serve                 run as a kubelet DRA plugin (gRPC) that does prepare/unprepare
   controller            keep each KubeVirt VMI's guest bundle in a ConfigMap (--once: print it)
+  guests                per VMI: whether its guest applied the NICs its drivers described
   relay                 relay the drivers' own metadata files of a node to the controller
 
 examples:
@@ -52,14 +54,15 @@ examples:
   kvdev-host bundle --from-cdi /var/run/cdi --domain-xml vm1.xml --out /srv/vm1
   kvdev-host serve --driver dra.net --claims-dir /srv/claims
   kvdev-host controller --once -f vms.yaml -f slices.yaml
+  kvdev-host guests -n vms
   kvdev-host COMMAND --help
 
 exit status:
   0  success
   1  the claims do not fit (allocate), some pods are unschedulable (schedule), a file
      could not be written or removed (prepare, update, unprepare, bundle), serve
-     cannot listen, a VMI's bundle could not be rendered (controller --once) or the
-     controller cannot go on
+     cannot listen, a VMI's bundle could not be rendered (controller --once), the
+     controller cannot go on, or a guest's NIC Differs or is Unreported (guests)
   2  usage error, invalid input or an allocator error
 
 The manual: kvdev-host(1) (man kvdev-host).

@@ -34,6 +34,8 @@ CONFIGMAP_PREFIX: Final = "kvdev-"
 # The longest VMI name whose ConfigMap name is the prefix and the name, uncut (the chart's CEL).
 WIRED_NAME_MAX: Final = NAME_MAX - len(CONFIGMAP_PREFIX)  # 247
 SOURCES_ANNOTATION: Final = "kvdev.io/sources"  # JSON: each stream's key -> DRIVER | RECONSTRUCTED
+# A short summary of whether the guest applied the NICs described (controller/guests.py).
+GUEST_ANNOTATION: Final = "kvdev.io/guest"
 HINTS_KEY: Final = CONFIGMAP_HINTS_KEY  # the only key the agent reads as hints
 # The volume and virtiofs filesystem that share the ConfigMap with the guest (its virtiofs tag).
 METADATA_VOLUME: Final = "kvdev-metadata"
@@ -109,6 +111,7 @@ __all__ = [
     "CONFIGMAP_PREFIX",
     "CONTROLLER",
     "DRIVER",
+    "GUEST_ANNOTATION",
     "HINTS_KEY",
     "LABEL_MAX",
     "LABEL_PREFIX_PATTERN",

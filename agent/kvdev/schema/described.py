@@ -38,6 +38,9 @@ stands for it, so there is nothing to match.
 Mediated devices: ``resource.kubernetes.io/mdevUUID`` or the driver's own ``mdevUUID`` (the
 unqualified name KubeVirt reads) is the device's ``mdev_uuid``.
 
+``hint_for``: the one hint of a GuestHints document that applies to a described device (the
+most specific selector), for the agent's matching and the controller's guest comparison alike.
+
 What a pass costs stays bounded whatever a file says (upstream's reader has no limits; a
 conforming writer stays far below these): a device with more than ``MAX_IPS`` addresses is
 unusable, and devices past the first ``MAX_DEVICES`` of a file are left out with a warning.
@@ -48,12 +51,13 @@ No I/O here.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from kvdev.errors import Problem, Severity
-from kvdev.schema.fields import normalize_mac, normalize_pci_address
+from kvdev.schema.fields import base_request, normalize_mac, normalize_pci_address
+from kvdev.schema.hints import DeviceHint
 from kvdev.schema.plain import format_path
 from kvdev.schema.reading import Device, DeviceMetadata
 from kvdev.schema.tree import MetadataLocation
@@ -127,6 +131,25 @@ class DescribedDevice:
     def ref(self) -> str:
         """A stable, human-readable identity: ``<claim>/<request>/<driver>/<pool>/<device>``."""
         return f"{self.claim}/{self.request}/{self.driver}/{self.pool}/{self.name}"
+
+
+def hint_for(device: DescribedDevice, hints: Iterable[DeviceHint]) -> DeviceHint | None:
+    """The most specific hint selecting ``device`` (None if none, or if two tie)."""
+    scored = []
+    for h in hints:
+        claim_ok = (
+            h.claim.pod_claim_name == device.pod_claim_name
+            if h.claim.pod_claim_name is not None
+            else h.claim.resource_claim_name == device.claim and device.pod_claim_name is None
+        )
+        request_ok = h.request in {device.request, base_request(device.request)}
+        narrow = [(h.driver, device.driver), (h.pool, device.pool), (h.device, device.name)]
+        if claim_ok and request_ok and all(want in {None, got} for want, got in narrow):
+            scored.append((sum(want is not None for want, _ in narrow), h))
+    scored.sort(key=lambda pair: -pair[0])
+    if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
+        return None
+    return scored[0][1]
 
 
 def deferred(doc: DeviceMetadata) -> bool:

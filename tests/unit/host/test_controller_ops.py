@@ -401,3 +401,10 @@ def test_the_echo_of_a_write_still_out_queues_nothing_anything_else_does(control
     controller.observe(Upsert(Kind.CONFIGMAP, parse(Kind.CONFIGMAP, _configmap("9", echo["data"]))))
     assert len(controller._queue) == 1
     assert controller._writing == {}
+
+
+def test_the_queue_depth_gauge_counts_the_vmis_waiting(controller):
+    assert b"kvdev_controller_queue_depth 0.0" in controller.metrics.exposition()
+    controller._queue.add([("vms", "a"), ("vms", "b")], 0.0)
+    controller._queue.add([("vms", "c")], 30.0)  # delayed by a back-off: still waiting
+    assert b"kvdev_controller_queue_depth 3.0" in controller.metrics.exposition()

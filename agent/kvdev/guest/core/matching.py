@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from kvdev.guest.core.observed import GuestDevice, Nic
 from kvdev.schema.configdrive import TaggedDevice
-from kvdev.schema.described import NOT_WRITTEN, DescribedDevice
-from kvdev.schema.fields import base_request
+from kvdev.schema.described import NOT_WRITTEN, DescribedDevice, hint_for
 from kvdev.schema.hints import DeviceHint
 
 MAX_CANDIDATES = 8  # guest devices kept as one device's candidates (the reason says how many)
@@ -91,25 +90,6 @@ class Matching:
 
     bindings: tuple[Binding, ...]
     unmanaged: tuple[GuestDevice, ...]
-
-
-def hint_for(device: DescribedDevice, hints: Iterable[DeviceHint]) -> DeviceHint | None:
-    """The most specific hint selecting ``device`` (None if none, or if two tie)."""
-    scored = []
-    for h in hints:
-        claim_ok = (
-            h.claim.pod_claim_name == device.pod_claim_name
-            if h.claim.pod_claim_name is not None
-            else h.claim.resource_claim_name == device.claim and device.pod_claim_name is None
-        )
-        request_ok = h.request in {device.request, base_request(device.request)}
-        narrow = [(h.driver, device.driver), (h.pool, device.pool), (h.device, device.name)]
-        if claim_ok and request_ok and all(want in {None, got} for want, got in narrow):
-            scored.append((sum(want is not None for want, _ in narrow), h))
-    scored.sort(key=lambda pair: -pair[0])
-    if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
-        return None
-    return scored[0][1]
 
 
 def match(

@@ -45,6 +45,7 @@ from kvdev.host.commands.common import (
 )
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.contract import CONTROLLER, HINTS_KEY, MANAGED_BY, RELAY, configmap_name
+from kvdev.host.controller.guestwatch import GRACE_SECONDS
 from kvdev.host.controller.index import Index, Kind, Stored
 from kvdev.host.controller.render import Rendered, Verb, render
 from kvdev.host.controller.workqueue import WORKERS
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from kvdev.host.controller.live import Controller
     from kvdev.host.kube.wire import KubeApi
 
+GRACE_MAX = 86400.0  # a day: a grace longer than that hides what it is meant to show
 EXIT_NOT_RENDERED = 1
 EXIT_CANNOT_RUN = 1
 DEFAULT_RELAY_NAMESPACE = "kvdev-system"
@@ -75,6 +77,11 @@ Events and endpoints: docs/reference/controller.md.
   create or update, one line per VMI on stderr; change nothing.
 live: in-cluster service account, --kubeconfig FILE, or the default kubeconfig;
   --retry-period < --renew-deadline < --lease-duration (2 < 10 < 15 s).
+guests (live): each sync judges whether the guest applied the NICs it describes, from the
+  VMI's status.interfaces[] (qemu-guest-agent): Applied, Differs, Unreported or Pending (within
+  --guest-grace after the VMI starts Running or its metadata changes); annotation
+  kvdev.io/guest on the ConfigMap, GuestNIC<state> Events, kvdev_controller_guest_* metrics.
+  The VMI's status is never written. kvdev-host guests prints it per NIC.
 
 examples:
   kubectl get vmi,pods,resourceclaims,configmaps -n vms -o yaml > ns.yaml
@@ -155,6 +162,14 @@ def register(commands: Commands) -> None:
         metavar="N",
         help="live: sync this many VMIs at once, never one VMI twice at once; all share "
         f"--kube-api-qps (default: {WORKERS})",
+    )
+    sub.add_argument(
+        "--guest-grace",
+        type=float,
+        default=GRACE_SECONDS,
+        metavar="SECONDS",
+        help="live: a guest's NICs are Pending, not Differs or Unreported, this long after its "
+        f"VMI starts Running or its metadata changes (default: {GRACE_SECONDS:g})",
     )
     sub.add_argument(
         "--lease-duration",
@@ -356,6 +371,8 @@ def _settings_error(args: argparse.Namespace) -> str | None:
         return "--resync must be positive"
     if args.workers < 1:
         return f"--workers must be at least 1, not {args.workers}"
+    if not 0 <= args.guest_grace <= GRACE_MAX:
+        return f"--guest-grace must be between 0 and {GRACE_MAX:g} seconds"
     timing = _lease_timing(args)
     if timing is not None:
         return timing
@@ -471,6 +488,7 @@ def _assemble(
         metrics=metrics,
         recorder=recorder,
         relay_namespace=_relay_namespace(args),
+        guest_grace=args.guest_grace,
     )
     address = parse_address(args.http_address)
     if address is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from kvdev.errors import KvdevError
+from kvdev.errors import KvdevError, UsageError
 from kvdev.host.commands.common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -45,12 +45,15 @@ records' names and whose records it trusts: docs/reference/relay.md.
   them to 'kvdev-host controller --once -f' with the VMIs, pods, claims and slices.
 live: in-cluster service account, --kubeconfig FILE, or the default kubeconfig; a pass every
   --interval seconds writes only what changed.
+metrics (live, --metrics-address HOST:PORT, :PORT = every IPv4 address, empty or 0 = off):
+  kvdev_relay_passes_total{{outcome=complete|failed}}, kvdev_relay_records and
+  kvdev_relay_last_complete_pass_timestamp_seconds on http://HOST:PORT/metrics.
 
 examples:
   kvdev-host relay --once --node-name node-a --cdi-dir ./cdi --host-dir ./plugins \\
       -o json > records.json
   kvdev-host controller --once -f vms.yaml -f slices.yaml -f records.json
-  kvdev-host relay --node-name "$NODE_NAME" --interval 2
+  kvdev-host relay --node-name "$NODE_NAME" --interval 2 --metrics-address :8082
 
 exit status: 0 ok (live: stopped by SIGTERM/SIGINT), 1 (--once) a spec or file was left out
   (the others are still printed), 2 usage error.
@@ -103,6 +106,13 @@ def register(commands: Commands) -> None:
         help="live: read the directories this often (default: 2)",
     )
     p.add_argument("--kubeconfig", type=Path, metavar="FILE", help="live: this kubeconfig file")
+    p.add_argument(
+        "--metrics-address",
+        default="",
+        metavar="HOST:PORT",
+        help="live: serve Prometheus metrics on http://HOST:PORT/metrics (:PORT: every IPv4 "
+        "address; default: empty, off)",
+    )
     add_output_argument(p)
     add_kube_api_arguments(p)
     add_logging_arguments(p, "relay")
@@ -133,12 +143,24 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print_configmaps(bodies, args.output, out)
         return EXIT_LEFT_OUT if problems else EXIT_OK
     from kvdev.host.kube.wire import KubeApi  # noqa: PLC0415
+    from kvdev.host.plugin.metrics import Address, MetricsServer  # noqa: PLC0415
+    from kvdev.host.relay.metrics import RelayMetrics  # noqa: PLC0415
 
     try:
+        address = Address.parse(args.metrics_address)
         api = KubeApi.connect(args.kubeconfig, bucket_from(args))
-    except KvdevError as e:
+    except (UsageError, KvdevError) as e:
         err.write(f"kvdev-host relay: {e}\n")
         return EXIT_INVALID
+    metrics = RelayMetrics()
+    # the plugin's /metrics server, serving this registry
+    server = MetricsServer(metrics.registry, address) if address else None
+    if server is not None:
+        try:
+            server.start()
+        except OSError as e:
+            err.write(f"kvdev-host relay: --metrics-address {args.metrics_address}: {e}\n")
+            return EXIT_INVALID
     stop = threading.Event()
     log = logging.getLogger("kvdev.host.relay")
 
@@ -149,7 +171,11 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
     log.info("relaying node %s's metadata files into %s", args.node_name, namespace)
-    Relay(api, args.node_name, namespace, dirs, hosts).run(stop, args.interval)
+    try:
+        Relay(api, args.node_name, namespace, dirs, hosts).run(stop, args.interval, metrics.observe)
+    finally:
+        if server is not None:
+            server.stop()
     return EXIT_OK
 
 

@@ -19,7 +19,12 @@ before the Lease is held, and losing it stops everything (``run`` returns False)
 
 What each sync decides goes to the ``Metrics`` and, as Events on the VMI (ConfigMap created
 or updated, a claim pending, a hint or ConfigMap refused), to the ``Recorder`` when there is
-one; ``healthz``, ``readyz`` and ``leading`` are the HTTP probes' answers.
+one; ``healthz``, ``readyz`` and ``leading`` are the HTTP probes' answers. Each sync also
+judges whether the guest applied the NICs its ConfigMap describes (``guests``, from the VMI's
+``status.interfaces[]``, which the VMI watch already brings: a status change queues the VMI
+like any other change), remembered by ``guestwatch.Tracker`` (grace, Events, the guest metrics)
+and written as the ConfigMap's ``kvdev.io/guest`` annotation with the sync's own write (alone
+only when the verdict changed).
 
 Measured, per sync: API calls (``api.calls``) and the reconcile count (``stats``).
 """
@@ -39,6 +44,8 @@ from kvdev.host import logs
 from kvdev.host.contract import CONTROLLER, MANAGED_BY, configmap_name
 from kvdev.host.controller.backoff import Backoff
 from kvdev.host.controller.election import LeaseElector
+from kvdev.host.controller.guests import annotate
+from kvdev.host.controller.guestwatch import GRACE_SECONDS, Assessment, Counts, Tracker
 from kvdev.host.controller.index import CONFIGMAPS, Index, Key, Kind, parse
 from kvdev.host.controller.metrics import Metrics, State, Watched
 from kvdev.host.controller.recorder import Recorder
@@ -115,6 +122,7 @@ class Controller:
         recorder: Recorder | None = None,
         relay_namespace: str | None = None,
         renderer: Callable[[Inputs], Rendered] = render,
+        guest_grace: float = GRACE_SECONDS,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
@@ -159,6 +167,10 @@ class Controller:
         self.synced = threading.Event()  # every kind listed once
         self.leading = threading.Event()  # holds the Lease, or runs without one
         self.metrics.watch_state(self.state)
+        self.guests = Tracker(guest_grace)
+        self._guest_lock = threading.Lock()
+        self._rechecks: dict[Key, float] = {}  # VMIs to judge again, and when (the grace's end)
+        self.metrics.watch_guests(self.guest_counts)
 
     # ------------------------------------------------------------------ events
 
@@ -204,6 +216,8 @@ class Controller:
             since = self._since.pop(key, None)
         if inputs is None:
             self._noted.pop(key, None)
+            with self._guest_lock:
+                self.guests.forget(key)
             return None
         self.stats.count("syncs")
         self.metrics.renders.inc()
@@ -211,10 +225,15 @@ class Controller:
             name = configmap_name(inputs.vmi.metadata.name)
             fresh = self.api.get_configmap(inputs.vmi.metadata.namespace or "", name)
             inputs = replace(inputs, existing=fresh, partial=False)
+        assessed: Assessment | None = None
         for _ in range(CONFLICT_TRIES):
             try:
                 result = self._render(inputs)
-                written = self._write(result)
+                assessed = assessed or self._assess(key, inputs, result)
+                summary = assessed.report.summary if assessed is not None else None
+                written = self._write(
+                    result if summary is None else annotate(result, inputs.existing, summary)
+                )
             except (ConflictError, NotFoundError) as e:  # 409, or 404 on an update
                 self.stats.count("conflicts")
                 self.metrics.conflicts.inc()
@@ -230,7 +249,7 @@ class Controller:
             else:
                 if since is not None and written.verb in (Verb.CREATE, Verb.UPDATE):
                     self.metrics.latency.observe(max(self.clock() - since, 0.0))
-                self._record(key, inputs, written)
+                self._record(key, inputs, result, assessed)
                 return written
         if since is not None:
             with self._lock:
@@ -238,13 +257,33 @@ class Controller:
         msg = f"{key[0]}/{key[1]}: ConfigMap still conflicting after {CONFLICT_TRIES} tries"
         raise RetryableError(msg)
 
-    def _record(self, key: Key, inputs: Inputs, result: Rendered) -> None:
+    def _assess(self, key: Key, inputs: Inputs, result: Rendered) -> Assessment | None:
+        """The guest's verdict on the NICs ``result`` describes (None: nothing to judge)."""
+        if result.verb is Verb.REFUSE or not result.data:
+            return None
+        with self._guest_lock:
+            return self.guests.assess(key, inputs.vmi, result.data, self.clock())
+
+    def guest_counts(self) -> Counts:
+        """The guest metrics, at a scrape."""
+        with self._guest_lock:
+            return self.guests.counts(self.clock())
+
+    def _record(
+        self, key: Key, inputs: Inputs, result: Rendered, assessed: Assessment | None = None
+    ) -> None:
         """The sync's notes as Events on the VMI (queued: never waits for the API server).
 
         A note the VMI's previous sync had too is recorded again (its Event's count raised)
-        only by a sync that wrote: a pod's status heartbeat costs no Event PATCH, and the spam
-        filter's budget is left for what changed.
+        only by a sync that wrote (``result``: what was rendered, before the guest annotation):
+        a pod's status heartbeat costs no Event PATCH, and the spam filter's budget is left for
+        what changed. The guest's NICs' state changes are noted as ``assessed`` says, and the
+        VMI is queued again when it says to look again (the grace's end, an Event held back).
         """
+        if assessed is not None and assessed.recheck is not None:
+            due = self.clock() + assessed.recheck
+            with self._guest_lock:  # queued by the main loop when due (the queue stays idle)
+                self._rechecks[key] = min(self._rechecks.get(key, due), due)
         vmi = inputs.vmi.metadata
         if self.recorder is None or not vmi.uid or not vmi.namespace:
             return
@@ -252,6 +291,7 @@ class Controller:
         self._noted[key] = frozenset(result.notes)
         wrote = result.verb in (Verb.CREATE, Verb.UPDATE)
         notes = [n for n in result.notes if wrote or n not in previous]
+        notes.extend(assessed.notes if assessed is not None else ())
         streams = f"{result.streams} metadata stream(s) and the guest hints"
         if result.verb is Verb.CREATE:
             notes.append(
@@ -414,12 +454,23 @@ class Controller:
                     with self._lock:
                         self._queue.add(self.index.vmis())
                     next_resync = self.clock() + self.resync
+                self._queue_rechecks()
                 stop.wait(min(1.0, max(next_resync - self.clock(), 0.01)))
         finally:
             done.set()
             self._queue.wake()
             for worker in workers:
                 worker.join(timeout=5)
+
+    def _queue_rechecks(self) -> None:
+        """Queue the VMIs whose guest verdict is due to be looked at again."""
+        now = self.clock()
+        with self._guest_lock:
+            due = [k for k, t in self._rechecks.items() if t <= now]
+            for key in due:
+                del self._rechecks[key]
+        if due:
+            self._queue.add(due)
 
     def _worker(
         self, n: int, stop: threading.Event, lost: threading.Event, done: threading.Event
@@ -477,7 +528,7 @@ class Controller:
         watched = [Watched(r.kind.kind, r.lists, r.watches) for r in self.reflectors]
         with self._lock:
             vmis, claims = self.index.count(Kind.VMI), self.index.count(Kind.CLAIM)
-        return State(watched, vmis, claims, self.leading.is_set())
+        return State(watched, vmis, claims, self.leading.is_set(), len(self._queue))
 
     def healthz(self) -> tuple[bool, str]:
         """Alive: no watch and no worker silent for ``stale_after`` seconds."""

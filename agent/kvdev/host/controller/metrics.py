@@ -4,7 +4,8 @@ Owns the names, types, labels and help texts (``kvdev_controller_*``; counters e
 ``_total``, the histogram is in seconds), and their exposition (``exposition``: the text
 format ``/metrics`` serves). What the controller does increments them (``live``); what it
 holds is read when scraped (``State``: each reflector's lists and watches, the VMIs and claims
-in the cache, whether it leads), so the watch loops and the cache carry no metric code.
+in the cache, the work queue's depth, whether it leads; ``guestwatch.Counts``: the guests' NICs
+and VMIs by state), so the watch loops, the cache and the guest tracker carry no metric code.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kvdev.host.controller.guests import NicState, UnreportedReason
+from kvdev.host.controller.guestwatch import Counts
 
 PREFIX = "kvdev_controller_"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -46,6 +50,7 @@ class State:
     vmis: int
     claims: int
     leader: bool
+    queued: int = 0
 
 
 class _StateCollector(Collector):
@@ -78,9 +83,54 @@ class _StateCollector(Collector):
             f"{PREFIX}claims_tracked", "ResourceClaims in the cache.", value=state.claims
         )
         yield GaugeMetricFamily(
+            f"{PREFIX}queue_depth",
+            "VMIs waiting to be synced (ready or delayed), not counting those being synced.",
+            value=state.queued,
+        )
+        yield GaugeMetricFamily(
             f"{PREFIX}leader",
             "1 while this replica holds the Lease (or leader election is off), else 0.",
             value=1 if state.leader else 0,
+        )
+
+
+class _GuestCollector(Collector):
+    """The guests' verdicts (``guestwatch.Tracker.counts``), read at each scrape."""
+
+    def __init__(self, counts: Callable[[], Counts]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._counts()
+        nics = GaugeMetricFamily(
+            f"{PREFIX}guest_nics",
+            "Described NICs by what their guest reports (Applied, Differs, Unreported, Pending).",
+            labels=["state"],
+        )
+        for state in NicState:
+            nics.add_metric([state.value], counts.nics.get(state, 0))
+        yield nics
+        unreported = GaugeMetricFamily(
+            f"{PREFIX}guest_unreported_nics",
+            "Unreported NICs by reason (no_guest_agent, vmi_not_running, mac_not_seen: the "
+            "guest agent reports interfaces but not this MAC, mac_unknown: no MAC described).",
+            labels=["reason"],
+        )
+        for reason in UnreportedReason:
+            unreported.add_metric([reason.value], counts.unreported.get(reason, 0))
+        yield unreported
+        vmis = GaugeMetricFamily(
+            f"{PREFIX}guest_vmis",
+            "VMIs by their worst NIC's state (Differs > Unreported > Pending > Applied).",
+            labels=["state"],
+        )
+        for state in NicState:
+            vmis.add_metric([state.value], counts.vmis.get(state, 0))
+        yield vmis
+        yield GaugeMetricFamily(
+            f"{PREFIX}guest_differs_oldest_seconds",
+            "Age of the oldest NIC continuously in Differs (0 if none).",
+            value=counts.differs_oldest_seconds,
         )
 
 
@@ -139,6 +189,10 @@ class Metrics:
     def watch_state(self, state: Callable[[], State]) -> None:
         """Read ``state()`` at each scrape (once per registry)."""
         self.registry.register(_StateCollector(state))
+
+    def watch_guests(self, counts: Callable[[], Counts]) -> None:
+        """Read the guests' ``counts()`` at each scrape (once per registry)."""
+        self.registry.register(_GuestCollector(counts))
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

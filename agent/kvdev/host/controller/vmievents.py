@@ -38,6 +38,10 @@ class Reason(enum.Enum):
     CONFIGMAP_OTHER_OWNER = ("ConfigMapOwnedByAnother", True)
     CONFIGMAP_REFUSED = ("ConfigMapRefused", True)
     RELAYED_METADATA_REFUSED = ("RelayedMetadataRefused", True)
+    GUEST_NIC_APPLIED = ("GuestNICApplied", False)
+    GUEST_NIC_PENDING = ("GuestNICPending", False)
+    GUEST_NIC_DIFFERS = ("GuestNICDiffers", True)
+    GUEST_NIC_UNREPORTED = ("GuestNICUnreported", True)
 
     @property
     def reason(self) -> str:

@@ -6,8 +6,10 @@ Owns, from KubeVirt's API types (``staging/src/kubevirt.io/api/core/v1``): the V
 ``claimName`` + ``requestName``), what the guest is told about an interface (``macAddress``,
 ``pciAddress``, ``tag`` of ``spec.domain.devices.interfaces[]``), the shares
 (``spec.volumes[].configMap``, ``spec.domain.devices.filesystems[]``), the node it runs on
-(``status.nodeName``) and the MAC each of its interfaces has (``status.interfaces[]``). Every
-other field is ignored, as for every kvdev model.
+(``status.nodeName``), its phase and conditions (``AgentConnected``: the guest agent answers)
+and what KubeVirt reports of each interface (``status.interfaces[]``: the MAC, and from the
+guest agent the name in the guest, its addresses, the link state and where each came from,
+``infoSource``). Every other field is ignored, as for every kvdev model.
 
 Values KubeVirt itself checks (MAC and PCI syntax) are kept as strings here: what kvdev cannot
 use costs only that value (see ``kvdev.host.controller.vmihints``), never the VMI.
@@ -127,17 +129,35 @@ class VmiSpec(Model):
 
 
 class InterfaceStatus(Model):
-    """``status.interfaces[]``: the MAC of the guest NIC of the network ``name``."""
+    """``status.interfaces[]``: one guest NIC as KubeVirt reports it.
+
+    ``name`` is the VMI network's (empty for a NIC only the guest agent reports);
+    ``interfaceName`` and ``ipAddresses`` (bare addresses, no prefix length) come from the
+    guest agent; ``infoSource`` lists the sources, comma-separated (``domain``, ``guest-agent``,
+    ``multus-status``).
+    """
 
     name: str | None = None
     mac: str | None = None
+    interface_name: str | None = None
+    ip_addresses: list[str] | None = None
+    link_state: str | None = None
+    info_source: str | None = None
+
+
+class VmiCondition(Model):
+    """``status.conditions[]``: only the type and the status are read."""
+
+    type: str | None = None
+    status: str | None = None
 
 
 class VmiStatus(Model):
-    """``status``: the node the VMI runs on, its interfaces' MACs."""
+    """``status``: the node the VMI runs on, its phase, conditions and interfaces."""
 
     node_name: str | None = None
     phase: str | None = None
+    conditions: list[VmiCondition] | None = None
     interfaces: list[InterfaceStatus] | None = None
 
 

@@ -66,6 +66,7 @@ class Pass:
     kept: int = 0  # not produced this pass, not deleted: the read was incomplete or held it
     taken: int = 0  # claims whose record name another node's ConfigMap holds
     legacy: int = 0  # this node's records of the earlier name form, deleted
+    records: int | None = None  # this node's records after the pass (None: not known)
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -186,6 +187,7 @@ class Relay:
             except KvdevError as e:
                 log.warning("%s", e)
                 done.failed += 1
+        done.records = len(stored)
         if done.failed:
             self._stored = None  # list again next pass: what is stored is not known
         if done.created or done.updated or done.deleted or done.failed or done.taken:
@@ -297,10 +299,14 @@ class Relay:
         with contextlib.suppress(NotFoundError):
             self.api.delete_configmap(self.namespace, name)
 
-    def run(self, stop: threading.Event, interval: float) -> None:
-        """Passes every ``interval`` seconds until ``stop`` is set."""
+    def run(
+        self, stop: threading.Event, interval: float, observe: Callable[[Pass], None] | None = None
+    ) -> None:
+        """Passes every ``interval`` seconds until ``stop`` is set; each one to ``observe``."""
         while not stop.is_set():
-            self.sync()
+            done = self.sync()
+            if observe is not None:
+                observe(done)
             stop.wait(interval)
 
 
