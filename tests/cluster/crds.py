@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -40,7 +41,31 @@ def install(kubeconfig: Path) -> list[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"CRD {name} not Established after {GUARD:.0f} s")
             time.sleep(0.1)
+    _wait_served(client, client.CustomObjectsApi(api.api_client), deadline)
     return names
+
+
+def _wait_served(client: Any, objects: Any, deadline: float) -> None:
+    """Until the API server lists every served version of each CRD."""
+    for path in CRDS:
+        body = yaml.safe_load(path.read_text())
+        group, plural = body["spec"]["group"], body["spec"]["names"]["plural"]
+        for version in (v["name"] for v in body["spec"]["versions"] if v.get("served")):
+            while not _served(client, objects, group, version, plural):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{plural}.{group}/{version} not served after {GUARD:.0f} s")
+                time.sleep(0.1)
+
+
+def _served(client: Any, objects: Any, group: str, version: str, plural: str) -> bool:
+    """Whether the API server lists the kind yet (Established comes before it is served)."""
+    try:
+        objects.list_cluster_custom_object(group, version, plural, limit=1)
+    except client.exceptions.ApiException as e:
+        if e.status in (404, 503):
+            return False
+        raise
+    return True
 
 
 def _established(crd: object) -> bool:

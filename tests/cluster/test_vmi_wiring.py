@@ -61,10 +61,17 @@ def opted_in(kube: Any, namespace: str, shipped: set[tuple[str, str]]) -> str:
     assert ("MutatingAdmissionPolicy", "kvdev-kvdev-system-vmi-wiring") in shipped
     client.CoreV1Api(kube).patch_namespace(namespace, {"metadata": {"labels": {LABEL: "true"}}})
     probe = minimal_vmi("probe", namespace)
-    wait_for(
-        "the wiring policy acting in the labelled namespace",
-        lambda: wired(create(kube, namespace, probe, dry_run="All"))[0] != [],
-    )
+
+    def acting() -> bool:
+        try:
+            return wired(create(kube, namespace, probe, dry_run="All"))[0] != []
+        except client.exceptions.ApiException as e:
+            # a CRD just Established may not be served for a moment ("kind ... not found")
+            if e.status == 503:
+                return False
+            raise
+
+    wait_for("the wiring policy acting in the labelled namespace", acting)
     return namespace
 
 
