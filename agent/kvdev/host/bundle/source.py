@@ -21,6 +21,7 @@ from kvdev.host.cdi.spec import (
     check_counts,
     load_spec,
     metadata_driver,
+    mount_field,
     mount_place,
     selected_mounts,
 )
@@ -126,7 +127,7 @@ def _spec_tree(
     """One spec's mounts placed ``into`` the tree (bytes, their spec, the problems)."""
     out, origin, errors = into
     for i, mount in mounts:
-        where = f"devices[{i}].containerEdits.mounts" if i >= 0 else "containerEdits.mounts"
+        where = mount_field(i)
         try:
             placed = mount_place(mount, str(path), where)
         except SchemaError as e:

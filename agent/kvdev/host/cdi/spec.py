@@ -228,6 +228,12 @@ def load_spec(data: bytes, where: str) -> object:
         raise SchemaError([Problem("nested too deeply to read", where)]) from e
 
 
+def mount_field(device: int, mount: int | None = None) -> str:
+    """The field path of a device's mounts (device -1: the spec's own), or of one of them."""
+    base = f"devices[{device}].containerEdits.mounts" if device >= 0 else "containerEdits.mounts"
+    return base if mount is None else f"{base}[{mount}]"
+
+
 def mount_list(holder: dict[str, Any]) -> list[Any]:
     """The ``containerEdits.mounts`` of a spec or a device ([] when there is no list)."""
     edits = holder.get("containerEdits") or {}

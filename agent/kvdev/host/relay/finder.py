@@ -24,6 +24,7 @@ from kvdev.host.cdi.spec import (
     check_counts,
     load_spec,
     metadata_driver,
+    mount_field,
     mount_list,
     mount_place,
     split_device_name,
@@ -108,7 +109,7 @@ def _mounted(
     spent = 0
     for i, ((uid, request), device) in enumerate(zip(named, devices, strict=True)):
         for j, mount in enumerate(mount_list(device)):
-            at = f"devices[{i}].containerEdits.mounts[{j}]"
+            at = mount_field(i, j)
             placed = mount_place(mount, str(path), at)
             if placed is None:
                 continue
