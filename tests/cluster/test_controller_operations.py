@@ -154,8 +154,15 @@ def test_metrics_and_events_follow_a_vmi(world, controller_config, tmp_path, cap
         uid = vmi.metadata.uid
 
         def pending():  # the claim cannot be allocated before a pod using it is scheduled
+            # (a VMI seen before its claim's watch event first says the claim is not found)
             events = vmi_events(core, world.ns, uid)
-            return [e for e in events if e.reason == "ClaimPending" and "vm1-devices" in e.message]
+            return [
+                e
+                for e in events
+                if e.reason == "ClaimPending"
+                and "vm1-devices" in e.message
+                and "to be allocated" in e.message
+            ]
 
         (waiting,) = wait_for("ClaimPending on vm1 for vm1-devices", pending)
         assert waiting.type == "Normal"
