@@ -124,7 +124,11 @@ def check_two_drivers(docs: list[dict[str, Any]]) -> None:
         assert f"--plugin-data-dir=/var/lib/kubelet/plugins/{driver}" in args
         assert f"--health-port={51515 + offset}" in args
         assert f"--metrics-address=:{8081 + offset}" in args
-    (service,) = [s for s in by_kind(docs, "Service") if s["spec"].get("clusterIP") == "None"]
+    (service,) = [
+        s
+        for s in by_kind(docs, "Service")
+        if s["spec"].get("clusterIP") == "None" and "plugin" in s["metadata"]["name"]
+    ]
     assert [p["port"] for p in service["spec"]["ports"]] == [8081, 8082]
 
 
@@ -272,8 +276,8 @@ def test_helm_install_creates_the_objects_and_uninstall_removes_them(cluster, ku
             (d["apiVersion"], d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
             for d in docs
         ]
-        # the defaults: 8 of the controller, 7 of the plugin, 6 of the relay, 4 of the wiring
-        assert len(refs) == 25
+        # the defaults: 8 of the controller, 7 of the plugin, 7 of the relay, 4 of the wiring
+        assert len(refs) == 26
         wiring = f"kvdev-inst-{namespace}-vmi-wiring"
         assert ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", wiring, None) in refs
         apps = client.AppsV1Api(kube)
