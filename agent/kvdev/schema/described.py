@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kvdev.errors import Problem, Severity
-from kvdev.schema.fields import base_request, normalize_mac, normalize_pci_address
+from kvdev.schema.fields import base_request, interface, normalize_mac, normalize_pci_address
 from kvdev.schema.hints import DeviceHint
 from kvdev.schema.plain import format_path
 from kvdev.schema.reading import Device, DeviceMetadata
@@ -283,7 +283,7 @@ def _ips(
         where = (*loc, i)
         try:
             if "/" in text:
-                iface = ipaddress.ip_interface(text)
+                iface = interface(text)
             else:
                 address = ipaddress.ip_address(text)
                 iface = ipaddress.ip_interface(f"{address}/{address.max_prefixlen}")

@@ -13,6 +13,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from kvdev.errors import Problem
+from kvdev.schema.fields import interface
 from kvdev.schema.tree import Role
 
 
@@ -204,7 +205,6 @@ def network(destination: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(destination)
 
 
-@functools.lru_cache(maxsize=4096)
 def interface_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The IP of an ``address`` (``ip/prefix``), parsed once per distinct text."""
-    return ipaddress.ip_interface(address).ip
+    return interface(address).ip
