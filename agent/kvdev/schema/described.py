@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.errors import Problem, Severity
 from kvdev.schema.fields import base_request, interface, normalize_mac, normalize_pci_address
 from kvdev.schema.hints import DeviceHint
@@ -84,7 +85,8 @@ MTU_NAME = "mtu"  # the driver's MTU attribute, unqualified or in the driver's d
 DRIVER_MTU_MIN, DRIVER_MTU_MAX = 68, 9702  # the range the vhost-user binding plugin accepts
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class DescribedDevice:
     """One allocated device as the metadata describes it, normalized."""
 

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev._confined import RefusedError, read_beneath
+from kvdev._records import compared
 from kvdev.errors import KvdevError, os_error
 from kvdev.guest.core.journals import MAX_PER_LINK
 from kvdev.guest.core.primary import Decision
@@ -37,7 +38,8 @@ MAX_ADDRESSES = 256  # per link in the address journal, as the metadata reader's
 MAX_REASON = 512  # characters of a recorded reason for a guest's own NIC
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class Slot(Generic[T]):
     """One state file: its name, bound, codec, and what counts as empty (no file)."""
 

@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.guest.core import primary
 from kvdev.guest.core.observed import (
     KVDEV_PROTO,
@@ -105,7 +106,8 @@ _ALLOW: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Wanted:
     """What one bound device asks for on its link, as planning has it before the policy."""
 
@@ -117,7 +119,8 @@ class Wanted:
     primary: bool = False  # its hint says it is to become the guest's primary NIC
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Guard:
     """What holds the primary NICs' traffic.
 
@@ -130,7 +133,8 @@ class Guard:
     dns: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Ruling:
     """The policy's word on one device: what it may have, what is refused, what is warned."""
 
