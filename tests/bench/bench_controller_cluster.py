@@ -1,10 +1,11 @@
 """``kvdev-host controller`` against the real v1.37.2 API server: 1,000 and 10,000 VMIs.
 
 Reports, never asserts: ``.venv/bin/python tests/bench/bench_controller_cluster.py
-[--sizes 1000,10000] [--changes 100] [--workers N] [--baseline TREE]``
-(``make bench-controller``). With ``--baseline TREE`` (a checkout, e.g. a worktree of main)
-each size is measured first with TREE's controller (its ``agent/`` first on ``PYTHONPATH``),
-then with this tree's, each on a fresh control plane: side by side on the same machine.
+[--sizes 1000,10000] [--changes 1000] [--workers N] [--baseline TREE] [--profile DIR]
+[--tracemalloc]`` (``make bench-controller``). With ``--baseline TREE`` (a checkout, e.g. a
+worktree of main) each size is measured first with TREE's controller (its ``agent/`` first on
+``PYTHONPATH``), then with this tree's, each on a fresh control plane: side by side on the same
+machine.
 
 For each size N, on a fresh control plane (``tests/cluster/controlplane.py``): one Node, N
 ResourceClaims each allocated one VF (the allocation written as the scheduler would, through
@@ -21,15 +22,32 @@ the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming i
 * **syncs**: the controller's own ``kvdev_controller_configmap_renders_total`` and its
   ``configmap_writes_total{result="unchanged"}`` when every ConfigMap is written and after the
   changes (how much work was still queued when the ConfigMaps were all there);
-* **load**: the machine's 1-minute load average when the start began and when it ended.
+* **load**: the machine's 1-minute load average when the start began and when it ended;
+* **against client-go**: right after the start, on the same control plane, client-go (the
+  release kvdev targets: ``build/upstream/bin/configmapwriter``) creates N ConfigMaps of the
+  size of one of the controller's (its JSON body, as the controller sends it) in a namespace
+  of its own, with as many concurrent writers as the controller has workers and again with 16,
+  no client rate limit: writes/s of each, and the controller's over the whole start (process
+  start to the last ConfigMap) as a ratio to the baseline's at the same concurrency.
+
+``--profile DIR``: py-spy (``pip install py-spy``) samples the controller from its start until
+every ConfigMap is written (100 Hz, without stopping it); the folded stacks go to
+``DIR/controller-<N>.txt`` and the top entries (own time, and time including callees) are
+printed. ``--tracemalloc``: after the measured process, the same controller runs inside this
+process under tracemalloc (25 frames) on the same control plane until it has synced every
+VMI (the ConfigMaps exist: nothing is written), and the allocations it still holds are printed
+by line, largest first.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -52,6 +70,12 @@ DRIVER = "sriov.bench.example.com"
 PER_SLICE = 128
 NODE = "bench-node"
 KVDEV_HOST = Path(sys.executable).with_name("kvdev-host")
+PY_SPY = Path(sys.executable).with_name("py-spy")
+WRITER = REPO / "build" / "upstream" / "bin" / "configmapwriter"
+DEFAULT_WORKERS = 4  # the controller's --workers default (controller/workqueue.py)
+CEILING_WRITERS = 16  # the baseline again with this many writers: the API server's ceiling
+# A configmap's metadata the API server sets: not part of what the controller sends.
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
 
 
 def _client(cluster: Cluster) -> Any:
@@ -203,8 +227,129 @@ def _load() -> float:
     return round(os.getloadavg()[0], 1)
 
 
+def body_bytes(cluster: Cluster, name: str) -> int:
+    """The JSON body the controller sends for ConfigMap ``name`` (as the stored one, less
+    what the API server sets), in bytes: the Python client's ``json.dumps``."""
+    url = f"{cluster.server}/api/v1/namespaces/{NS}/configmaps/{name}"
+    with cluster.urlopen(url) as answer:
+        stored = json.loads(answer.read())
+    meta = stored.get("metadata") or {}
+    for key in SERVER_FIELDS:
+        meta.pop(key, None)
+    stored.update({"apiVersion": "v1", "kind": "ConfigMap"})
+    return len(json.dumps(stored).encode())
+
+
+def client_go(cluster: Cluster, n: int, writers: int, size: int) -> dict[str, Any]:
+    """client-go creating ``n`` ConfigMaps of ``size`` bytes with ``writers`` writers."""
+    namespace = f"baseline-{writers}"
+    done = subprocess.run(
+        [
+            str(WRITER),
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--namespace={namespace}",
+            f"--count={n}",
+            f"--writers={writers}",
+            f"--bytes={size}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"configmapwriter: {done.stderr.strip()}")
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
+
+
+class Profiler:
+    """py-spy sampling one process (100 Hz, never stopping it) into folded stacks."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        if not PY_SPY.exists() and shutil.which("py-spy") is None:
+            raise RuntimeError("--profile needs py-spy: .venv/bin/pip install py-spy")
+        spy = str(PY_SPY) if PY_SPY.exists() else "py-spy"
+        self.out = out
+        args = [spy, "record", "--pid", str(pid), "--rate", "100", "--nonblocking"]
+        args += ["--format", "raw", "--output", str(out)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def stop(self) -> str:
+        """Stop sampling; the top entries as text."""
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=120)
+        if not self.out.exists():
+            return f"py-spy wrote nothing: {err.decode(errors='replace')[-2000:]}"
+        return summarize(self.out)
+
+
+def summarize(folded: Path, top: int = 25) -> str:
+    """Own and inclusive samples per function of py-spy's folded stacks, largest first."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        samples = int(count)
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        total += samples
+        own[frames[-1]] += samples
+        for frame in set(frames):
+            inclusive[frame] += samples
+    lines = [f"{total} samples (100 Hz, threads not idle)", "own:"]
+    lines += [f"  {c / total:6.1%}  {f}" for f, c in own.most_common(top)]
+    lines.append("including callees:")
+    lines += [f"  {c / total:6.1%}  {f}" for f, c in inclusive.most_common(top)]
+    return "\n".join(lines)
+
+
+def held_memory(cluster: Cluster, n: int, workers: int | None, top: int = 20) -> str:
+    """The controller in this process under tracemalloc, synced over the N VMIs: what it holds."""
+    import tracemalloc  # noqa: PLC0415
+
+    from kvdev.host.controller.live import Controller  # noqa: PLC0415
+    from kvdev.host.kube.wire import KubeApi  # noqa: PLC0415
+
+    tracemalloc.start(25)
+    api = KubeApi.connect(cluster.kubeconfig, None, connections=(workers or DEFAULT_WORKERS) + 8)
+    controller = Controller(api, workers=workers or DEFAULT_WORKERS)
+    stop = threading.Event()
+    runner = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    runner.start()
+    if not controller.synced.wait(3600):
+        raise RuntimeError("the in-process controller never synced")
+    while controller.stats.syncs < n or not controller.idle.wait(1):
+        time.sleep(0.5)  # a bench, not a test: polled until the N syncs are done
+    gc_before = tracemalloc.get_traced_memory()[0]
+    snapshot = tracemalloc.take_snapshot()
+    stop.set()
+    runner.join(timeout=30)
+    tracemalloc.stop()
+    lines = [f"traced, held: {gc_before / 2**20:.1f} MiB after {controller.stats.syncs} syncs"]
+    for stat in snapshot.statistics("lineno")[:top]:
+        frame = stat.traceback[0]
+        where = f"{frame.filename.rsplit('/agent/', 1)[-1]}:{frame.lineno}"
+        lines.append(f"  {stat.size / 2**20:7.1f} MiB  {stat.count:8d} blocks  {where}")
+    lines.append("by the kvdev line that allocated (the innermost frame in agent/kvdev):")
+    ours: collections.Counter[str] = collections.Counter()
+    for stat in snapshot.statistics("traceback"):
+        mine = next((f for f in stat.traceback if "/agent/kvdev/" in f.filename), None)
+        if mine is not None:
+            ours[f"{mine.filename.rsplit('/agent/', 1)[-1]}:{mine.lineno}"] += stat.size
+    lines += [f"  {size / 2**20:7.1f} MiB  {where}" for where, size in ours.most_common(top)]
+    return "\n".join(lines)
+
+
 def measure(
-    n: int, changes: int, root: Path, tree: Path | None = None, workers: int | None = None
+    n: int,
+    changes: int,
+    root: Path,
+    tree: Path | None = None,
+    workers: int | None = None,
+    profile: Path | None = None,
+    memory: bool = False,
 ) -> dict[str, Any]:
     """One size on a fresh control plane; ``tree``: the controller from that checkout."""
     cluster = Cluster(root).start()
@@ -234,13 +379,23 @@ def measure(
         load_before = _load()
         started = time.monotonic()
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        profiler = Profiler(proc.pid, profile / f"controller-{n}.txt") if profile else None
         try:
             if not follower.wait(lambda f: len(f.names) >= n):
                 raise RuntimeError((root / "controller.log").read_text()[-3000:])
             start_s = time.monotonic() - started
             load_after = _load()
+            if profiler is not None:
+                print(f"profile of the start, {n} VMIs:\n{profiler.stop()}", flush=True)
             rss = rss_mib(proc.pid)
             at_start = controller_metrics(port)
+            size = body_bytes(cluster, "kvdev-vm-0")
+            concurrency = workers or DEFAULT_WORKERS
+            load_go = _load()
+            same = client_go(cluster, n, concurrency, size)
+            ceiling = client_go(cluster, n, CEILING_WRITERS, size)
+            load_go_after = _load()
+            print(f"client-go, {n} ConfigMaps: {json.dumps([same, ceiling])}", flush=True)
             latencies = change_latencies(follower, resource, n, changes, cluster)
             rss_after = rss_mib(proc.pid)
             after = controller_metrics(port)
@@ -248,6 +403,9 @@ def measure(
             proc.terminate()
             proc.wait(timeout=60)
             log.close()
+        if memory:
+            print(f"held by the controller, {n} VMIs:\n{held_memory(cluster, n, workers)}")
+        rate = n / start_s
         return {
             "controller": "baseline" if tree is not None else "this tree",
             "workers": workers if workers is not None else ("1" if tree is not None else "default"),
@@ -257,6 +415,12 @@ def measure(
             "load_start_end": f"{load_before}-{load_after}",
             "syncs_at_all_written": int(at_start["renders"]),
             "unchanged_syncs_during_changes": int(after["unchanged"] - at_start["unchanged"]),
+            "writes_per_s": round(rate, 1),
+            "configmap_bytes": size,
+            f"client_go_{concurrency}_writes_per_s": round(same["writes_per_s"], 1),
+            f"client_go_{CEILING_WRITERS}_writes_per_s": round(ceiling["writes_per_s"], 1),
+            "load_client_go": f"{load_go}-{load_go_after}",
+            "ratio_to_client_go": round(rate / same["writes_per_s"], 2),
             "rss_mib": round(rss, 1),
             "rss_after_changes_mib": round(rss_after, 1),
             **latencies,
@@ -311,12 +475,18 @@ def change_latencies(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000")
-    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--changes", type=int, default=1000, help="claim changes timed, in turn")
     parser.add_argument("--workers", type=int, help="this tree's controller: --workers N")
     parser.add_argument(
         "--baseline", type=Path, metavar="TREE", help="also measure TREE's controller, first"
     )
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy over each start")
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="what this tree's controller holds, by line"
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     build()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
@@ -325,7 +495,15 @@ def main() -> int:
             runs.insert(0, (args.baseline.resolve(), None))
         for tree, workers in runs:
             with tempfile.TemporaryDirectory(prefix="kvdev-bench-cluster-") as tmp:
-                row = measure(n, args.changes, Path(tmp), tree, workers)
+                row = measure(
+                    n,
+                    args.changes,
+                    Path(tmp),
+                    tree,
+                    workers,
+                    args.profile,
+                    memory=args.tracemalloc and tree is None,
+                )
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(
@@ -335,7 +513,7 @@ def main() -> int:
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for row in rows:
-        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+        print("| " + " | ".join(str(row.get(k, "-")) for k in keys) + " |")
     return 0
 
 
