@@ -192,3 +192,25 @@ def test_renders_look_devices_up_in_an_index_made_once_per_slice_change(monkeypa
     index.remove(Kind.SLICE, ("", "node-3"))
     assert index.inputs(("vms", "vm-3")).slices[DRIVER].device(DRIVER, "node-3", "vf-0") is None
     assert made["n"] == 3
+
+
+def test_the_cache_keeps_what_the_models_declare_and_no_unknown_field():
+    from kvdev.host.k8s.model import unknown_fields  # noqa: PLC0415
+
+    raw = claim(1)
+    raw["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    raw["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"], "x": 1}]}
+        ]
+    }
+    raw["status"]["somethingNew"] = {"deep": [{"x": 1}]}
+    raw["status"]["allocation"]["devices"]["results"][0]["extra"] = "kept by the model alone"
+    full = index_module.MODELS[Kind.CLAIM].model_validate(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **raw}, strict=True
+    )
+    assert len(list(unknown_fields(full))) == 4
+    cached = parse(Kind.CLAIM, raw)
+    assert list(unknown_fields(cached.model)) == []
+    assert cached.model.to_json_dict() == full.to_json_dict()  # every declared field kept
+    assert cached.raw == {}  # and no JSON beside it

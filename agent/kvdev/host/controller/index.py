@@ -48,7 +48,7 @@ from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
-from kvdev.host.k8s.model import Document, problems_from
+from kvdev.host.k8s.model import Document, forget_unknown, problems_from
 from kvdev.host.k8s.resource import API_VERSION as RESOURCE_API_VERSION
 from kvdev.host.k8s.resource import IndexedSlices
 from kvdev.host.publish.relayed import Record, read_record
@@ -163,7 +163,8 @@ def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stor
     """Validate API JSON as ``kind`` (apiVersion and kind filled in when absent).
 
     A ConfigMap keeps only what ``slim`` keeps; its model, metadata alone. Another kind keeps
-    its model only (what a sync reads of it).
+    its model only (what a sync reads of it). No model keeps its unknown fields
+    (``forget_unknown``: a pod's containers, a VMI's status, ``managedFields``).
 
     Raises:
         SchemaError: the object breaks kvdev's model (the object and field are named).
@@ -181,6 +182,7 @@ def _validated(kind: Kind, raw: Mapping[str, Any], source: str) -> Any:  # noqa:
     value = {"apiVersion": kind.api_version, "kind": kind.kind, **raw}
     try:
         model = MODELS[kind].model_validate(value, strict=True)
+        forget_unknown(model)  # what kvdev's models do not declare, no sync reads
     except ValidationError as e:
         meta = raw.get("metadata")
         name = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
