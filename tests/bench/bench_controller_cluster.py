@@ -2,10 +2,10 @@
 
 Reports, never asserts: ``.venv/bin/python tests/bench/bench_controller_cluster.py
 [--sizes 1000,10000] [--changes 1000] [--workers N] [--baseline TREE] [--profile DIR]
-[--tracemalloc]`` (``make bench-controller``). With ``--baseline TREE`` (a checkout, e.g. a
-worktree of main) each size is measured first with TREE's controller (its ``agent/`` first on
-``PYTHONPATH``), then with this tree's, each on a fresh control plane: side by side on the same
-machine.
+[--gil] [--tracemalloc]`` (``make bench-controller``). With ``--baseline TREE`` (a checkout,
+e.g. a worktree of main) each size is measured first with TREE's controller (its ``agent/``
+first on ``PYTHONPATH``), then with this tree's, each on a fresh control plane: side by side on
+the same machine.
 
 For each size N, on a fresh control plane (``tests/cluster/controlplane.py``): one Node, N
 ResourceClaims each allocated one VF (the allocation written as the scheduler would, through
@@ -23,6 +23,9 @@ the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming i
   ``configmap_writes_total{result="unchanged"}`` when every ConfigMap is written and after the
   changes (how much work was still queued when the ConfigMaps were all there);
 * **load**: the machine's 1-minute load average when the start began and when it ended;
+* **cores**: CPU seconds over wall seconds during the start, of the controller and of the
+  control plane (etcd, kube-apiserver, its controller-manager and scheduler), and of the
+  control plane during client-go's run at the same concurrency;
 * **against client-go**: right after the start, on the same control plane, client-go (the
   release kvdev targets: ``build/upstream/bin/configmapwriter``) creates N ConfigMaps of the
   size of one of the controller's (its JSON body, as the controller sends it) in a namespace
@@ -33,10 +36,11 @@ the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming i
 ``--profile DIR``: py-spy (``pip install py-spy``) samples the controller from its start until
 every ConfigMap is written (100 Hz, without stopping it); the folded stacks go to
 ``DIR/controller-<N>.txt`` and the top entries (own time, and time including callees) are
-printed. ``--tracemalloc``: after the measured process, the same controller runs inside this
-process under tracemalloc (25 frames) on the same control plane until it has synced every
-VMI (the ConfigMaps exist: nothing is written), and the allocations it still holds are printed
-by line, largest first.
+printed; with ``--gil``, only the thread holding the GIL is sampled (Python's own CPU: a thread
+waiting for the API server, or for the GIL, is not). ``--tracemalloc``: after the measured
+process, the same controller runs inside this process under tracemalloc (25 frames) on the
+same control plane until it has synced every VMI (the ConfigMaps exist: nothing is written),
+and the allocations it still holds are printed by line, largest first.
 """
 
 from __future__ import annotations
@@ -184,6 +188,17 @@ class Follower:
             return bool(self.cond.wait_for(lambda: done(self), timeout=guard))
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def plane_cpu_s(cluster: Cluster) -> float:
+    """CPU seconds the control plane's processes (etcd, kube-apiserver ...) have used."""
+    return sum(cpu_s(p.pid) for p in cluster.procs.values() if p.poll() is None)
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -262,16 +277,35 @@ def client_go(cluster: Cluster, n: int, writers: int, size: int) -> dict[str, An
     return out
 
 
+def against_client_go(cluster: Cluster, n: int, concurrency: int, size: int) -> dict[str, Any]:
+    """client-go's writes/s at ``concurrency`` and at 16; the control plane's cores meanwhile."""
+    load = _load()
+    plane_before = plane_cpu_s(cluster)
+    began = time.monotonic()
+    same = client_go(cluster, n, concurrency, size)
+    wall = time.monotonic() - began
+    plane = plane_cpu_s(cluster) - plane_before
+    ceiling = client_go(cluster, n, CEILING_WRITERS, size)
+    print(f"client-go, {n} ConfigMaps: {json.dumps([same, ceiling])}", flush=True)
+    return {
+        f"client_go_{concurrency}_writes_per_s": round(same["writes_per_s"], 1),
+        f"client_go_{CEILING_WRITERS}_writes_per_s": round(ceiling["writes_per_s"], 1),
+        "load_client_go": f"{load}-{_load()}",
+        "plane_cores_client_go": round(plane / wall, 2),
+    }
+
+
 class Profiler:
     """py-spy sampling one process (100 Hz, never stopping it) into folded stacks."""
 
-    def __init__(self, pid: int, out: Path) -> None:
+    def __init__(self, pid: int, out: Path, *, gil: bool = False) -> None:
         if not PY_SPY.exists() and shutil.which("py-spy") is None:
             raise RuntimeError("--profile needs py-spy: .venv/bin/pip install py-spy")
         spy = str(PY_SPY) if PY_SPY.exists() else "py-spy"
         self.out = out
         args = [spy, "record", "--pid", str(pid), "--rate", "100", "--nonblocking"]
-        args += ["--format", "raw", "--output", str(out)]
+        args += ["--format", "raw", "--output", str(out), *(["--gil"] if gil else [])]
+        self.what = "the thread holding the GIL" if gil else "threads not idle"
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop(self) -> str:
@@ -280,10 +314,10 @@ class Profiler:
         _, err = self.proc.communicate(timeout=120)
         if not self.out.exists():
             return f"py-spy wrote nothing: {err.decode(errors='replace')[-2000:]}"
-        return summarize(self.out)
+        return summarize(self.out, self.what)
 
 
-def summarize(folded: Path, top: int = 25) -> str:
+def summarize(folded: Path, what: str = "threads not idle", top: int = 25) -> str:
     """Own and inclusive samples per function of py-spy's folded stacks, largest first."""
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
@@ -298,7 +332,7 @@ def summarize(folded: Path, top: int = 25) -> str:
         own[frames[-1]] += samples
         for frame in set(frames):
             inclusive[frame] += samples
-    lines = [f"{total} samples (100 Hz, threads not idle)", "own:"]
+    lines = [f"{total} samples (100 Hz, {what})", "own:"]
     lines += [f"  {c / total:6.1%}  {f}" for f, c in own.most_common(top)]
     lines.append("including callees:")
     lines += [f"  {c / total:6.1%}  {f}" for f, c in inclusive.most_common(top)]
@@ -335,7 +369,7 @@ def held_memory(cluster: Cluster, n: int, workers: int | None, top: int = 20) ->
     lines.append("by the kvdev line that allocated (the innermost frame in agent/kvdev):")
     ours: collections.Counter[str] = collections.Counter()
     for stat in snapshot.statistics("traceback"):
-        mine = next((f for f in stat.traceback if "/agent/kvdev/" in f.filename), None)
+        mine = next((f for f in reversed(stat.traceback) if "/agent/kvdev/" in f.filename), None)
         if mine is not None:
             ours[f"{mine.filename.rsplit('/agent/', 1)[-1]}:{mine.lineno}"] += stat.size
     lines += [f"  {size / 2**20:7.1f} MiB  {where}" for where, size in ours.most_common(top)]
@@ -349,7 +383,9 @@ def measure(
     tree: Path | None = None,
     workers: int | None = None,
     profile: Path | None = None,
+    *,
     memory: bool = False,
+    gil: bool = False,
 ) -> dict[str, Any]:
     """One size on a fresh control plane; ``tree``: the controller from that checkout."""
     cluster = Cluster(root).start()
@@ -378,12 +414,15 @@ def measure(
         follower = Follower(core)
         load_before = _load()
         started = time.monotonic()
+        plane_before = plane_cpu_s(cluster)
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-        profiler = Profiler(proc.pid, profile / f"controller-{n}.txt") if profile else None
+        profiler = Profiler(proc.pid, profile / f"controller-{n}.txt", gil=gil) if profile else None
         try:
             if not follower.wait(lambda f: len(f.names) >= n):
                 raise RuntimeError((root / "controller.log").read_text()[-3000:])
             start_s = time.monotonic() - started
+            controller_cpu = cpu_s(proc.pid)
+            plane_cpu = plane_cpu_s(cluster) - plane_before
             load_after = _load()
             if profiler is not None:
                 print(f"profile of the start, {n} VMIs:\n{profiler.stop()}", flush=True)
@@ -391,11 +430,7 @@ def measure(
             at_start = controller_metrics(port)
             size = body_bytes(cluster, "kvdev-vm-0")
             concurrency = workers or DEFAULT_WORKERS
-            load_go = _load()
-            same = client_go(cluster, n, concurrency, size)
-            ceiling = client_go(cluster, n, CEILING_WRITERS, size)
-            load_go_after = _load()
-            print(f"client-go, {n} ConfigMaps: {json.dumps([same, ceiling])}", flush=True)
+            go = against_client_go(cluster, n, concurrency, size)
             latencies = change_latencies(follower, resource, n, changes, cluster)
             rss_after = rss_mib(proc.pid)
             after = controller_metrics(port)
@@ -417,10 +452,10 @@ def measure(
             "unchanged_syncs_during_changes": int(after["unchanged"] - at_start["unchanged"]),
             "writes_per_s": round(rate, 1),
             "configmap_bytes": size,
-            f"client_go_{concurrency}_writes_per_s": round(same["writes_per_s"], 1),
-            f"client_go_{CEILING_WRITERS}_writes_per_s": round(ceiling["writes_per_s"], 1),
-            "load_client_go": f"{load_go}-{load_go_after}",
-            "ratio_to_client_go": round(rate / same["writes_per_s"], 2),
+            **go,
+            "controller_cores": round(controller_cpu / start_s, 2),
+            "plane_cores": round(plane_cpu / start_s, 2),
+            "ratio_to_client_go": round(rate / go[f"client_go_{concurrency}_writes_per_s"], 2),
             "rss_mib": round(rss, 1),
             "rss_after_changes_mib": round(rss_after, 1),
             **latencies,
@@ -482,6 +517,9 @@ def main() -> int:
     )
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy over each start")
     parser.add_argument(
+        "--gil", action="store_true", help="--profile: sample only the thread holding the GIL"
+    )
+    parser.add_argument(
         "--tracemalloc", action="store_true", help="what this tree's controller holds, by line"
     )
     args = parser.parse_args()
@@ -503,6 +541,7 @@ def main() -> int:
                     workers,
                     args.profile,
                     memory=args.tracemalloc and tree is None,
+                    gil=args.gil,
                 )
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -214,3 +214,13 @@ def test_the_cache_keeps_what_the_models_declare_and_no_unknown_field():
     assert list(unknown_fields(cached.model)) == []
     assert cached.model.to_json_dict() == full.to_json_dict()  # every declared field kept
     assert cached.raw == {}  # and no JSON beside it
+
+
+def test_cached_models_share_what_equal_models_hold_alike_and_stay_independent():
+    first, second = (parse(Kind.CLAIM, claim(i)).model for i in (1, 2))
+    assert first.metadata.__pydantic_fields_set__ is second.metadata.__pydantic_fields_set__
+    assert first.metadata.__pydantic_extra__ is second.metadata.__pydantic_extra__ == {}
+    copied = first.metadata.model_copy(update={"generation": 3})
+    assert "generation" in copied.model_fields_set
+    assert "generation" not in second.metadata.model_fields_set  # a copy changes its own set
+    assert first.to_json_dict()["metadata"]["name"] == "vm-1-nic"
