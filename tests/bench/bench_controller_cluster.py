@@ -23,6 +23,8 @@ the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming i
   ``configmap_writes_total{result="unchanged"}`` when every ConfigMap is written and after the
   changes (how much work was still queued when the ConfigMaps were all there);
 * **load**: the machine's 1-minute load average when the start began and when it ended;
+* **after the first**: when the first ConfigMap appeared, the writes/s from it to the last, and
+  the controller's cores over that window (its lists and parses are done by then);
 * **cores**: CPU seconds over wall seconds during the start, of the controller and of the
   control plane (etcd, kube-apiserver, its controller-manager and scheduler), and of the
   control plane during client-go's run at the same concurrency;
@@ -376,6 +378,30 @@ def held_memory(cluster: Cluster, n: int, workers: int | None, top: int = 20) ->
     return "\n".join(lines)
 
 
+def written(
+    follower: Follower, proc: subprocess.Popen[bytes], n: int, started: float, root: Path
+) -> tuple[float, float, dict[str, Any]]:
+    """Wait for every ConfigMap: seconds from the start, the controller's CPU seconds, and
+    when the first appeared, the writes/s and the controller's cores from it to the last."""
+    if not follower.wait(lambda f: len(f.names) >= 1):
+        raise RuntimeError((root / "controller.log").read_text()[-3000:])
+    first_s, first_cpu = time.monotonic() - started, cpu_s(proc.pid)
+    if not follower.wait(lambda f: len(f.names) >= n):
+        raise RuntimeError((root / "controller.log").read_text()[-3000:])
+    start_s = time.monotonic() - started
+    controller_cpu = cpu_s(proc.pid)
+    span = max(start_s - first_s, 1e-9)
+    return (
+        start_s,
+        controller_cpu,
+        {
+            "first_written_s": round(first_s, 1),
+            "writes_per_s_after_first": round((n - 1) / span, 1),
+            "controller_cores_after_first": round((controller_cpu - first_cpu) / span, 2),
+        },
+    )
+
+
 def measure(
     n: int,
     changes: int,
@@ -418,10 +444,7 @@ def measure(
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         profiler = Profiler(proc.pid, profile / f"controller-{n}.txt", gil=gil) if profile else None
         try:
-            if not follower.wait(lambda f: len(f.names) >= n):
-                raise RuntimeError((root / "controller.log").read_text()[-3000:])
-            start_s = time.monotonic() - started
-            controller_cpu = cpu_s(proc.pid)
+            start_s, controller_cpu, window = written(follower, proc, n, started, root)
             plane_cpu = plane_cpu_s(cluster) - plane_before
             load_after = _load()
             if profiler is not None:
@@ -451,6 +474,7 @@ def measure(
             "syncs_at_all_written": int(at_start["renders"]),
             "unchanged_syncs_during_changes": int(after["unchanged"] - at_start["unchanged"]),
             "writes_per_s": round(rate, 1),
+            **window,
             "configmap_bytes": size,
             **go,
             "controller_cores": round(controller_cpu / start_s, 2),
