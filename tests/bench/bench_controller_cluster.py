@@ -23,6 +23,8 @@ the status subresource) from ResourceSlices of 128 VFs, and N VMIs each naming i
   ``configmap_writes_total{result="unchanged"}`` when every ConfigMap is written and after the
   changes (how much work was still queued when the ConfigMaps were all there);
 * **load**: the machine's 1-minute load average when the start began and when it ended;
+* **Events**: the API server's count of requests on Events during the start (the controller's
+  ``ConfigMapCreated``, one per VMI unless its spam filter held them back);
 * **after the first**: when the first ConfigMap appeared, the writes/s from it to the last, and
   the controller's cores over that window (its lists and parses are done by then);
 * **cores**: CPU seconds over wall seconds during the start, of the controller and of the
@@ -208,12 +210,13 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def configmap_requests(cluster: Cluster) -> int:
+def configmap_requests(cluster: Cluster, resource: str = "configmaps") -> int:
+    """The API server's count of requests on ``resource`` (every verb but WATCH)."""
     with cluster.urlopen(f"{cluster.server}/metrics") as answer:
         text = answer.read().decode()
     total = 0
     for line in text.splitlines():
-        ours = line.startswith("apiserver_request_total{") and 'resource="configmaps"' in line
+        ours = line.startswith("apiserver_request_total{") and f'resource="{resource}"' in line
         if ours and 'verb="WATCH"' not in line:
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
@@ -441,10 +444,13 @@ def measure(
         load_before = _load()
         started = time.monotonic()
         plane_before = plane_cpu_s(cluster)
+        events_before = configmap_requests(cluster, "events")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         profiler = Profiler(proc.pid, profile / f"controller-{n}.txt", gil=gil) if profile else None
         try:
             start_s, controller_cpu, window = written(follower, proc, n, started, root)
+            events = configmap_requests(cluster, "events") - events_before
+            window["event_requests_in_start"] = events
             plane_cpu = plane_cpu_s(cluster) - plane_before
             load_after = _load()
             if profiler is not None:
