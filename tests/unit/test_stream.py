@@ -557,3 +557,40 @@ def test_encode_writes_each_version_as_a_whole_encode_of_it_would():
     )
     assert _with_api_version('{"x":{"apiVersion":"a"},"apiVersion":"a"}', "a", "b") is None
     assert _with_api_version('{\n  "x": {\n    "apiVersion": "a"\n  }\n}', "a", "b") is None
+
+
+def _outcome(data):
+    try:
+        return decode_stream(data, DEVICE_METADATA, source=SRC)
+    except SchemaError as e:
+        return e.problems
+
+
+def _levels(n, inner="1"):
+    return "[" * n + inner + "]" * n
+
+
+_HEAD = '{"apiVersion":"metadata.resource.k8s.io/v1beta1","kind":"DeviceMetadata",'
+_META = '"metadata":{"name":"c"}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _HEAD + f'{_META},"deep":{_levels(MAX_DEPTH - 2)}}}\n',
+        _HEAD + f'{_META},"deep":{_levels(MAX_DEPTH - 1)}}}\n',  # a scalar past MAX_DEPTH
+        _HEAD + f'{_META},"deep":{_levels(MAX_DEPTH - 1, "")}}}\n',  # empty at MAX_DEPTH
+        _HEAD + f'{_META},"deep":{_levels(MAX_DEPTH + 3)}}}\n',  # read and emptied
+        _HEAD + f'{_META},"s":"{"[" * 40}"}}\n',  # brackets in a string
+        _HEAD + f'{_META},"s":"\\"{"[" * 40}"}}\n',  # ... after an escaped quote
+        _HEAD + f'{_META},"s":"\\ud800","deep":{_levels(MAX_DEPTH - 1)}}}\n',  # a surrogate
+        _HEAD + f"{_META}}}\n" + _HEAD + f'{_META},"deep":{_levels(MAX_DEPTH)}}}\n',
+        _HEAD + f'{_META}}}\n{{"s":"{"{" * 40}\n',  # a torn tail: a string never closed
+        _HEAD + f'{_META},"deep":{_levels(MAX_DEPTH - 1)}' + "]" * 40 + "}\n",
+    ],
+)
+def test_the_quick_depth_check_gives_the_per_object_verdict(monkeypatch, text):
+    # _all_shallow only spares the per-object checks: with it off, the outcome is the same
+    quick = _outcome(text.encode())
+    monkeypatch.setattr("kvdev.schema.stream._all_shallow", lambda _text: False)
+    assert quick == _outcome(text.encode())

@@ -61,10 +61,14 @@ DEVICE_MAX_ID_LENGTH = (
 )
 DEVICE_MAX_DOMAIN_LENGTH = 63  # domain part of a QualifiedName
 
+# _KEPT: a value that passed a name or address rule is kept (the rules are pure functions
+# of it), so that every pass's reading of the same names checks each once; a refusal is not
+# kept (lru_cache keeps no exception), its message is made again.
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+@functools.lru_cache(maxsize=256)  # a value that passed: see _KEPT
 def check_dns_label(value: str) -> str:
     """An RFC 1123 label: lower-case alphanumerics and '-', at most 63 characters."""
     if not value:
@@ -79,6 +83,7 @@ def check_dns_label(value: str) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=256)  # a value that passed: see _KEPT
 def check_dns_subdomain(value: str, max_length: int = DNS_SUBDOMAIN_MAX) -> str:
     """An RFC 1123 subdomain: dot-separated DNS labels, at most ``max_length`` characters."""
     if not value:
@@ -98,6 +103,7 @@ def check_driver_name(value: str) -> str:
     return check_dns_subdomain(value, DRIVER_NAME_MAX)
 
 
+@functools.lru_cache(maxsize=256)  # a value that passed: see _KEPT
 def check_pool_name(value: str) -> str:
     """A DRA pool name: DNS subdomains separated by '/', at most 253 characters in all."""
     if not value:
@@ -112,6 +118,7 @@ def check_pool_name(value: str) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=256)  # a value that passed: see _KEPT
 def check_request_name(value: str) -> str:
     """A request reference: ``<request>`` or ``<request>/<subrequest>``, each a DNS label."""
     parts = value.split("/")
@@ -129,6 +136,7 @@ def base_request(name: str) -> str:
     return name.split("/", 1)[0]
 
 
+@functools.lru_cache(maxsize=256)  # a value that passed: see _KEPT
 def check_qualified_name(value: str) -> str:
     """An attribute or capacity name: ``[<domain>/]<C identifier>``, identifier <= 32 chars."""
     domain, sep, ident = value.rpartition("/")
@@ -251,6 +259,7 @@ def _parse_interface(value: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Inte
         ) from e
 
 
+@functools.lru_cache(maxsize=1024)  # a value that passed: see _KEPT
 def check_canonical_interface_address(value: str) -> str:
     """An address with prefix length in canonical form, as upstream ``networkData.ips`` needs.
 

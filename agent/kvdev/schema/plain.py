@@ -365,25 +365,30 @@ def read(cls: type[V], value: object, loc: Loc = ()) -> tuple[V | None, Errors]:
 Own = Callable[[object], tuple[Iterable[str], Iterable[tuple[str, object]]] | None]
 
 
+_LEAVES = (str, int, float)  # with None: JSON scalars, which hold no keys
+
+
 def walk_unknown(value: object, loc: Loc, own: Own) -> Iterator[str]:
     """The path of every unknown key inside ``value``.
 
     ``own`` says, of a document value, its unknown keys and its (JSON key, value) fields (None:
-    not a document value).
+    not a document value). Scalars are not walked into.
     """
     found = own(value)
     if found is not None:
         extras, children = found
-        for key in extras:
-            yield format_path((*loc, key))
-        for key, child in children:
-            yield from walk_unknown(child, (*loc, key), own)
+        for extra in extras:
+            yield format_path((*loc, extra))
+        items: Iterable[tuple[int | str, object]] = children
     elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            yield from walk_unknown(item, (*loc, i), own)
+        items = enumerate(value)
     elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from walk_unknown(item, (*loc, str(key)), own)
+        items = ((str(key), item) for key, item in value.items())
+    else:
+        return
+    for key, child in items:
+        if child is not None and not isinstance(child, _LEAVES):
+            yield from walk_unknown(child, (*loc, key), own)
 
 
 def _own(value: object) -> tuple[Iterable[str], Iterable[tuple[str, object]]] | None:

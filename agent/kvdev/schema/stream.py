@@ -208,6 +208,32 @@ def _too_deep(text: str, pos: int) -> str | None:
     return deep if depth == 0 else f"not valid JSON: never closed, and {deep}"
 
 
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _all_shallow(text: str) -> bool:
+    """No JSON value of the stream can nest MAX_DEPTH levels deep (a quick, safe answer).
+
+    The brackets outside strings, counted over the whole text at once (a closing bracket never
+    below 0): each value's own count (``_too_deep``) is never above this one, so under
+    MAX_DEPTH here every value is decoded without ``_too_deep``, and holds nothing past
+    MAX_DEPTH levels (``_inspect``'s depth). Quick only where every string ends at the next
+    quote (no backslash, quotes paired); False says only: look at each value.
+    """
+    if "\\" in text or text.count('"') % 2:
+        return False
+    skeleton = _NOT_BRACKET.sub("", "".join(text.split('"')[::2]))
+    depth = deepest = 0
+    for char in skeleton:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif depth:
+            depth -= 1
+    return deepest < MAX_DEPTH
+
+
 def _inspect(value: object) -> tuple[bool, bool]:
     """(nesting within MAX_DEPTH, some string holds a lone surrogate), without recursion."""
     stack: list[tuple[object, int]] = [(value, 1)]
@@ -239,10 +265,13 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
         object_pairs_hook=pairs, parse_constant=_reject_constant, parse_int=godecode.parse_int
     )
     pos = _skip_ws(text, 0)
+    shallow = _all_shallow(text)  # then neither _too_deep nor _inspect's depth is needed
+    maybe_surrogate = _MAYBE_SURROGATE.search(text) is not None
     while pos < len(text):
         seen = len(duplicates)
         try:
-            if _too_deep(text, pos):  # Go reads up to 10000 levels: what kvdev reads is not deep
+            # Go reads up to 10000 levels: what kvdev reads is not deep
+            if not shallow and _too_deep(text, pos):
                 pruned = godecode.prune_deep(text, pos, MAX_DEPTH - 1)
                 if isinstance(pruned, str):
                     raise _JsonError(index, pruned)
@@ -256,9 +285,11 @@ def _objects(text: str, duplicates: list[tuple[int, str]]) -> Iterator[tuple[int
             raise _JsonError(index, f"not valid JSON: {e}") from e
         if isinstance(value, godecode.GoObject) and len(duplicates) > seen:
             value.nested_duplicates = True  # duplicate keys somewhere inside: resolve them
-        shallow, surrogate = _inspect(value)
-        if not shallow:
-            raise _JsonError(index, f"nested deeper than {MAX_DEPTH} levels")
+        surrogate = False
+        if maybe_surrogate or not shallow:
+            within, surrogate = _inspect(value)
+            if not within:
+                raise _JsonError(index, f"nested deeper than {MAX_DEPTH} levels")
         yield index, _scrub(value) if surrogate else value
         index += 1
         pos = _skip_ws(text, end)
