@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from kvdev._records import compared
@@ -192,10 +192,12 @@ def describe(
     source: str = "",
     index: int | None = None,
     location: MetadataLocation | None = None,
+    notes: tuple[str, ...] = (),
 ) -> tuple[list[DescribedDevice], list[Problem]]:
     """Flatten a document into described devices, with warnings about values not used.
 
-    ``location`` (the file's place in a tree) names the claim of a document that names none.
+    ``location`` (the file's place in a tree) names the claim of a document that names none;
+    ``notes`` are every device's (what the stream as a whole says, e.g. who cannot read it).
     """
     devices: list[DescribedDevice] = []
     warnings: list[Problem] = []
@@ -253,10 +255,11 @@ def describe(
                     mtu=_driver_mtu(device, loc, warn),
                     deferred=is_deferred,
                     problems=tuple(problems),
+                    notes=notes,
                 )
             )
     if not devices and location is not None:
-        devices.append(pending(location, doc.generation))
+        devices.append(replace(pending(location, doc.generation), notes=notes))
     return devices, warnings
 
 

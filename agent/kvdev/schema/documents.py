@@ -25,7 +25,7 @@ No I/O here: the caller reads the bytes (or reports why it could not).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final
 
 from kvdev._records import compared
@@ -172,9 +172,10 @@ def _metadata(source: str, data: bytes, location: MetadataLocation | None) -> Fi
                 NO_IDENTITY, source, read.index, "metadata", Severity.WARNING, upstream_invalid=True
             )
         )
-    described, warned = describe(doc, source=source, index=read.index, location=location)
-    if (note := older_readers_note(read.versions)) is not None:
-        described = [replace(d, notes=(*d.notes, note)) for d in described]
+    note = older_readers_note(read.versions)
+    described, warned = describe(
+        doc, source=source, index=read.index, location=location, notes=(note,) if note else ()
+    )
     warnings = [*read.warnings, *notes, *warned]
     if location is not None:
         warnings.extend(_placement(doc, location, source, read.index))

@@ -61,7 +61,7 @@ DEVICE_MAX_ID_LENGTH = (
 )
 DEVICE_MAX_DOMAIN_LENGTH = 63  # domain part of a QualifiedName
 
-# _KEPT: a value that passed a name or address rule is kept (the rules are pure functions
+# _KEPT: a value that passed a name, MAC or address rule is kept (the rules are pure functions
 # of it), so that every pass's reading of the same names checks each once; a refusal is not
 # kept (lru_cache keeps no exception), its message is made again.
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
@@ -208,6 +208,7 @@ _HEX_PAIRS = re.compile(r"[0-9a-fA-F]{2}\Z")
 _HEX_QUADS = re.compile(r"[0-9a-fA-F]{4}\Z")
 
 
+@functools.lru_cache(maxsize=256)  # a value that passed: see _KEPT
 def normalize_mac(value: str) -> str:
     """Return the lower-case colon-separated form of a 6- or 20-octet link-layer address.
 

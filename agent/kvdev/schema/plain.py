@@ -87,7 +87,7 @@ def _scalar(kind: type, what: str, rules: tuple[Rule, ...]) -> Spec:
         if type(value) is not kind:
             errors.append((loc, f"Input should be a valid {what}"))
             return BAD
-        return _apply(value, rules, loc, errors)
+        return _apply(value, rules, loc, errors) if rules else value
 
     return decode
 
