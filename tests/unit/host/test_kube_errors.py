@@ -78,7 +78,7 @@ class Rest:
     def __init__(self, raised=None, data=b"{}", status=200):
         self.raised, self.data, self.status, self.sent = raised, data, status, []
 
-    def request(self, method, url, headers=None, body=None, post_params=None, **_):
+    def request(self, method, url, headers=None, body=None, **_):
         self.sent.append((method, url, headers, body))
         if self.raised is not None:
             raise self.raised
