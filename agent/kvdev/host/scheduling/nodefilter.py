@@ -1,7 +1,8 @@
 """Whether one pod fits on one node, as kube-scheduler's DRA and resource-fit plugins decide.
 
 Owns one pod's attempt (``Attempt``: its claims split into allocated and pending, its
-requests), the per-node check and its cache. The check, in order:
+requests, its pending claims planned once for all the nodes tried: ``allocator.Allocator``),
+the per-node check and its cache. The check, in order:
 
 1. claims already allocated must be reachable: their ``nodeSelector`` matches the node
    ("resourceclaim not available on the node");
@@ -30,10 +31,10 @@ from fractions import Fraction
 from kvdev.host.allocation import allocator
 from kvdev.host.allocation.allocator import (
     Allocated,
+    Allocator,
     Clock,
     Features,
     Selection,
-    allocate,
 )
 from kvdev.host.allocation.extended import SpecialClaim, special_claim
 from kvdev.host.allocation.pools import selector_matches
@@ -66,6 +67,8 @@ class Attempt:
     containers: str  # the containers' part of it
     memo: dict[tuple[str, frozenset[str]], Amounts]  # requests by (containers, listed)
     _special: dict[frozenset[str], SpecialClaim | None] = field(default_factory=dict)
+    # the pending claims with the extended claim of ``special``'s key, planned once
+    allocators: dict[frozenset[str], Allocator] = field(default_factory=dict)
 
     def special(self, listed: frozenset[str]) -> SpecialClaim | None:
         """The extended-resource claim on a node listing ``listed`` (device plugins win)."""
@@ -178,20 +181,28 @@ class NodeFilter:
         short = shortfall(node.allocatable, node.used, requests)
         if short:
             return f"Insufficient {', '.join(short)}"
-        special = attempt.special(listed) if self.features.DRAExtendedResource else None
-        pending = [*attempt.pending, *([special.claim] if special else [])]
+        extended = self.features.DRAExtendedResource
+        special = attempt.special(listed) if extended else None
         results: Mapping[str, AllocationResult] = {}
-        if pending:
+        if attempt.pending or special is not None:
+            # Planned once per pod and extended claim, not once per node (upstream's
+            # NewAllocator per pod, Allocate per node).
+            key = listed.intersection(attempt.mapping) if extended else frozenset()
+            planned = attempt.allocators.get(key)
+            if planned is None:
+                planned = Allocator(
+                    [*attempt.pending, *([special.claim] if special else [])],
+                    classes=self.classes,
+                    features=self.features,
+                    selection=self.selection,
+                )
+                attempt.allocators[key] = planned
             taken, shared = self.view.in_use(node)
-            outcome = allocate(
+            outcome = planned.allocate(
                 node.info,
-                pending,
-                classes=self.classes,
                 pools=self.view.pools(node),
                 allocated_devices=taken,
                 allocated_capacity=shared,
-                features=self.features,
-                selection=self.selection,
                 clock=self.clock,
             )
             if isinstance(outcome, allocator.Failed):
