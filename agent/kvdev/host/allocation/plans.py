@@ -103,6 +103,7 @@ class ClaimPlan:
     claim: ResourceClaim
     slots: tuple[Slot, ...]
     constraints: tuple[Constraint, ...]
+    bounded: bool = False  # the 32-result bound held while planning (no ``All`` request)
 
     @property
     def label(self) -> str:
@@ -378,7 +379,8 @@ def plan_claims(
     """Every check of every claim that does not depend on the node, up to the first failing.
 
     Per claim: per request the gates, then each (sub)request in full before the next, then
-    (once the search has bounded the claim's results) the constraints.
+    the bound of the claim's results (here unless an ``All`` request's devices, listed on the
+    node, count), then the constraints.
     """
     plans: list[ClaimPlan] = []
     for claim in claims:
@@ -404,6 +406,9 @@ def plan_claims(
             return Planned(plans, len(plans) - 1, (e.keyword, e.message), classes, features)
         plan.slots = tuple(slots)
         try:
+            if not any(alt.all_mode for slot in slots for alt in slot.alternatives):
+                check_limit(plan)  # no device list: the bound does not depend on the node
+                plan.bounded = True
             plan.constraints = plan_constraints(claim, features)
         except AllocationFailedError as e:
             return Planned(plans, len(plans), (e.keyword, e.message), classes, features)

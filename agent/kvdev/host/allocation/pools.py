@@ -147,9 +147,9 @@ class Candidate:
     """
 
     __slots__ = (
+        "_caps",
         "binding",
         "blocking",
-        "caps",
         "device",
         "driver",
         "id",
@@ -177,9 +177,17 @@ class Candidate:
             tuple(t for t in device.taints if t.effect in _BLOCKING) if device.taints else ()
         )
         self.binding = device.binding_conditions is not None
-        self.caps: Mapping[str, Capacity] = (
-            {k: parse_capacity(v) for k, v in device.capacity.items()} if device.capacity else {}
-        )
+        self._caps: Mapping[str, Capacity] | None = None if device.capacity else {}
+
+    @property
+    def caps(self) -> Mapping[str, Capacity]:
+        """The device's capacities, parsed when first read (the search reads few devices)."""
+        caps = self._caps
+        if caps is None:
+            caps = self._caps = {
+                k: parse_capacity(v) for k, v in (self.device.capacity or {}).items()
+            }
+        return caps
 
     def __repr__(self) -> str:
         return f"Candidate({'/'.join(self.id)})"

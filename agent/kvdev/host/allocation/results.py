@@ -41,13 +41,19 @@ _SHARE_NAMESPACE = uuid.UUID("6f1d2a9e-4c1b-5b7e-9a55-2f0c3e8d7b10")
 _M = TypeVar("_M", bound=BaseModel)
 
 
+_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}  # each model class's field names
+
+
 def _fast_build(cls: type[_M], **values: Any) -> _M:  # noqa: ANN401 - field values of any type
     """A model from already-valid field values (unset optional fields are None)."""
-    fields = {name: values.get(name) for name in cls.model_fields}
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(cls.model_fields)
+    fields = {name: values.get(name) for name in names}
     model = cls.__new__(cls)
     object.__setattr__(model, "__dict__", fields)
     object.__setattr__(
-        model, "__pydantic_fields_set__", {k for k, v in fields.items() if v is not None}
+        model, "__pydantic_fields_set__", {k for k, v in values.items() if v is not None}
     )
     object.__setattr__(model, "__pydantic_extra__", {})
     object.__setattr__(model, "__pydantic_private__", None)

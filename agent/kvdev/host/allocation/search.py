@@ -215,7 +215,8 @@ class Search:
                         self._all_devices(plan.label, alt)
             if k == planned.complete:
                 break
-            check_limit(plan)
+            if not plan.bounded:
+                check_limit(plan)
             for con in plan.constraints:
                 con.reset()
             self.plans.append(plan)

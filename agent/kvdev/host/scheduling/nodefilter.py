@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -63,12 +63,26 @@ class Attempt:
     allocated: Sequence[ResourceClaim]
     pending: Sequence[ResourceClaim]
     mapping: Mapping[str, str]  # extended resource name -> DeviceClass
-    signature: str  # everything the check reads of the pod (module docstring)
-    containers: str  # the containers' part of it
+    containers: str  # the containers' part of the signature
     memo: dict[tuple[str, frozenset[str]], Amounts]  # requests by (containers, listed)
+    spec_key: Callable[[ResourceClaimSpec], str]  # a pending claim's part of the signature
     _special: dict[frozenset[str], SpecialClaim | None] = field(default_factory=dict)
     # the pending claims with the extended claim of ``special``'s key, planned once
     allocators: dict[frozenset[str], Allocator] = field(default_factory=dict)
+    _signature: str | None = None
+
+    @property
+    def signature(self) -> str:
+        """Everything the check reads of the pod (module docstring), made when first asked.
+
+        Only a cache that holds something asks: a pod placed on the first node tried never
+        serialises its claims.
+        """
+        if self._signature is None:
+            names = [f"{c.metadata.namespace}/{c.metadata.name}" for c in self.allocated]
+            specs = [self.spec_key(c.spec) for c in self.pending]
+            self._signature = "\n".join([*specs, *names, self.containers])
+        return self._signature
 
     def special(self, listed: frozenset[str]) -> SpecialClaim | None:
         """The extended-resource claim on a node listing ``listed`` (device plugins win)."""
@@ -147,11 +161,7 @@ class NodeFilter:
         spec = pod.spec
         box = [c.to_json_dict() for c in (*(spec.init_containers or ()), *spec.containers)]
         containers = json.dumps(box, sort_keys=True)
-        allocated_names = [f"{c.metadata.namespace}/{c.metadata.name}" for c in allocated]
-        signature = "\n".join(
-            [*(self._spec(c.spec) for c in pending), *allocated_names, containers]
-        )
-        return Attempt(pod, allocated, pending, mapping, signature, containers, self._requests)
+        return Attempt(pod, allocated, pending, mapping, containers, self._requests, self._spec)
 
     def check(self, attempt: Attempt, node: NodeState) -> Fit | Failed | str:
         """Fit, Failed, or the reason the node is rejected."""
@@ -167,7 +177,7 @@ class NodeFilter:
         if known is None or known[0] != stamp:  # the node changed: forget what it rejected
             known = (stamp, {})
             self._rejected[node.name] = known
-        hit = known[1].get(attempt.signature)
+        hit = known[1].get(attempt.signature) if known[1] else None
         if hit is not None:
             return hit
         out = self._check(attempt, node)

@@ -197,7 +197,7 @@ class Scheduler:
             mapping=self.mapping,
         )
         nodes = self.view.nodes
-        known = self.failed.get(attempt.signature)
+        known = self.failed.get(attempt.signature) if self.failed else None
         if known is not None and known[0] == self.epoch:
             return known[1]
         rejections: dict[str, int] = {}
