@@ -30,6 +30,7 @@ DATA = ROOT / "tests" / "data" / "kubevirt"
 WIRED = DATA / "wired"
 JUDGE = ROOT / "tests" / "kubevirt" / "judge"
 RECORD = "make record-kubevirt KUBEVIRT=<a KubeVirt checkout>"
+CONFIG_DRIVE = "config-drive"  # a case's recorded config drive: its files by their path on it
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import kvdev_versions  # noqa: E402
 
@@ -248,15 +249,83 @@ def virtiofs(name: str, version: str = E2E_VERSION, case: str = E2E_CASE) -> Vir
     )
 
 
-def domain_interfaces(version: str = E2E_VERSION, case: str = E2E_CASE) -> list[str]:
-    """The aliases of the recorded domain's <interface> and <hostdev> devices."""
+@dataclass(frozen=True)
+class DomainNic:
+    """A VMI interface as KubeVirt's domain makes it: the device, its guest address, its MAC.
+
+    ``pci_address`` is the guest address the domain pins (``0000:00:10.0``), None where it
+    leaves it to libvirt. ``mac`` is the domain's ``<mac>``; an SR-IOV VF's MAC is set on the
+    host's VF, not in the domain, so for a ``<hostdev>`` it is the VMI's ``macAddress`` as
+    defaulted (None where there is none).
+    """
+
+    name: str
+    device: str  # "interface" | "hostdev"
+    alias: str
+    pci_address: str | None
+    mac: str | None
+
+
+SRIOV_ALIAS = "ua-sriov-"  # virtwrap's alias of an SR-IOV interface's <hostdev>
+USER_ALIAS = "ua-"  # of a device the VMI names
+
+
+def _pci(address: Any) -> str | None:
+    if address is None or address.get("type") != "pci":
+        return None
+    parts = (address.get(k, "0") for k in ("domain", "bus", "slot", "function"))
+    d, b, s, f = (int(x, 16) for x in parts)
+    return f"{d:04x}:{b:02x}:{s:02x}.{f:x}"
+
+
+def domain_nics(version: str = E2E_VERSION, case: str = E2E_CASE) -> list[DomainNic]:
+    """The recorded domain's (c) NICs, in its order: ``<interface>`` and ``<hostdev>`` devices
+    that stand for a VMI interface, named as the VMI names it."""
     import xml.etree.ElementTree as ET  # noqa: PLC0415
 
     domain = ET.parse(recorded_file(version, case, "domain.xml")).getroot()  # noqa: S314 (our recording)
+    defaulted = json.loads(recorded_file(version, case, "defaulted.json").read_text())
+    vmi_macs = {
+        i["name"]: i.get("macAddress")
+        for i in defaulted["spec"]["domain"]["devices"].get("interfaces", [])
+    }
     devices = domain.find("devices")
     assert devices is not None
-    return [
-        (d.find("alias").get("name", "") if d.find("alias") is not None else "")  # type: ignore[union-attr]
-        for d in devices
-        if d.tag in ("interface", "hostdev")
-    ]
+    out = []
+    for d in devices:
+        if d.tag not in ("interface", "hostdev"):
+            continue
+        alias_el = d.find("alias")
+        alias = alias_el.get("name", "") if alias_el is not None else ""
+        mac_el = d.find("mac")
+        if d.tag == "hostdev":
+            if not alias.startswith(SRIOV_ALIAS):
+                continue  # a GPU or host device, not a NIC
+            name = alias.removeprefix(SRIOV_ALIAS)
+            mac = vmi_macs.get(name)
+        else:
+            name = alias.removeprefix(USER_ALIAS)
+            mac = mac_el.get("address") if mac_el is not None else None
+        out.append(DomainNic(name, d.tag, alias, _pci(d.find("address")), mac))
+    return out
+
+
+def domain_interfaces(version: str = E2E_VERSION, case: str = E2E_CASE) -> list[str]:
+    """The aliases of the recorded domain's NIC devices (``domain_nics``)."""
+    return [n.alias for n in domain_nics(version, case)]
+
+
+# The VMI the neighbours' cloud-init boot stands for: its domain's NICs and its config drive
+# are that boot's (tests/e2e/e2e_nics.py).
+NEIGHBOURS_CASE = "tests/e2e/inputs/vmi-neighbours.yaml#vm1"
+
+
+def config_drive(version: str = E2E_VERSION, case: str = NEIGHBOURS_CASE) -> dict[str, bytes]:
+    """Every file KubeVirt put on the case's config drive, by its path on the drive."""
+    entry = next(c for c in recording(version)["cases"] if c["name"] == case)
+    prefix = f"{CONFIG_DRIVE}/"
+    return {
+        name.removeprefix(prefix): (DATA / version / entry["dir"] / name).read_bytes()
+        for name in entry["files"]
+        if name.startswith(prefix)
+    }

@@ -7,7 +7,8 @@ with no network behind them, a 9p share, a QMP socket), optionally a **virtiofs*
 shared memfd, as KubeVirt shares a ConfigMap volume with a VMI), optionally qemu-guest-agent's
 channel (a virtio-serial port ``org.qemu.guest_agent.0`` on a host socket, as KubeVirt's domain
 has it) with a minimal client of its protocol (``Qga``), the processes' lives, and a minimal QMP
-client for hot-plug. Must not know what the guest checks: that is the share's
+client for hot-plug. A NIC of a KubeVirt VMI takes its MAC and pinned slot from KubeVirt's
+recorded domain (``Nic.kubevirt``). Must not know what the guest checks: that is the share's
 business.
 """
 
@@ -31,7 +32,9 @@ SHARE_TAG = "hostshare"  # packaging/vm/rootfs/etc/systemd/system/mnt-e2e.mount 
 # and queue size (virtwrap/converter), virtiofsd's options (the template service's container).
 KUBEVIRT_VIRTIOFS = kubevirtlab.virtiofs("kvdev-metadata")
 VIRTIOFS_TAG = KUBEVIRT_VIRTIOFS.tag
-CONFIG_DRIVE_SLOT = 0x1E  # the config drive's virtio-blk; clear of the NICs' slots (0x10-0x1d)
+# The config drive's virtio-blk, clear of the NICs' slots (0x10-0x1d): ours, as KubeVirt's
+# domain pins no address for the drive's disk (libvirt chooses one).
+CONFIG_DRIVE_SLOT = 0x1E
 SERIAL_SLOT = 0x1F  # the guest agent's virtio-serial controller
 GUEST_AGENT_PORT = "org.qemu.guest_agent.0"  # the port name qemu-guest-agent's udev rule waits for
 VIRTIOFSD = Path(__file__).resolve().parents[2] / "build" / "virtiofsd" / "bin" / "virtiofsd"
@@ -107,6 +110,24 @@ class Nic:
 
     def command_line(self) -> list[str]:
         return ["-device", ",".join(f"{k}={v}" for k, v in self.device_args().items())]
+
+    @classmethod
+    def kubevirt(cls, recorded: kubevirtlab.DomainNic, slot: int | None = None) -> Nic:
+        """The NIC KubeVirt's domain makes for a VMI interface: its MAC, and the slot of pci.0
+        the domain pins; ``slot`` (ours) only where the domain pins none (libvirt's choice)."""
+        if recorded.mac is None:
+            raise ValueError(f"{recorded.name}: the recorded domain and VMI give it no MAC")
+        if recorded.pci_address is None:
+            if slot is None:
+                raise ValueError(f"{recorded.name}: KubeVirt pins no address and we gave none")
+            return cls(recorded.name, slot, recorded.mac)
+        pinned = int(recorded.pci_address[8:10], 16)
+        nic = cls(recorded.name, pinned, recorded.mac)
+        if nic.pci_address != recorded.pci_address:
+            raise ValueError(
+                f"{recorded.name}: {recorded.pci_address} is not a slot of bus 0 (machine pc)"
+            )
+        return nic
 
 
 class QmpError(RuntimeError):
@@ -198,67 +219,76 @@ def virtiofs_device_args(sock: Path, memory_mib: int) -> list[str]:
     ]
 
 
+CONSOLE, QMP, QGA = "console.log", "qmp.sock", "qga.sock"  # under the guest's workdir
+
+
+def qemu_argv(guest: Guest, accel_args: list[str], kernel_args: str) -> list[str]:
+    """QEMU's command line for ``guest``, but the virtiofs share (its daemon must start first)."""
+    argv = [
+        "qemu-system-x86_64",
+        "-machine",
+        "pc",  # i440FX: ACPI hot-plug on pci.0 needs no root port
+        *accel_args,
+        "-m",
+        str(guest.memory_mib),
+        "-smp",
+        str(guest.cpus),
+        "-nographic",
+        "-nodefaults",
+        "-no-reboot",
+        "-kernel",
+        str(guest.kernel),
+        "-initrd",
+        str(guest.initrd),
+        "-append",
+        kernel_args,
+        "-drive",
+        f"file={guest.disk},if=virtio,format=raw,cache=unsafe",
+        "-serial",
+        f"file:{guest.workdir / CONSOLE}",
+        "-virtfs",
+        f"local,path={guest.share},mount_tag={SHARE_TAG},security_model=none",
+        "-qmp",
+        f"unix:{guest.workdir / QMP},server=on,wait=off",
+    ]
+    for nic in guest.nics:
+        argv += nic.command_line()
+    if guest.config_drive is not None:
+        # KubeVirt's config drive is an ISO labelled config-2; cloud-init's ConfigDrive
+        # source takes vfat or iso9660 by that label, and QEMU's vvfat makes one of a
+        # directory without any image tool on the host.
+        argv += [
+            "-blockdev",
+            (
+                f"driver=vvfat,node-name=configdrive,dir={guest.config_drive},"
+                "label=config-2,read-only=on"
+            ),
+            "-device",
+            f"virtio-blk-pci,drive=configdrive,bus=pci.0,addr=0x{CONFIG_DRIVE_SLOT:02x}",
+        ]
+    if guest.guest_agent:
+        argv += [
+            "-device",
+            f"virtio-serial-pci,id=vser0,bus=pci.0,addr=0x{SERIAL_SLOT:02x}",
+            "-chardev",
+            f"socket,id=qga0,path={guest.workdir / QGA},server=on,wait=off",
+            "-device",
+            f"virtserialport,bus=vser0.0,chardev=qga0,name={GUEST_AGENT_PORT}",
+        ]
+    return argv
+
+
 class Vm:
     """A running QEMU; ``console`` collects the serial console, ``qmp`` the monitor."""
 
     def __init__(self, guest: Guest) -> None:
         self.guest = guest
         self.accel, accel_args, kernel_args = accelerator()
-        self.console = guest.workdir / "console.log"
-        self.qmp_path = guest.workdir / "qmp.sock"
+        self.console = guest.workdir / CONSOLE
+        self.qmp_path = guest.workdir / QMP
         self.stderr = guest.workdir / "qemu.stderr"
-        argv = [
-            "qemu-system-x86_64",
-            "-machine",
-            "pc",  # i440FX: ACPI hot-plug on pci.0 needs no root port
-            *accel_args,
-            "-m",
-            str(guest.memory_mib),
-            "-smp",
-            str(guest.cpus),
-            "-nographic",
-            "-nodefaults",
-            "-no-reboot",
-            "-kernel",
-            str(guest.kernel),
-            "-initrd",
-            str(guest.initrd),
-            "-append",
-            kernel_args,
-            "-drive",
-            f"file={guest.disk},if=virtio,format=raw,cache=unsafe",
-            "-serial",
-            f"file:{self.console}",
-            "-virtfs",
-            f"local,path={guest.share},mount_tag={SHARE_TAG},security_model=none",
-            "-qmp",
-            f"unix:{self.qmp_path},server=on,wait=off",
-        ]
-        for nic in guest.nics:
-            argv += nic.command_line()
-        if guest.config_drive is not None:
-            # KubeVirt's config drive is an ISO labelled config-2; cloud-init's ConfigDrive
-            # source takes vfat or iso9660 by that label, and QEMU's vvfat makes one of a
-            # directory without any image tool on the host.
-            argv += [
-                "-blockdev",
-                (
-                    f"driver=vvfat,node-name=configdrive,dir={guest.config_drive},"
-                    "label=config-2,read-only=on"
-                ),
-                "-device",
-                f"virtio-blk-pci,drive=configdrive,bus=pci.0,addr=0x{CONFIG_DRIVE_SLOT:02x}",
-            ]
-        self.qga_path = guest.workdir / "qga.sock"
-        if guest.guest_agent:
-            argv += [
-                "-device",
-                f"virtio-serial-pci,id=vser0,bus=pci.0,addr=0x{SERIAL_SLOT:02x}",
-                "-chardev",
-                f"socket,id=qga0,path={self.qga_path},server=on,wait=off",
-                "-device",
-                f"virtserialport,bus=vser0.0,chardev=qga0,name={GUEST_AGENT_PORT}",
-            ]
+        self.qga_path = guest.workdir / QGA
+        argv = qemu_argv(guest, accel_args, kernel_args)
         self.virtiofsd: subprocess.Popen[bytes] | None = None
         if guest.virtiofs is not None:
             argv += self._start_virtiofsd(guest.virtiofs)

@@ -4,9 +4,9 @@
    link it may manage), plus a keyfile of the admin's for the NIC nobody describes;
 2. **systemd-networkd** with a catch-all ``.network`` (``en*``/``eth*``, DHCP), the way a
    netplan or cloud-init fallback leaves it;
-3. **cloud-init** (its ConfigDrive source, a KubeVirt-style config drive with
-   ``network_data.json`` giving every NIC, the two kvdev manages too, a static address)
-   rendering for systemd-networkd.
+3. **cloud-init** (its ConfigDrive source: the config drive KubeVirt writes for the VMI
+   inputs/vmi-neighbours.yaml, byte for byte as recorded, its ``network_data.json`` giving
+   every NIC, the two kvdev manages too, a static address) rendering for systemd-networkd.
 
 In each boot the two described NICs -- nic-pci renamed to dpci0, nic-mac configured under the
 kernel's own name ens17 -- must keep kvdev's names, MTUs and addresses through the manager's
@@ -21,7 +21,6 @@ Last, the MAC comes back: kvdev takes ens17 back from the running manager, which
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,7 +29,18 @@ from typing import Any
 import e2e_host
 import pytest
 from e2e_host import Secret, Symlink
-from e2e_nics import BOOT_NICS, CLAIM, NIC_HOT, NIC_MAC, NIC_PCI, NIC_SPARE, device, link
+from e2e_nics import (
+    BOOT_NICS,
+    CLAIM,
+    NIC_HOT,
+    NIC_MAC,
+    NIC_PCI,
+    NIC_SPARE,
+    config_drive,
+    device,
+    link,
+    network_address,
+)
 from e2e_qemu import Guest, Nic, Vm
 from e2e_run import Run, artifacts_dir, make_share, running, scratch_disk
 
@@ -103,45 +113,6 @@ DHCP=yes
 """
 
 
-def network_data() -> str:
-    """OpenStack ``network_data.json`` as a KubeVirt VMI's cloudInitConfigDrive carries it."""
-    nics = [NIC_PCI, NIC_MAC, NIC_SPARE]
-    return json.dumps(
-        {
-            "links": [
-                {"id": n.id, "type": "phy", "ethernet_mac_address": n.mac, "mtu": 1500}
-                for n in nics
-            ],
-            "networks": [
-                {
-                    "id": f"net-{n.id}",
-                    "type": "ipv4",
-                    "link": n.id,
-                    "ip_address": f"10.251.0.{n.slot - 6}",
-                    "netmask": "255.255.255.0",
-                }
-                for n in nics
-            ],
-            "services": [],
-        }
-    )
-
-
-def meta_data() -> str:
-    """KubeVirt's ``meta_data.json``: instance, host name, and a ``nic`` entry per device."""
-    return json.dumps(
-        {
-            "instance_id": "vm1.e2e",
-            "local_hostname": "vm1",
-            "uuid": "6f1e2d3c-4b5a-4978-8a6b-5c4d3e2f1a01",
-            "devices": [
-                {"type": "nic", "bus": "pci", "address": n.pci_address, "mac": n.mac}
-                for n in BOOT_NICS
-            ],
-        }
-    )
-
-
 NEIGHBOURS = [
     Neighbour(
         "NetworkManager",
@@ -165,7 +136,7 @@ NEIGHBOURS = [
         "systemd-networkd",
         "networkd",
         {**NETWORKD, "/etc/cloud/cloud.cfg.d/90-kvdev-e2e.cfg": CLOUD_CFG},
-        f"10.251.0.{NIC_SPARE.slot - 6}/24",
+        network_address(NIC_SPARE),  # the config drive's network data gives it
         config_drive=True,
         checks=[
             {
@@ -198,11 +169,7 @@ def boot(request, e2e_summary) -> Iterator[Boot]:
     host.prepare("plan-neighbours.yaml")
     drive = None
     if neighbour.config_drive:
-        drive = artifacts / "config-drive"
-        latest = drive / "openstack" / "latest"
-        latest.mkdir(parents=True)
-        (latest / "meta_data.json").write_text(meta_data())
-        (latest / "network_data.json").write_text(network_data())
+        drive = config_drive(artifacts / "config-drive")
     with scratch_disk() as disk:
         t = time.monotonic()
         installed = e2e_host.run_disk(

@@ -3,7 +3,9 @@
 Run by record.sh with the judge it built: ``record.py JUDGE VERSION COMMIT``. It feeds the judge
 ``kubevirtlab.judge_input(VERSION)`` and writes ``recording.json`` (the commit, the inputs'
 hash, each case's admission and hash) and per case ``defaulted.json``, ``domain.xml``,
-``devices.json``, ``meta_data.json`` (a VMI with a config drive) and ``launcher-pod.json``, and
+``devices.json``, ``launcher-pod.json`` and, for a VMI with a config drive, every file
+KubeVirt puts on it under ``config-drive/`` (``openstack/latest/meta_data.json``,
+``user_data``, ``network_data.json``: an empty one too, as KubeVirt writes it), and
 ``crd.yaml`` (virt-operator's VMI CRD). The same checkout writes the same bytes.
 """
 
@@ -32,13 +34,17 @@ def _write_case(out: Path, case: kubevirtlab.Case, r: dict[str, Any]) -> list[st
         "defaulted.json": _json(r["defaulted"]) if r.get("defaulted") is not None else "",
         "domain.xml": r.get("domain") or "",
         "devices.json": _json(r["devices"].get("devices") or []) if r.get("devices") else "",
-        "meta_data.json": r.get("metaData") or "",
         "launcher-pod.json": _json(r["pod"]) if r.get("pod") is not None else "",
     }
-    for name, text in texts.items():
-        if text:
-            (d / name).write_text(text)
-    return [name for name, text in texts.items() if text]
+    written = [name for name, text in texts.items() if text]
+    for name in written:
+        (d / name).write_text(texts[name])
+    for path, text in sorted((r.get("configDrive") or {}).items()):
+        name = f"{kubevirtlab.CONFIG_DRIVE}/{path}"
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_bytes(text.encode())
+        written.append(name)
+    return written
 
 
 def main(judge: str, version: str, commit: str) -> None:

@@ -105,3 +105,24 @@ def test_the_plugin_upgrades_with_a_surge_and_the_controller_is_cluster_critical
     assert kinds["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == (
         "privileged"
     )
+
+
+@pytest.mark.parametrize("grace", ["180", "0", "86400", "30"])
+def test_the_controller_args_the_chart_renders_are_what_kvdev_host_accepts(helm, grace):
+    """The rendered Deployment's args parse with kvdev-host's own parser and pass its
+    settings check; controller.guestGrace reaches --guest-grace."""
+    from kvdev.host.cli import build_parser  # noqa: PLC0415
+    from kvdev.host.commands import controller  # noqa: PLC0415
+
+    _, docs = template(helm, "kvdev-system", f"controller.guestGrace={grace}")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    parsed = build_parser("controller").parse_args(args)
+    assert parsed.guest_grace == float(grace)
+    assert controller._settings_error(parsed) is None
+
+
+def test_a_grace_beyond_a_day_is_refused_by_the_chart_schema(helm):
+    done, _ = template(helm, "kvdev-system", "controller.guestGrace=86401")
+    assert done.returncode != 0
+    assert "guestGrace" in done.stderr

@@ -536,3 +536,24 @@ def test_nesting_past_max_depth_up_to_gos_limit_is_read_and_emptied():
     got = read(stream(doc).replace(b'"deep": []', b'"deep": ' + deep))
     assert [w.path for w in got.warnings] == ["deep"]
     assert got.document.requests[0].devices[0].name == "vf-0"
+
+
+def test_encode_writes_each_version_as_a_whole_encode_of_it_would():
+    """Each version after the first is the first's text with its apiVersion (encoded once)."""
+    from kvdev.schema import gojson  # noqa: PLC0415
+    from kvdev.schema.stream import _with_api_version  # noqa: PLC0415
+
+    doc = read(stream(with_attrs({"apiVersion": {"string": '"apiVersion": "x"\n  <&>'}}))).document
+    layout = DEVICE_METADATA.go_layout
+    whole = "".join(
+        gojson.marshal_indent(gojson.go_value(doc.to_json_dict() | {"apiVersion": v}, layout))
+        + "\n"
+        for v in (V1BETA1, V1ALPHA1)
+    )
+    assert encode_stream(doc, DEVICE_METADATA).decode() == whole
+    # compact: only a first apiVersion key is replaced; anything else is encoded again
+    assert _with_api_version('{"apiVersion":"a","x":{"apiVersion":"a"}}', "a", "b") == (
+        '{"apiVersion":"b","x":{"apiVersion":"a"}}'
+    )
+    assert _with_api_version('{"x":{"apiVersion":"a"},"apiVersion":"a"}', "a", "b") is None
+    assert _with_api_version('{\n  "x": {\n    "apiVersion": "a"\n  }\n}', "a", "b") is None

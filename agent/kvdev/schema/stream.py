@@ -514,14 +514,37 @@ def encode_stream(
     if unknown:
         raise ValueError(f"cannot write {kind.kind} as {', '.join(unknown)}")
     ordered = [v for v in kind.versions if v in chosen]
-    objects = []
+    fields = document.to_json_dict()
+    objects: list[str] = []
     for api in ordered:
-        body = document.to_json_dict() | {"apiVersion": api}
+        again = _with_api_version(objects[0], ordered[0], api) if objects else None
+        if again is not None:  # the same object but its apiVersion: encoded once
+            objects.append(again)
+            continue
+        body = fields | {"apiVersion": api}
         if kind.go_layout is not None:
             objects.append(gojson.marshal_indent(gojson.go_value(body, kind.go_layout)))
         else:
             objects.append(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
     return "".join(o + "\n" for o in objects).encode()
+
+
+def _with_api_version(text: str, was: str, api: str) -> str | None:
+    """``text`` (one object encoded with ``apiVersion`` ``was``) with ``api`` instead.
+
+    Indented (Go's layout), the object's own ``apiVersion`` is the one key indented by two
+    spaces of that name (deeper keys are indented further, and no encoded string holds a raw
+    newline); compact, only a first key is recognised. None: not found, encode again.
+    """
+    old, new = json.dumps(was), json.dumps(api)
+    line = f'\n  "apiVersion": {old}'
+    at = text.find(line)
+    if at >= 0 and text[at + len(line) : at + len(line) + 1] in (",", "\n"):
+        return f'{text[:at]}\n  "apiVersion": {new}{text[at + len(line) :]}'
+    head = f'{{"apiVersion":{old}'
+    if text.startswith(head) and text[len(head) : len(head) + 1] in (",", "}"):
+        return f'{{"apiVersion":{new}{text[len(head) :]}'
+    return None
 
 
 def decode_document(

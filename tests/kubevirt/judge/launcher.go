@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -12,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	cloudinit "kubevirt.io/kubevirt/pkg/cloud-init"
+	diskutils "kubevirt.io/kubevirt/pkg/ephemeral-disk-utils"
 	"kubevirt.io/kubevirt/pkg/hooks"
 	"kubevirt.io/kubevirt/pkg/network/netbinding"
 	netannotations "kubevirt.io/kubevirt/pkg/network/pod/annotations"
@@ -43,44 +45,68 @@ func (reporter) Fatalf(format string, args ...any) { check(fmt.Errorf(format, ar
 
 // configDrive gives the config drive's devices[] that virt-launcher builds from the defined
 // domain (here the converter's XML: libvirt assigns no addresses of its own in the judge), and,
-// where the VMI has a cloudInitConfigDrive volume, the meta_data.json that cloud-init's
-// GenerateLocalData writes (captured where it would make the ISO).
-func configDrive(vmi *v1.VirtualMachineInstance, domainXML string, dir string) (json.RawMessage, string, error) {
+// where the VMI has a cloudInitConfigDrive volume, every file cloud-init's GenerateLocalData
+// puts on the drive (meta_data.json with those devices, user_data, network_data.json), by its
+// path on the drive, captured where it would make the ISO. A tagged device the domain gives no
+// address (libvirt's to assign) makes KubeVirt's builder panic: an error here.
+func configDrive(vmi *v1.VirtualMachineInstance, domainXML string, dir string) (shown json.RawMessage, files map[string]string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the devices metadata builder panicked (a tagged device with no guest address?): %v", r)
+		}
+	}()
 	ctrl := gomock.NewController(reporter{})
 	dom := cli.NewMockVirDomain(ctrl)
 	dom.EXPECT().GetXMLDesc(gomock.Any()).Return(domainXML, nil).AnyTimes()
 	devices, err := virtwrap.KvdevJudgeDevicesMetadata(vmi, dom)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	shown, err := json.Marshal(cloudinit.ConfigDriveMetadata{Devices: &devices})
+	shown, err = json.Marshal(cloudinit.ConfigDriveMetadata{Devices: &devices})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	data, err := cloudinit.ReadCloudInitVolumeDataSource(vmi, filepath.Join(dir, "secrets"))
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	if data == nil || data.DataSource != cloudinit.DataSourceConfigDrive {
-		return shown, "", nil
+		return shown, nil, nil
 	}
-	data.DevicesData = &devices
+	if devices != nil { // as virt-launcher's generateSomeCloudInitISO: no devices, no key
+		data.DevicesData = &devices
+	}
+	// The ISO's owner (virt-launcher's qemu user) is no part of what the drive carries.
+	diskutils.MockDefaultOwnershipManager()
 	if err := cloudinit.SetLocalDirectory(filepath.Join(dir, "local")); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	var metaData []byte
 	cloudinit.SetIsoCreationFunction(func(isoOutFile, volumeID string, inDir string) error {
-		var err error
-		metaData, err = os.ReadFile(filepath.Join(inDir, "openstack", "latest", "meta_data.json"))
+		if volumeID != "config-2" {
+			return fmt.Errorf("config drive labelled %q, not config-2", volumeID)
+		}
+		files = map[string]string{}
+		err := filepath.WalkDir(inDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			text, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(inDir, path)
+			files[filepath.ToSlash(rel)] = string(text)
+			return err
+		})
 		if err != nil {
 			return err
 		}
 		return os.WriteFile(isoOutFile, nil, 0o600)
 	})
 	if err := cloudinit.GenerateLocalData(vmi, "", data); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	return shown, string(metaData), nil
+	return shown, files, nil
 }
 
 // launcherPod renders the virt-launcher pod with the template service virt-controller runs,

@@ -11,8 +11,8 @@
 //   - domain: the libvirt domain XML of virtwrap/converter, with the host devices virt-launcher
 //     resolves from KEP-5304 metadata files (written here, one fake host PCI address each);
 //   - devices: the config drive's devices[] that virt-launcher builds from the domain;
-//   - metaData: the config drive's openstack/latest/meta_data.json, where the VMI has a
-//     cloudInitConfigDrive volume;
+//   - configDrive: every file on the config drive (openstack/latest/meta_data.json, user_data,
+//     network_data.json) by its path there, where the VMI has a cloudInitConfigDrive volume;
 //   - pod: the virt-launcher pod the template service renders (volumes, containers).
 //
 // "crd" as the first argument prints virt-operator's VirtualMachineInstance CRD instead.
@@ -45,6 +45,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	cloudinit "kubevirt.io/kubevirt/pkg/cloud-init"
 	"kubevirt.io/kubevirt/pkg/dra/metadata"
 	ephemeraldisk "kubevirt.io/kubevirt/pkg/ephemeral-disk"
 	netadmitter "kubevirt.io/kubevirt/pkg/network/admitter"
@@ -91,8 +92,7 @@ type result struct {
 	DomainError string            `json:"domainError,omitempty"`
 	Devices     json.RawMessage   `json:"devices,omitempty"`
 	DevicesErr  string            `json:"devicesError,omitempty"`
-	MetaData    string            `json:"metaData,omitempty"`
-	MetaDataErr string            `json:"metaDataError,omitempty"`
+	ConfigDrive map[string]string `json:"configDrive,omitempty"`
 	HostPCI     map[string]string `json:"hostPCI,omitempty"`
 	Pod         json.RawMessage   `json:"pod,omitempty"`
 	PodError    string            `json:"podError,omitempty"`
@@ -183,6 +183,9 @@ func judge(c inputCase, mutator *mutators.VMIsMutator, admitter *admitters.VMICr
 	defer os.RemoveAll(dir)
 	r.HostPCI = writeMetadata(filepath.Join(dir, "dra"), vmi)
 
+	// where virt-launcher keeps cloud-init's files (its --ephemeral-disk-dir default): the
+	// domain names the config drive's ISO there; configDrive writes into dir instead
+	cloudinit.SetLocalDirectoryOnly("/var/run/kubevirt-ephemeral-disks/cloud-init-data")
 	domain, err := convert(vmi, filepath.Join(dir, "dra"))
 	if err != nil {
 		r.DomainError = err.Error()
@@ -190,12 +193,12 @@ func judge(c inputCase, mutator *mutators.VMIsMutator, admitter *admitters.VMICr
 		out, err := xml.MarshalIndent(domain.Spec, "", "  ")
 		check(err)
 		r.Domain = string(out) + "\n"
-		devices, metaData, err := configDrive(vmi, string(out), filepath.Join(dir, "cloud-init"))
+		devices, drive, err := configDrive(vmi, string(out), filepath.Join(dir, "cloud-init"))
 		if err != nil {
 			r.DevicesErr = err.Error()
 		} else {
 			r.Devices = devices
-			r.MetaData = metaData
+			r.ConfigDrive = drive
 		}
 	}
 	pod, err := launcherPod(vmi, clusterConfig)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kvdev.host.k8s.claim import ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
-from kvdev.host.k8s.resource import ResourceSlice
+from kvdev.host.k8s.resource import IndexedSlices, ResourceSlice
 
 
 def toleration_for(
@@ -58,18 +58,18 @@ class TaintedDevice:
 def allocated_taints(
     claims: Iterable[ResourceClaim], slices: Sequence[ResourceSlice]
 ) -> list[TaintedDevice]:
-    """The allocated devices of ``claims`` that carry taints in ``slices``, in claim order."""
-    taints: dict[tuple[str, str, str], list[DeviceTaint]] = {}
-    for s in slices:
-        for d in s.spec.devices or []:
-            if d.taints:
-                taints[(s.spec.driver, s.spec.pool.name, d.name)] = list(d.taints)
+    """The allocated devices of ``claims`` that carry taints in ``slices``, in claim order.
+
+    ``slices`` may be ``IndexedSlices`` (the controller's, kept per driver): then no slice is
+    scanned.
+    """
+    indexed = IndexedSlices.of(slices)
     out = []
     for claim in claims:
         allocation = claim.status.allocation if claim.status else None
         devices = allocation.devices if allocation is not None else None
         for r in (devices.results if devices is not None else None) or []:
-            found = taints.get((r.driver, r.pool, r.device))
+            found = indexed.taints(r.driver, r.pool, r.device)
             if not found:
                 continue
             tolerations = r.tolerations or []

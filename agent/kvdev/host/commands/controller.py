@@ -46,7 +46,7 @@ from kvdev.host.commands.common import (
 from kvdev.host.commands.inputs import load_files_of
 from kvdev.host.contract import CONTROLLER, HINTS_KEY, MANAGED_BY, RELAY, configmap_name
 from kvdev.host.controller.guestwatch import GRACE_SECONDS
-from kvdev.host.controller.index import Index, Kind, Stored
+from kvdev.host.controller.index import CONFIGMAPS, Index, Kind, Stored
 from kvdev.host.controller.render import Rendered, Verb, render
 from kvdev.host.controller.workqueue import WORKERS
 from kvdev.host.k8s import Pod, ResourceClaim, ResourceSlice
@@ -246,7 +246,7 @@ def index_of_files(
     index = Index(relay_namespace)
     for model, kind in kinds:
         items = [
-            Stored(o, o.to_json_dict())
+            Stored(o, o.to_json_dict() if kind in CONFIGMAPS else {})
             for o in objects
             if isinstance(o, model) and (kind is Kind.RECORD) == _is_record(o, relay_namespace)
         ]

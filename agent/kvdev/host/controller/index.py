@@ -2,16 +2,19 @@
 
 Owns the six caches (VMIs, virt-launcher pods, ResourceClaims, ResourceSlices, the
 controller's own ConfigMaps, the node relays' records), each keyed by ``(namespace, name)``
-(slices: ``("", name)``), holding the parsed model and the JSON it came from; the parsing of API
-JSON into kvdev's models (``parse``: list items come without apiVersion and kind), which keeps
-of a ConfigMap only what a sync reads (``slim``); and the join: ``affected`` VMIs of a
-change (a VMI itself; the VMI controlling a pod, in the pod's namespace; every VMI using a
-claim, directly or through a pod's ``status.resourceClaimStatuses``; every VMI with a device in
-a slice's pool; the VMI a ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names;
-every VMI using the claim a node relay's record names, by the claim's UID) and ``inputs`` for
-``render``. Relay records (``publish/relayed``) are ConfigMaps of their own kind
-(``Kind.RECORD``), listed and watched in the relay's namespace (``relay_namespace``) only: a
-ConfigMap with the relay's label anywhere else is nobody's record, and never even read.
+(slices: ``("", name)``), holding the parsed model, and of a ConfigMap the JSON it came from
+(the models of the other kinds are all a sync reads of them: their JSON is not kept); the
+parsing of API JSON into kvdev's models (``parse``: list items come without apiVersion and
+kind), which keeps of a ConfigMap only what a sync reads (``slim``); and the join:
+``affected`` VMIs of a change (a VMI itself; the VMI controlling a pod, in the pod's
+namespace; every VMI using a claim, directly or through a pod's
+``status.resourceClaimStatuses``; every VMI with a device in a slice's pool; the VMI a
+ConfigMap's owner, or the VMI its ``kvdev.io/vmi`` label names; every VMI using the claim a node
+relay's record names, by the claim's UID) and ``inputs`` for ``render`` (each driver's slices
+as ``IndexedSlices``, kept until one of them changes: a render looks its devices up). Relay
+records (``publish/relayed``) are ConfigMaps of their own kind (``Kind.RECORD``), listed and
+watched in the relay's namespace (``relay_namespace``) only: a ConfigMap with the relay's label
+anywhere else is nobody's record, and never even read.
 
 What a cached ConfigMap keeps (``slim``): its metadata without ``managedFields``; a record's data
 (the files a sync copies); the data of the controller's own ConfigMap only where it has the
@@ -30,7 +33,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -44,8 +48,9 @@ from kvdev.host.k8s.core import ConfigMap
 from kvdev.host.k8s.kubevirt import API_VERSION as VMI_API_VERSION
 from kvdev.host.k8s.kubevirt import KIND as VMI_KIND
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
-from kvdev.host.k8s.model import Document, problems_from
+from kvdev.host.k8s.model import Document, forget_unknown, problems_from
 from kvdev.host.k8s.resource import API_VERSION as RESOURCE_API_VERSION
+from kvdev.host.k8s.resource import IndexedSlices
 from kvdev.host.publish.relayed import Record, read_record
 
 Key = tuple[str, str]
@@ -86,17 +91,18 @@ MODELS: Final[Mapping[Kind, type[Document]]] = {
     Kind.RECORD: ConfigMap,
 }
 CONFIGMAPS: Final = (Kind.CONFIGMAP, Kind.RECORD)
+_NO_JSON: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """One cached object: its model and the JSON it was parsed from (a ConfigMap's: ``slim``).
+    """One cached object: its model, and a ConfigMap's JSON (``slim``; other kinds: empty).
 
     ``partial``: the JSON lacks data a sync reads (a ConfigMap not of the controller's shape).
     """
 
     model: Any  # the kind's model (see MODELS)
-    raw: Mapping[str, Any]
+    raw: Mapping[str, Any] = field(default_factory=lambda: _NO_JSON)  # shared, read-only
     partial: bool = False
 
     @property
@@ -156,7 +162,9 @@ def _shaped(meta: Mapping[str, Any]) -> bool:
 def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stored:
     """Validate API JSON as ``kind`` (apiVersion and kind filled in when absent).
 
-    A ConfigMap keeps only what ``slim`` keeps; its model, metadata alone.
+    A ConfigMap keeps only what ``slim`` keeps; its model, metadata alone. Another kind keeps
+    its model only (what a sync reads of it). No model keeps its unknown fields
+    (``forget_unknown``: a pod's containers, a VMI's status, ``managedFields``).
 
     Raises:
         SchemaError: the object breaks kvdev's model (the object and field are named).
@@ -167,13 +175,14 @@ def parse(kind: Kind, raw: Mapping[str, Any], source: str = "apiserver") -> Stor
         checked = {k: v for k, v in kept.items() if k not in ("data", "binaryData")}
         stored = _validated(kind, checked, source)
         return Stored(stored, kept, partial)
-    return Stored(_validated(kind, raw, source), raw)
+    return Stored(_validated(kind, raw, source))
 
 
 def _validated(kind: Kind, raw: Mapping[str, Any], source: str) -> Any:  # noqa: ANN401 - MODELS
     value = {"apiVersion": kind.api_version, "kind": kind.kind, **raw}
     try:
         model = MODELS[kind].model_validate(value, strict=True)
+        forget_unknown(model)  # what kvdev's models do not declare, no sync reads
     except ValidationError as e:
         meta = raw.get("metadata")
         name = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
@@ -202,6 +211,9 @@ class Index:
         self._users_of: dict[Key, set[Key]] = {}  # (namespace, claim name) -> its VMIs
         self._claims_in: dict[tuple[str, str], set[Key]] = {}  # (driver, pool) -> claims
         self._slices_of: dict[str, dict[Key, None]] = {}  # driver -> its slices, in order
+        # driver -> its slices with their devices indexed, made at the first render after a
+        # change of one of them (renders look devices up, never scan the slices)
+        self._indexed: dict[str, IndexedSlices] = {}
         self.synced: set[Kind] = set()
 
     # ------------------------------------------------------------------ changes
@@ -269,10 +281,6 @@ class Index:
             if claim is not None:
                 claims[name] = claim.model
         drivers = {r.driver for c in claims.values() for r in _results(c)}
-        slices: dict[str, list[ResourceSlice]] = {
-            d: [self._objects[Kind.SLICE][k].model for k in self._slices_of.get(d, {})]
-            for d in drivers
-        }
         existing = self._objects[Kind.CONFIGMAP].get((namespace, configmap_name(key[1])))
         relayed = [
             r
@@ -283,11 +291,20 @@ class Index:
             vmi=vmi,
             pods=tuple(pods),
             claims=claims,
-            slices={d: tuple(v) for d, v in slices.items()},
+            slices={d: self._indexed_slices(d) for d in sorted(drivers)},
             existing=existing.raw if existing is not None else None,
             relayed=tuple(relayed),
             partial=existing is not None and existing.partial,
         )
+
+    def _indexed_slices(self, driver: str) -> IndexedSlices:
+        """The driver's slices, in order, indexed (kept until one of them changes)."""
+        found = self._indexed.get(driver)
+        if found is None:
+            slices = self._objects[Kind.SLICE]
+            models: list[ResourceSlice] = [slices[k].model for k in self._slices_of.get(driver, {})]
+            found = self._indexed[driver] = IndexedSlices(models)
+        return found
 
     def record(self, stored: Stored) -> Record | None:
         """The relay record a cached ``Kind.RECORD`` is (only in the relay's namespace)."""
@@ -381,6 +398,9 @@ class Index:
 
     def _driver_slices(self, before: Stored | None, after: Stored | None) -> None:
         new: str | None = after.model.spec.driver if after is not None else None
+        for stored in (before, after):
+            if stored is not None:
+                self._indexed.pop(stored.model.spec.driver, None)
         if before is not None:
             old: str = before.model.spec.driver
             if old != new:

@@ -96,7 +96,6 @@ class Stats:
     refused: int = 0
     conflicts: int = 0
     failures: int = 0
-    last: dict[Key, Rendered] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, what: str) -> None:
@@ -490,7 +489,7 @@ class Controller:
 
     def _sync_one(self, key: Key) -> None:
         try:
-            result = self.sync(key)
+            self.sync(key)
         except KvdevError as e:
             self.stats.count("failures")
             self.metrics.errors.labels("retryable" if e.retryable else "permanent").inc()
@@ -518,8 +517,6 @@ class Controller:
             self._queue.add([key], delay)
             return
         self._failures.pop(key, None)
-        if result is not None:
-            self.stats.last[key] = result
 
     # ------------------------------------------------------------------ the probes
 

@@ -491,13 +491,16 @@ def sources_annotation(sources: Mapping[str, str]) -> str:
 
 
 def stream_taints(inputs: Inputs) -> dict[tuple[str, str, str], tuple[str, ...]]:
-    """The taints of the VMI's allocated devices, by (stream key, pool, device): for the guest."""
-    slices = [s for group in inputs.slices.values() for s in group]
+    """The taints of the VMI's allocated devices, by (stream key, pool, device): for the guest.
+
+    Each driver's slices are looked at on their own (the controller's are indexed per driver).
+    """
     out = {}
     for claim in inputs.claims.values():
-        for d in allocated_taints([claim], slices):
-            key = stream_key(_directory(claim), base_request(d.request), d.driver)
-            out[(key, d.pool, d.name)] = taint_lines(d)
+        for slices in inputs.slices.values():
+            for d in allocated_taints([claim], slices):
+                key = stream_key(_directory(claim), base_request(d.request), d.driver)
+                out[(key, d.pool, d.name)] = taint_lines(d)
     return out
 
 

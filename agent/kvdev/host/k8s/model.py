@@ -7,7 +7,8 @@ Rules shared by all documents:
 * Models are frozen values.
 * Unknown fields are **ignored**, as upstream's decoder does (the apimachinery deserializer is
   not strict): they never fail a document and never reach a re-written file. They are kept on
-  the parsed value only so that ``unknown_fields`` can report them as warnings.
+  the parsed value only so that ``unknown_fields`` can report them as warnings;
+  ``forget_unknown`` lets a holder of many values (the controller's caches) drop them.
 
 No I/O here.
 """
@@ -83,6 +84,39 @@ def _own(value: object) -> tuple[Iterable[str], Iterable[tuple[str, object]]] | 
 def unknown_fields(model: BaseModel, loc: tuple[int | str, ...] = ()) -> Iterator[str]:
     """Yield the field path of every unknown (ignored) key anywhere inside ``model``."""
     return walk_unknown(model, loc, _own)
+
+
+_NO_EXTRA: dict[str, Any] = {}  # the one empty extras of every compacted model (never written)
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}  # one set per distinct set of fields
+_FIELDS_SETS_MAX = 4096  # past that many distinct sets, a model keeps its own
+
+
+def forget_unknown(value: object) -> None:
+    """Drop the unknown fields ``value`` and every model inside it kept, in place.
+
+    For a value no one else holds yet, kept long and never asked for its unknown fields (a
+    cache of API objects: a launcher pod's containers, a VMI's status, ``managedFields``): the
+    fields it declares stay, read and written as before. What equal models hold alike is held
+    once: the empty extras, and each distinct set of the fields set (pydantic copies both
+    before changing a copy; a frozen model never changes its own).
+    """
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, BaseModel):
+            if item.__pydantic_extra__ is not None:
+                object.__setattr__(item, "__pydantic_extra__", _NO_EXTRA)
+            fields = item.__pydantic_fields_set__
+            shared = _FIELDS_SETS.get(frozenset(fields))
+            if shared is None and len(_FIELDS_SETS) < _FIELDS_SETS_MAX:
+                shared = _FIELDS_SETS.setdefault(frozenset(fields), fields)
+            if shared is not None and shared is not fields:
+                object.__setattr__(item, "__pydantic_fields_set__", shared)
+            todo.extend(v for v in item.__dict__.values() if isinstance(v, BaseModel | list | dict))
+        elif isinstance(item, list):
+            todo.extend(v for v in item if isinstance(v, BaseModel | list | dict))
+        elif isinstance(item, dict):
+            todo.extend(v for v in item.values() if isinstance(v, BaseModel | list | dict))
 
 
 M = TypeVar("M", bound=Model)
@@ -182,6 +216,7 @@ def validate_value(value: object, model: type[M], *, source: str, index: int | N
 __all__ = [
     "Document",
     "Model",
+    "forget_unknown",
     "format_path",
     "plain_value",
     "problems_from",

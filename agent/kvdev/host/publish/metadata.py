@@ -21,6 +21,7 @@ from kvdev.host.k8s import ResourceClaim, ResourceSlice
 from kvdev.host.k8s.claim import DeviceRequestAllocationResult
 from kvdev.host.k8s.device import DeviceAttribute, NetworkDeviceData
 from kvdev.host.k8s.resource import Device as SliceDevice
+from kvdev.host.k8s.resource import IndexedSlices
 from kvdev.schema.fields import (
     base_request,
     check_dns_label,
@@ -153,16 +154,8 @@ def driver_results(claim: ResourceClaim, driver: str) -> list[DeviceRequestAlloc
 def find_device(
     slices: Sequence[ResourceSlice], driver: str, pool: str, device: str
 ) -> SliceDevice | None:
-    """The device in the newest generation of its pool, or None."""
-    best: tuple[int, SliceDevice] | None = None
-    for s in slices:
-        spec = s.spec
-        if spec.driver != driver or spec.pool.name != pool:
-            continue
-        for d in spec.devices or []:
-            if d.name == device and (best is None or spec.pool.generation > best[0]):
-                best = (spec.pool.generation, d)
-    return best[1] if best is not None else None
+    """The device in the newest generation of its pool, or None (``IndexedSlices.device``)."""
+    return IndexedSlices.of(slices).device(driver, pool, device)
 
 
 def _lookup(attrs: Mapping[str, DeviceAttribute], driver: str, name: str) -> DeviceAttribute | None:
@@ -274,6 +267,7 @@ def build_metadata(
     driver_results(claim, driver)  # raises unless allocated and the driver name is valid
     network = network_data if network_data is not None else network_from_status(claim)
     grouped: dict[str, dict[str, list[Device]]] = {}
+    slices = IndexedSlices.of(slices)  # once per call: each result is a lookup
     for index, result in enumerate(claim.status.allocation.devices.results or []):  # type: ignore[union-attr]
         if result.driver != driver:
             continue
