@@ -133,7 +133,7 @@ def _fill(cls: type[_B], names: tuple[str, ...], values: dict[str, Any]) -> _B:
     object.__setattr__(
         model, "__pydantic_fields_set__", {k for k, v in values.items() if v is not None}
     )
-    object.__setattr__(model, "__pydantic_extra__", {})
+    object.__setattr__(model, "__pydantic_extra__", _NO_EXTRA)
     object.__setattr__(model, "__pydantic_private__", None)
     return model
 
