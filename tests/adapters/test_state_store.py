@@ -6,6 +6,7 @@ file, left by a write killed before its rename, is removed by the next agent's f
 every other slot's.
 """
 
+import dataclasses
 import errno
 import json
 import logging
@@ -78,6 +79,27 @@ def test_a_value_is_written_only_when_its_encoding_changed(tmp_path, monkeypatch
     store.put(ALTNAMES, {3: frozenset({"a"})})
     store.put(ALTNAMES, {3: frozenset({"a"})})
     assert writes == [tmp_path / "altnames.json"]
+
+
+def test_the_status_is_indented_only_when_its_compact_form_changed(tmp_path):
+    encoded = []
+
+    def encode(body):
+        encoded.append(body)
+        return STATUS.encode(body)
+
+    slot = dataclasses.replace(STATUS, encode=encode)
+    store = Store(tmp_path)
+    store.put(slot, {"converged": True, "links": [{"a": 1}]})
+    store.put(slot, {"links": [{"a": 1}], "converged": True})  # the same, keys in another order
+    assert len(encoded) == 1
+    store.put(slot, {"converged": True, "links": [{"a": 2}]})
+    assert len(encoded) == 2
+    text = (tmp_path / "status.json").read_text()
+    assert text == STATUS.encode({"converged": True, "links": [{"a": 2}]})
+    assert text.startswith('{\n  "converged": true,\n  "links": [\n')
+    store.put(slot, {"converged": 1, "links": [{"a": 2}]})  # equal in Python, not in JSON
+    assert json.loads((tmp_path / "status.json").read_text())["converged"] == 1
 
 
 def test_a_failed_write_is_unsaved_warned_once_and_retried_until_it_succeeds(

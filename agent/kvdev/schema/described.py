@@ -55,8 +55,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.errors import Problem, Severity
-from kvdev.schema.fields import base_request, normalize_mac, normalize_pci_address
+from kvdev.schema.fields import base_request, interface, normalize_mac, normalize_pci_address
 from kvdev.schema.hints import DeviceHint
 from kvdev.schema.plain import format_path
 from kvdev.schema.reading import Device, DeviceMetadata
@@ -84,7 +85,8 @@ MTU_NAME = "mtu"  # the driver's MTU attribute, unqualified or in the driver's d
 DRIVER_MTU_MIN, DRIVER_MTU_MAX = 68, 9702  # the range the vhost-user binding plugin accepts
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class DescribedDevice:
     """One allocated device as the metadata describes it, normalized."""
 
@@ -283,7 +285,7 @@ def _ips(
         where = (*loc, i)
         try:
             if "/" in text:
-                iface = ipaddress.ip_interface(text)
+                iface = interface(text)
             else:
                 address = ipaddress.ip_address(text)
                 iface = ipaddress.ip_interface(f"{address}/{address.max_prefixlen}")

@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.schema import hints as hints_module
 from kvdev.schema.configdrive import ConfigDriveMetadata
@@ -48,7 +49,8 @@ from kvdev.schema.tree import CONFIG_DRIVE_NAME, CONFIGMAP_HINTS_KEY, MetadataLo
 AnyDocument = DeviceMetadata | GuestHints | ConfigDriveMetadata
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class FileResult:
     """Everything kvdev learned from one file.
 

@@ -14,6 +14,7 @@ attributes, the allocator's constraints and CEL view).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -40,6 +41,8 @@ def attribute_names(driver: str, name: str) -> tuple[str, ...]:
 
 def lookup_attribute(attrs: Mapping[str, _V | None], driver: str, name: str) -> _V | None:
     """The value of attribute ``name`` (either spelling, ``attribute_names``), or None."""
+    if not attrs:  # most devices: nothing to spell
+        return None
     for key in attribute_names(driver, name):
         found = attrs.get(key)
         if found is not None:
@@ -227,11 +230,21 @@ def normalize_mac(value: str) -> str:
 # --------------------------------------------------------------------------- IP addresses
 
 
+@functools.lru_cache(maxsize=4096)
+def interface(text: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    """``ipaddress.ip_interface(text)``, parsed once per distinct text (ValueError if not one).
+
+    Every pass reads the same addresses again (the metadata's, the kernel's): their parse is
+    kept, as the values are immutable.
+    """
+    return ipaddress.ip_interface(text)
+
+
 def _parse_interface(value: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
     if "/" not in value or "%" in value:
         raise ValueError(f"{value!r} is not a CIDR address (address/prefix, e.g. 10.1.0.5/24)")
     try:
-        return ipaddress.ip_interface(value)
+        return interface(value)
     except ValueError as e:
         raise ValueError(
             f"{value!r} is not a CIDR address (address/prefix, e.g. 10.1.0.5/24)"

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
+
 
 class Tag(enum.Enum):
     """How a struct field is written."""
@@ -37,21 +39,24 @@ OMITEMPTY: Final = Tag.OMITEMPTY
 POINTER: Final = Tag.POINTER
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ListOf:
     """A Go slice of ``item``."""
 
     item: Shape
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class MapOf:
     """A Go map from string keys to ``value`` (written with its keys sorted)."""
 
     value: Shape
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Field:
     """One struct field: its JSON name, its tag, the shape of its value, its zero value."""
 
@@ -61,7 +66,8 @@ class Field:
     zero: object = ""
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Struct:
     """A Go struct: its fields in declaration order."""
 

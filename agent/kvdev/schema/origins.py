@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.errors import Problem
 from kvdev.schema.plain import json_type
 
@@ -48,7 +49,8 @@ MAX_LINE: Final = 512
 _KEY: Final = re.compile(r"[-._a-zA-Z0-9]{1,253}\Z")
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Origins:
     """The origin of each stream key of one ConfigMap volume (``configmap`` False: a tree)."""
 

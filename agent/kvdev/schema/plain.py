@@ -30,6 +30,8 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Final, Self, TypeVar, cast, dataclass_transform
 
+from kvdev._records import compared
+
 Loc = tuple[int | str, ...]
 Errors = list[tuple[Loc, str]]
 Spec = Callable[[object, Loc, Errors], object]
@@ -246,17 +248,19 @@ def _default(f: dataclasses.Field[Any]) -> object:
 
 
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(of,))
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@compared
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Value:
     """Base of the plain document values: frozen, decoded by their fields' specs.
 
-    Every subclass is a frozen, keyword-only dataclass (made so when it is defined).
-    ``unknown`` holds the keys of the object that no field reads (sorted), for warnings.
+    Every subclass is a frozen, keyword-only dataclass (made so when it is defined; its ==,
+    hash and repr are ``kvdev._records``'s). ``unknown`` holds the keys of the object that no
+    field reads (sorted), for warnings.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:  # noqa: ANN401 - passed on as given
         super().__init_subclass__(**kwargs)
-        dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+        compared(dataclasses.dataclass(frozen=True, kw_only=True, eq=False, repr=False)(cls))
 
     unknown: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     ignore_unknown: ClassVar[bool] = False  # True: unknown keys are not even reported

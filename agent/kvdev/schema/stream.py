@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from kvdev._records import compared
 from kvdev.errors import Problem, SchemaError, Severity
 from kvdev.schema import godecode, gojson, hints, metadata, reading
 from kvdev.schema.plain import Value, format_path, json_type, read, unknown_fields
@@ -62,7 +63,8 @@ class Writable(Protocol):
 Check = Callable[[dict[str, object]], tuple[Problem, ...]]
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class DocumentKind(Generic[D]):
     """A versioned document type: its group, kind, known versions (newest first) and model.
 
@@ -93,7 +95,8 @@ DEVICE_METADATA: Final = DocumentKind(
 GUEST_HINTS: Final = DocumentKind(hints.GROUP, hints.KIND, hints.VERSIONS, hints.GuestHints)
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class Decoded(Generic[D]):
     """A document read from a stream, and how it was read.
 

@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.schema.fields import check_dns_label, check_dns_subdomain, check_driver_name
 
 ROOT: Final = "/var/run/kubernetes.io/dra-device-attributes"
@@ -44,7 +45,8 @@ class Role(enum.Enum):
     UNRELATED = "unrelated"
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class MetadataLocation:
     """Where a DeviceMetadata file sits, which says whose metadata it must be.
 

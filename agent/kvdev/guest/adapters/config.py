@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from kvdev._records import compared
 from kvdev.errors import UsageError
 from kvdev.schema.tree import HINTS_PATH, ROOT
 
@@ -39,7 +40,8 @@ DEFAULT_CONFIG = Path("/etc/kvdev/agent.toml")
 ENV_PREFIX = "KVDEV_AGENT_"
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class AgentConfig:
     """Everything the agent can be told."""
 
@@ -181,7 +183,8 @@ def toml_value(value: object) -> str:
     return json.dumps(str(value))
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Layered:
     """The effective configuration and, per key (``metadata-root``), where it came from."""
 

@@ -19,10 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
+from kvdev._records import compared
+
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Late:
     """A job that did not end within the deadline: why, for the status."""
 

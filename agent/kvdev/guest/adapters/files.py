@@ -44,6 +44,7 @@ from typing import Final
 
 from kvdev import _confined
 from kvdev._confined import RefusedError, TooLargeError
+from kvdev._records import compared
 from kvdev.errors import Problem, Severity
 from kvdev.guest.adapters import walk
 from kvdev.guest.adapters.resolve import real_path, real_path_or
@@ -114,7 +115,8 @@ def read_bounded(path: Path, limit: int = MAX_STREAM_BYTES, budget: Budget | Non
     return data
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Settle:
     """Read a file that looks torn again, at most ``rereads`` times, ``pause(interval)`` first."""
 
@@ -282,7 +284,8 @@ def read_tree(
             on_limit(problem)
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Place:
     """Where a walk's entries are named (``base``) and read (``real``)."""
 
@@ -461,7 +464,8 @@ def _optional(path: Path | None, role: Role, settle: Settle, budget: Budget) -> 
         return [_unreadable(str(path), None, role, e)]
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _How:
     settle: Settle
     bounds: walk.Bounds

@@ -4,7 +4,8 @@ A ``Slot`` names its file, its read bound, how its JSON object decodes (entries 
 fit are left out) and encodes, and when its value is empty (the file is removed then). A
 ``Store`` reads a slot once, through ``kvdev._confined`` (a regular file with one link, no link
 followed, at most the bound), and keeps it; ``put`` writes it with ``kvdev._atomic`` only when
-its encoding changed or the last write failed, and keeps a failure (``unsaved``: a
+its encoding changed or the last write failed (a slot may name a cheaper form to compare, its
+file's encoding made only when that changed), and keeps a failure (``unsaved``: a
 ``StateNotSaved`` condition) until a write succeeds. A file that cannot be read as its slot is
 moved aside once to ``<name>.corrupt`` with a warning naming it, never warned about at every
 start. ``tidy`` removes the temporary files a killed write left of any slot. A dry run's store
@@ -25,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from kvdev._atomic import remove_leftovers, write_atomic
 from kvdev._confined import RefusedError, read_beneath
+from kvdev._records import compared
 from kvdev.errors import KvdevError, os_error
 from kvdev.guest.core.journals import MAX_PER_LINK
 from kvdev.guest.core.primary import Decision
@@ -36,7 +38,8 @@ MAX_ADDRESSES = 256  # per link in the address journal, as the metadata reader's
 MAX_REASON = 512  # characters of a recorded reason for a guest's own NIC
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class Slot(Generic[T]):
     """One state file: its name, bound, codec, and what counts as empty (no file)."""
 
@@ -47,6 +50,11 @@ class Slot(Generic[T]):
     encode: Callable[[T], str]
     empty: Callable[[T], bool]  # an empty value is no file
     saving: str = ""  # how a failed write names the file: "" (after what) or " in"
+    compare: Callable[[T], str] | None = None  # equal exactly when encode's is; None: encode
+
+    def key(self, value: T) -> str:
+        """What ``put`` compares with the value last saved: ``compare``'s form, else encode's."""
+        return (self.compare or self.encode)(value)
 
 
 def _ifindexed(body: dict[str, Any]) -> dict[int, Any]:
@@ -100,6 +108,11 @@ def _status_text(body: dict[str, Any]) -> str:
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
+def _status_key(body: dict[str, Any]) -> str:
+    """The status compact: the C encoder's (an indented dump is pure Python, ~10x the CPU)."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
 def _body(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
@@ -123,7 +136,7 @@ PRIMARY: Slot[Decision] = Slot(
     " in",
 )
 STATUS: Slot[dict[str, Any]] = Slot(  # the last status (``views.encode``): written, not read
-    "status.json", "status", 1 << 24, _body, _status_text, lambda b: not b, " in"
+    "status.json", "status", 1 << 24, _body, _status_text, lambda b: not b, " in", _status_key
 )
 SLOTS = (STATUS, RENAMES, ADDRESSES, ALTNAMES, PRIMARY)
 
@@ -135,7 +148,7 @@ class Store:
     directory: Path
     writes: bool = True  # False on a dry run: read, set nothing aside, write nothing
     _values: dict[str, Any] = field(default_factory=dict)  # slot name -> value in force
-    _saved: dict[str, str] = field(default_factory=dict)  # slot name -> text on disk
+    _saved: dict[str, str] = field(default_factory=dict)  # slot name -> key of what is on disk
     _unsaved: dict[str, KvdevError] = field(default_factory=dict)  # what failed, why
 
     def get(self, slot: Slot[T]) -> T:
@@ -143,7 +156,7 @@ class Store:
         if slot.name not in self._values:
             value = self._load(slot)
             self._values[slot.name] = value
-            self._saved[slot.name] = slot.encode(value)
+            self._saved[slot.name] = slot.key(value)
         held: T = self._values[slot.name]
         return held
 
@@ -155,8 +168,8 @@ class Store:
         if not self.writes:
             return None
         self._values[slot.name] = value
-        text = slot.encode(value)
-        if self._saved.get(slot.name) == text and slot.name not in self._unsaved:
+        key = slot.key(value)
+        if self._saved.get(slot.name) == key and slot.name not in self._unsaved:
             return None
         path = self.directory / slot.name
         empty = slot.empty(value)
@@ -165,6 +178,7 @@ class Store:
                 path.unlink(missing_ok=True)
             else:
                 self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+                text = key if slot.compare is None else slot.encode(value)
                 write_atomic(path, text.encode(), mode=0o644)
         except OSError as e:
             doing = f"{'remove' if empty else 'save'} the {slot.what}{slot.saving}"
@@ -172,7 +186,7 @@ class Store:
             self.failed(slot.name, error)
             return error
         self.failed(slot.name, None)
-        self._saved[slot.name] = text
+        self._saved[slot.name] = key
         return None
 
     def failed(self, what: str, error: KvdevError | None) -> None:

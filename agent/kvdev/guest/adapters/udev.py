@@ -27,6 +27,7 @@ from typing import Literal, Self
 
 import pyudev
 
+from kvdev._records import compared
 from kvdev.errors import RetryableError
 from kvdev.guest.core.inventory import LOOPBACK, device_order
 from kvdev.guest.core.observed import GuestDevice, Nic
@@ -254,7 +255,8 @@ def _collect(member: pyudev.Device, found: dict[str, _Found], functions: Contain
 # --------------------------------------------------------------------------- monitor
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class UdevEvent:
     """One uevent, as a hint that a device changed (re-scan to learn how).
 

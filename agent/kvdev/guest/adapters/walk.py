@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.schema.tree import HINTS_PATH, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 
 # The root's subdirectories where upstream and kvdev put what the agent reads: walked first.
@@ -29,7 +30,8 @@ MAX_ENTRIES: Final = 10_000  # directory entries listed per walk
 MAX_SECONDS: Final = 10.0  # a backstop for file systems that answer slowly (9p, NFS)
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Bounds:
     """How far one walk may go: directory levels below the root, entries listed, seconds."""
 
@@ -38,7 +40,8 @@ class Bounds:
     seconds: float = MAX_SECONDS
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Found:
     """One directory entry: its path relative to the root ('/'-separated) and its kind."""
 

@@ -11,21 +11,58 @@ re-reads everything (level-triggered).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import stat
+import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Self
 
-from watchdog import events
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
-
 from kvdev.guest.adapters import fspoll, walk
 from kvdev.schema.tree import Role, role_of
+
+
+class _OnUse(types.ModuleType):
+    """A module's stand-in in ``sys.modules`` that imports the module when first used."""
+
+    def __getattr__(self, attr: str) -> object:  # only for what the stand-in does not have
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        module = importlib.import_module(name)  # binds it on its parent package too
+        return getattr(module, attr)
+
+
+def _deferred(name: str) -> None:
+    """Import module ``name`` only when one of its attributes is first used.
+
+    watchdog's inotify module imports ``ctypes.util`` and uses none of it (it loads libc with
+    ``CDLL(None)``); ``ctypes.util`` imports ``subprocess``: ~5 ms of every start, before READY=1.
+    (``importlib.util.LazyLoader`` would not do: the import statement itself reads the module's
+    ``__spec__``, which loads it.)
+    """
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)  # imports the parent package
+    if spec is None:
+        return
+    stand_in = _OnUse(name)
+    stand_in.__spec__ = spec
+    sys.modules[name] = stand_in
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, stand_in)  # as an import binds it
+
+
+_deferred("ctypes.util")
+
+from watchdog import events  # noqa: E402 - after _deferred
+from watchdog.observers import Observer  # noqa: E402
+from watchdog.observers.api import BaseObserver  # noqa: E402
 
 log = logging.getLogger("kvdev.agent")
 

@@ -22,13 +22,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvdev._records import compared
 from kvdev.guest.core.metrics import Metrics
 from kvdev.guest.core.status import Change, Status, changes
 
 EVENTS_KEPT = 512
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Event:
     """A numbered state change, with the wall-clock time it was published."""
 
@@ -40,7 +42,8 @@ class Event:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Snapshot:
     """The latest status and when things happened (wall-clock seconds)."""
 
@@ -51,7 +54,8 @@ class Snapshot:
     last_error: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Ask:
     """A request from the API to the loop; the loop resolves ``answer``."""
 

@@ -41,6 +41,8 @@ from urllib.parse import parse_qsl
 
 import h11
 
+from kvdev._records import compared
+
 logger = logging.getLogger(__name__)
 
 API_VERSION = "kvdev.io/v1alpha1"
@@ -51,7 +53,8 @@ _CHUNK = 65536
 _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Peer:
     """The client process, from SO_PEERCRED; ``groups`` = primary gid + supplementary groups."""
 
@@ -61,7 +64,8 @@ class Peer:
     groups: frozenset[int]
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Request:
     """One complete request; ``path`` is raw (still percent-encoded) and without the query."""
 
@@ -72,7 +76,8 @@ class Request:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Response:
     """The handler's answer; ``body`` goes through ``json.dumps`` (plus a newline).
 
@@ -86,7 +91,8 @@ class Response:
     content_type: str = "application/json"
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Deferred:
     """An answer that comes later, from ``finish(future)`` once ``future`` is done.
 
@@ -105,7 +111,8 @@ class Deferred:
 Handler = Callable[[Request], "Response | Deferred"]
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Limits:
     """What one client may make the server hold (sizes in bytes, times in seconds).
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
+from kvdev._records import compared
 from kvdev.errors import KvdevError, PermanentError, RetryableError
 
 DEFAULT_SOCKET: Final = "/run/kvdev/agent.sock"
@@ -78,7 +79,8 @@ class AgentBusyError(AnsweredError, RetryableError):
     """The agent answered 503: busy (all connections taken) or no first pass yet."""
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Answer:
     """One HTTP answer: status code and decoded JSON object (or, for a text answer, its text)."""
 

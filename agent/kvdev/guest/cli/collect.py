@@ -38,6 +38,7 @@ from typing import BinaryIO, Final, TextIO
 
 from kvdev import __version__
 from kvdev._confined import RefusedError, read_at
+from kvdev._records import compared
 from kvdev.errors import KvdevError
 from kvdev.guest.cli.client import Client
 from kvdev.schema.tree import ROOT
@@ -211,7 +212,8 @@ class _NotCollectedError(ValueError):
     """An entry that is not what it was listed as, or no file root may copy."""
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class _Entry:
     """One entry of a walked tree: its directory's fd (open while it is yielded), name, lstat."""
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
+from kvdev._records import compared
 from kvdev.guest.cli.client import AgentError, ApiError, Client, NotRunningError, path_of
 from kvdev.guest.views import tables
 from kvdev.printable import escape
@@ -34,7 +35,8 @@ OUTPUTS: Final = ("json", "yaml", "wide", "name")  # -o: one convention with kvd
 _LISTS: Final = {"wide": {"devices"}, "name": {"devices", "explain"}}  # who takes which
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Context:
     """What every command needs: the client, the streams, the output choices."""
 

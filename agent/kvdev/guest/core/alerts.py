@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.guest.core.planning import Blocked
 from kvdev.guest.core.status import Phase, Status, changes
 
@@ -22,7 +23,8 @@ REFUSED: Final = "1b50d70fcdf748848ff181eca211c6a6"  # the safety policy refused
 METADATA_INVALID: Final = "7b9e245f5e774cc7ac73f788d877d66d"  # a metadata file is invalid
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Alert:
     """One message: its ID, its level (``info`` or ``warning``), text and journal fields."""
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kvdev._records import compared
 from kvdev.errors import Problem, Severity
 from kvdev.guest.core.observed import RawFile
 from kvdev.schema import FileResult, Role, check_file, metadata_location
 from kvdev.schema.hints import GuestHints
 
 
-@dataclass(frozen=True)
+@compared
+@dataclass(frozen=True, eq=False, repr=False)
 class Report:
     """The outcome of validating some files."""
 

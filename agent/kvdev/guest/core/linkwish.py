@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from kvdev._records import compared
 from kvdev.schema.ifnames import check_ifname
 
 WISH_SUFFIX = ".wish"
@@ -51,7 +52,8 @@ _PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]\Z")
 _MATCH_KEY = {"mac": "MACAddress", "permanent-mac": "PermanentMACAddress", "pci": "Path"}
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Wish:
     """A checked link wish: give the link that ``kind`` ``value`` matches the name ``name``."""
 
@@ -126,7 +128,8 @@ def first_of_each_match(wishes: Iterable[Wish]) -> tuple[list[Wish], list[Wish]]
 # --------------------------------------------------------------------------- udev's marks
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class NetLink:
     """A network link as the helper sees it: sysfs (address, a ``device``) and udev's database."""
 

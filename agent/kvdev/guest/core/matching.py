@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.guest.core.observed import GuestDevice, Nic
 from kvdev.schema.configdrive import TaggedDevice
 from kvdev.schema.described import NOT_WRITTEN, DescribedDevice, hint_for
@@ -56,7 +57,8 @@ class MatchState(enum.Enum):
     NOTHING_TO_MATCH = "NothingToMatch"  # a CPU device: no guest device stands for it
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Evidence:
     """One reason for a binding: which key matched, and on what value."""
 
@@ -64,7 +66,8 @@ class Evidence:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Binding:
     """What became of one described device."""
 
@@ -84,7 +87,8 @@ class Binding:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Matching:
     """All bindings, in the order of the described devices, and the unmanaged guest devices."""
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from kvdev._records import compared
 from kvdev.guest.core.status import Phase, Status
 from kvdev.guest.core.steps import Step, StepResult
 
@@ -71,7 +72,8 @@ class PassOutcome(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class View:
     """The counters at the end of one pass; never changed once published."""
 

@@ -12,11 +12,14 @@ import functools
 import ipaddress
 from dataclasses import dataclass, field
 
+from kvdev._records import compared
 from kvdev.errors import Problem
+from kvdev.schema.fields import interface
 from kvdev.schema.tree import Role
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RawFile:
     """One file as read from disk, before any parsing.
 
@@ -39,7 +42,8 @@ class RawFile:
     stream_key: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Nic:
     """A network interface as the kernel shows it.
 
@@ -58,7 +62,8 @@ class Nic:
     altnames: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class GuestDevice:
     """A device in the guest: a PCI function (with its NICs, if any) or a NIC with no PCI parent.
 
@@ -93,7 +98,8 @@ KVDEV_PROTO = 75  # route protocol and address protocol (IFA_PROTO) marking what
 RTPROT_KERNEL, RTPROT_RA = 2, 9  # routes the kernel makes by itself: connected prefixes, RA
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Link:
     """A network link as rtnetlink reports it.
 
@@ -128,7 +134,8 @@ class Link:
     lower: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Address:
     """An IP address on a link, in canonical CIDR interface form (``10.1.0.5/24``).
 
@@ -141,7 +148,8 @@ class Address:
     proto: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Route:
     """A unicast route in the main table through one link.
 
@@ -156,7 +164,8 @@ class Route:
     protocol: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class NetState:
     """Everything rtnetlink told us in one observation.
 
@@ -204,7 +213,6 @@ def network(destination: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(destination)
 
 
-@functools.lru_cache(maxsize=4096)
 def interface_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The IP of an ``address`` (``ip/prefix``), parsed once per distinct text."""
-    return ipaddress.ip_interface(address).ip
+    return interface(address).ip

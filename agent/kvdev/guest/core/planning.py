@@ -44,6 +44,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from kvdev._records import compared
 from kvdev.guest.core import linkwish, primary, safety
 from kvdev.guest.core.matching import Binding, Matching, MatchState
 from kvdev.guest.core.observed import KVDEV_PROTO, RTPROT_KERNEL, RTPROT_RA, Link, NetState, Route
@@ -72,7 +73,8 @@ _DEFAULT_METRIC = {4: 0, 6: 1024}  # what the kernel stores when no metric is gi
 IFAPROT_KERNEL = frozenset({1, 2, 3})  # addresses the kernel made: loopback, RA, link-local
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Policy:
     """Site choices that are not in the metadata."""
 
@@ -80,7 +82,8 @@ class Policy:
     altnames: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class DesiredRoute:
     """A route kvdev wants through an interface."""
 
@@ -89,7 +92,8 @@ class DesiredRoute:
     metric: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Desired:
     """What one bound interface should look like."""
 
@@ -106,7 +110,8 @@ class Desired:
     """Routes the hints list that the safety policy refuses, with why."""
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Blocked:
     """Something wanted that kvdev will not do, and why."""
 
@@ -115,7 +120,8 @@ class Blocked:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Warned:
     """Something wanted that kvdev does, with a warning (the safety policy's)."""
 
@@ -124,7 +130,8 @@ class Warned:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Plan:
     """The steps to apply, in order, with the desired state they aim at."""
 

@@ -40,10 +40,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kvdev._records import compared
 from kvdev.guest.core.observed import KVDEV_PROTO, NetState, Route, network
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Configured:
     """One NIC the guest's network configuration names: its MAC and/or its interface name."""
 
@@ -53,7 +55,8 @@ class Configured:
     pci: str | None = None  # a guest PCI address (the hints' protectedNICs)
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class AutoDefault:
     """NetworkManager's auto-default: on, and the NICs ``no-auto-default`` leaves out."""
 
@@ -62,7 +65,8 @@ class AutoDefault:
     names: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Decision:
     """The guest's own NICs: MAC -> why (the reason shown for a refusal)."""
 
@@ -76,7 +80,8 @@ class Decision:
         return self.owned.get(mac.lower()) or self.held.get(mac.lower())
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Protected:
     """The links kvdev never touches, as the guest's primary NICs: ifindex -> why (for people)."""
 

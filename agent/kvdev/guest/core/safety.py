@@ -59,12 +59,14 @@ No I/O here.
 from __future__ import annotations
 
 import bisect
+import functools
 import ipaddress
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.guest.core import primary
 from kvdev.guest.core.observed import (
     KVDEV_PROTO,
@@ -76,6 +78,7 @@ from kvdev.guest.core.observed import (
     network,
 )
 from kvdev.guest.core.primary import foreign_defaults, via
+from kvdev.schema.fields import interface
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NET = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -103,7 +106,8 @@ _ALLOW: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Wanted:
     """What one bound device asks for on its link, as planning has it before the policy."""
 
@@ -115,7 +119,8 @@ class Wanted:
     primary: bool = False  # its hint says it is to become the guest's primary NIC
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Guard:
     """What holds the primary NICs' traffic.
 
@@ -128,7 +133,8 @@ class Guard:
     dns: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Ruling:
     """The policy's word on one device: what it may have, what is refused, what is warned."""
 
@@ -162,8 +168,9 @@ def stacked(link: Link, state: NetState) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _address_refusal(address: str) -> str | None:
-    ip = ipaddress.ip_interface(address).ip
+    ip = interface_ip(address)
     what = None
     if ip.is_unspecified:
         what = "the unspecified address"
@@ -259,7 +266,7 @@ class _Judge:
         self.askers: defaultdict[_IP, list[Wanted]] = defaultdict(list)
         for w in wanted:
             for address in w.addresses:
-                self.askers[ipaddress.ip_interface(address).ip].append(w)
+                self.askers[interface_ip(address)].append(w)
         self.defaults = foreign_defaults(state.routes)
         self.foreign_routes = [
             r
@@ -286,7 +293,7 @@ class _Judge:
         out: dict[_NET, str] = {}
         # The primaries' addresses first: parsing every address of the guest is the cost.
         for a in filter(lambda a: a.ifindex in self.primaries, self.state.addresses):
-            iface = ipaddress.ip_interface(a.address)
+            iface = interface(a.address)
             if not iface.ip.is_link_local:
                 out.setdefault(
                     iface.network, f"{iface.network}, the prefix of {self._name(a.ifindex)}"
@@ -375,7 +382,7 @@ class _Judge:
         """(refusal, warning) for one address."""
         if (refused := _address_refusal(address)) is not None:
             return refused, None
-        iface = ipaddress.ip_interface(address)
+        iface = interface(address)
         ip = iface.ip
         if ip.is_link_local:
             return None, f"address {address} is link-local"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Final
 
+from kvdev._records import compared
 from kvdev.errors import Problem
 from kvdev.guest.core.check import check_raw, hint_clashes
 from kvdev.guest.core.observed import RawFile
@@ -39,7 +40,8 @@ from kvdev.schema.reading import DeviceMetadata
 MAX_WARNINGS: Final = 100  # upstream-invalid values shown in the status
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Entry:
     """One input file as the agent believes it.
 
@@ -77,7 +79,8 @@ class Entry:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Sources:
     """Every input file the agent knows, in path order, and how many scans made this view.
 

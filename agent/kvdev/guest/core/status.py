@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kvdev._records import compared
 from kvdev.errors import Problem, Severity
 from kvdev.guest.core.matching import Binding, Evidence, Matching, MatchState
 from kvdev.guest.core.observed import GuestDevice, Link, NetState, Route
@@ -41,7 +42,8 @@ class Phase(enum.Enum):
     ERROR = "Error"
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class DeviceStatus:
     """One described device: what it is, what it is bound to, and how far it got."""
 
@@ -74,7 +76,8 @@ class DeviceStatus:
     taints: tuple[str, ...] = ()  # its device taints and what tolerates each (the controller's)
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ClaimStatus:
     """One metadata file in force: whose claim, which generation the agent acted on."""
 
@@ -88,7 +91,8 @@ class ClaimStatus:
     origin: str = ""  # driver, reconstructed from claim status and slices, or "" (not known)
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class MetadataState:
     """What the agent knows of its input files: the claims in force, and the files in error.
 
@@ -102,7 +106,8 @@ class MetadataState:
     origins: Origins = field(default_factory=Origins)  # of a ConfigMap volume's streams
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Condition:
     """Something about the agent itself that holds now (it goes when it no longer does).
 
@@ -116,7 +121,8 @@ class Condition:
     severity: Severity = Severity.ERROR
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Status:
     """Everything the agent knows after one reconcile."""
 
@@ -154,7 +160,8 @@ class Status:
         return text
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _ByDevice:
     """One reconcile's plan and results, grouped by described device ref."""
 
@@ -269,7 +276,8 @@ def summarize(  # noqa: PLR0913 - one value per output of a pass
     )
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Change:
     """One state change between two statuses, as ``GET /v1/events`` reports it."""
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdev._records import compared
 from kvdev.guest.core.observed import KVDEV_PROTO
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Step:
     """Base of all steps."""
 
@@ -22,40 +24,46 @@ class Step:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class AddAltname(Step):
     """Add an alternative name to the link."""
 
     altname: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RemoveAltname(Step):
     """Remove an alternative name kvdev added earlier (the altname journal says so)."""
 
     altname: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SetDown(Step):
     """Set the link administratively down (only before a rename)."""
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Rename(Step):
     """Rename the link to ``new_name`` (the link is down)."""
 
     new_name: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SetMtu(Step):
     """Set the link's MTU."""
 
     mtu: int
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class AddAddress(Step):
     """Add an address (``10.1.0.5/24``), marked with kvdev's protocol.
 
@@ -67,14 +75,16 @@ class AddAddress(Step):
     protocol: int | None = KVDEV_PROTO
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RemoveAddress(Step):
     """Remove an address kvdev added earlier."""
 
     address: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class AddRoute(Step):
     """Add a route through the link, marked with kvdev's protocol.
 
@@ -89,7 +99,8 @@ class AddRoute(Step):
     protocol: int = KVDEV_PROTO
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RemoveRoute(Step):
     """Remove a route kvdev added earlier."""
 
@@ -98,12 +109,14 @@ class RemoveRoute(Step):
     metric: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SetUp(Step):
     """Set the link administratively up."""
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class WriteLinkFile(Step):
     """Write a link wish (``linkwish``) so the name survives a reboot or re-plug.
 
@@ -115,14 +128,16 @@ class WriteLinkFile(Step):
     content: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RemoveLinkFile(Step):
     """Remove the link wish of a name no longer wanted (the helper removes its ``.link`` file)."""
 
     path: str
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class StepResult:
     """How applying one step went.
 

@@ -19,6 +19,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvdev._records import compared
 from kvdev.errors import RetryableError
 from kvdev.guest.adapters.netlink import _codec as codec
 from kvdev.guest.adapters.netlink._cache import Cache
@@ -51,7 +52,8 @@ _ALREADY_GONE = frozenset({errno.EADDRNOTAVAIL, errno.ESRCH, errno.ENOENT})
 _NOT_NETLINK = "not a netlink step"
 
 
-@dataclass(frozen=True, slots=True)
+@compared
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Request:
     """One netlink request for a step: what to say, what to send, which errnos mean done."""
 

@@ -9,6 +9,7 @@ skipped by length (``_codec.attrs``); nothing else of the message is parsed.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -83,7 +84,20 @@ def _mac(value: memoryview | None) -> str | None:
 def _ip(family: int, value: memoryview | None) -> str | None:
     if value is None or len(value) != _WIDTH[family]:
         return None
-    return str(ipaddress.ip_address(bytes(value)))
+    if family == socket.AF_INET:  # as ipaddress writes it; IPv6: its own compression rules
+        return socket.inet_ntop(family, value)
+    return _ipv6_text(bytes(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ipv6_text(packed: bytes) -> str:
+    return str(ipaddress.IPv6Address(packed))
+
+
+@functools.lru_cache(maxsize=4096)
+def _destination(dst: str, dst_len: int) -> str:
+    """A route's destination as its network (host bits cleared), once per distinct one."""
+    return str(ipaddress.ip_network(f"{dst}/{dst_len}", strict=False))
 
 
 def link_index(body: memoryview) -> tuple[int, int] | None:
@@ -170,7 +184,7 @@ def decode_route(body: memoryview) -> tuple[RouteKey, Route] | None:
     if table != MAIN_TABLE or oif is None or dst_len > _WIDTH[family] * 8:
         return None
     dst = _ip(family, found.get(RTA_DST)) or str(_UNSPECIFIED[family])  # none: a default route
-    destination = str(ipaddress.ip_network(f"{dst}/{dst_len}", strict=False))
+    destination = _destination(dst, dst_len)
     gateway = _ip(family, found.get(RTA_GATEWAY))
     metric = _u32(found.get(RTA_PRIORITY))
     route = Route(
