@@ -19,7 +19,8 @@ Cases:
 * ``first-fit-400``: 400 one-GPU claims, each placed on the first of the 1,000 nodes that
   fits (nodes tried in order; 8 claims fill a node); per claim, without state kept across
   calls (``allocate(slices=...)``), and ``first-fit-400-cached`` with the scheduler's
-  cross-call caches (``PoolIndex`` pools and one ``Selection``).
+  cross-call caches (``PoolIndex`` pools and one ``Selection``) and each claim planned once
+  for the nodes tried (an ``Allocator`` per claim, as Go's ``NewAllocator``).
 * ``schedule-400``: ``kvdev-host schedule`` (``schedule()``) of 400 one-claim pods over the
   same cluster, per claim.
 * ``numa-c16-4``: 4 GPUs + 1 NIC with ``matchAttribute numaNode``; the NIC of NUMA node 0 is
@@ -34,7 +35,8 @@ same inputs: ``build/upstream/bin/allocate`` (``make upstream``: v0.37.2's
 only: no decoding, no process start; its CEL cache lives across the two runs, as the
 scheduler's does). Per repetition the three are interleaved: kvdev with caches off
 (``allocate(slices=...)``), kvdev with caches on (a ``PoolIndex`` and one ``Selection`` built
-before, kept across calls, as ``kvdev-host schedule`` keeps them), the oracle. Printed: the
+before, kept across calls, and in first fit one ``Allocator`` per claim, as ``kvdev-host
+schedule`` keeps them), the oracle. Printed: the
 medians per claim and the ratios to Go. Cases: 1 claim and 8 claims on one node of 1,000 x 8
 GPUs, first fit of 400 one-GPU claims over the 1,000 nodes (Go: ``--first-fit``, each claim
 alone on the first Node that fits), NUMA-aligned 4 of 16, and the 1,000-node schedule loop
@@ -60,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdev.host.allocation.allocator import Allocated, NodeInfo, Selection, allocate
+from kvdev.host.allocation.allocator import Allocated, Allocator, NodeInfo, Selection, allocate
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.pools import PoolIndex
 from kvdev.host.k8s import KINDS, K8sObject
@@ -177,19 +179,14 @@ def _first_fit(cluster: Cluster, *, cached: bool) -> Callable[[], object]:
         selection = Selection(features) if cached else None
         pools: dict[str, Any] = {}
         for claim in claims:
+            # Caches on: the claim planned once for the nodes tried, as Go's NewAllocator.
+            planned = Allocator([claim], classes=cluster.classes, selection=selection)
             for node in cluster.nodes:
                 if index is not None:
                     mine = pools.get(node.name)
                     if mine is None:
                         mine = pools[node.name] = index.pools_for(node)
-                    out = allocate(
-                        node,
-                        [claim],
-                        classes=cluster.classes,
-                        pools=mine,
-                        allocated_devices=held,
-                        selection=selection,
-                    )
+                    out = planned.allocate(node, pools=mine, allocated_devices=held)
                 else:
                     out = allocate(
                         node,

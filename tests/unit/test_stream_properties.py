@@ -20,6 +20,7 @@ from kvdev.schema import (
     gojson,
 )
 from kvdev.schema.metadata import GO_LAYOUT
+from kvdev.schema.stream import read_written
 
 ROUND_TRIP = settings(database=None, deadline=None, max_examples=100)
 GARBAGE = settings(database=None, deadline=None, max_examples=300)
@@ -223,6 +224,22 @@ def test_guest_hints_round_trip(doc):
     assert got.document.to_json_dict() == original.to_json_dict()
     assert got.document == original
     assert len(got.document.devices) == len(doc["devices"])
+
+
+@ROUND_TRIP
+@given(metadata_docs)
+def test_device_metadata_read_without_its_text_is_what_its_stream_reads_as(doc):
+    original = DeviceMetadata.parse(doc)
+    got = decode_stream(encode_stream(original, DEVICE_METADATA), DEVICE_METADATA)
+    assert read_written(original, DEVICE_METADATA) == got.document
+
+
+@ROUND_TRIP
+@given(hints_docs())
+def test_guest_hints_read_without_their_text_are_what_their_stream_reads_as(doc):
+    original = GuestHints.parse(doc)
+    got = decode_stream(encode_stream(original, GUEST_HINTS), GUEST_HINTS)
+    assert read_written(original, GUEST_HINTS) == got.document
 
 
 # --------------------------------------------------------------------------- garbage

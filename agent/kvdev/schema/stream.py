@@ -563,6 +563,24 @@ def encode_stream(
     return "".join(o + "\n" for o in objects).encode()
 
 
+def read_written(document: Writable, kind: DocumentKind[D], *, source: str = "") -> D:
+    """The document ``decode_stream`` reads from ``encode_stream(document, kind)``, no text.
+
+    The newest written version's object, laid out as it is written (a Go layout's omitted
+    fields and zero values), read as ``kind``'s model: what the stream's reader gets, without
+    encoding the text and scanning it again.
+
+    Raises:
+        SchemaError: the written object would not decode (as ``decode_stream`` raises).
+    """
+    chosen = kind.written or kind.versions
+    api = next(v for v in kind.versions if v in chosen)
+    body: object = document.to_json_dict() | {"apiVersion": api}
+    if kind.go_layout is not None:
+        body = gojson.go_value(body, kind.go_layout)
+    return _as_document(body, kind, api, source, 0)
+
+
 def _with_api_version(text: str, was: str, api: str) -> str | None:
     """``text`` (one object encoded with ``apiVersion`` ``was``) with ``api`` instead.
 

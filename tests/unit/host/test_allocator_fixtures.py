@@ -13,6 +13,7 @@ import yaml
 
 from kvdev.host.allocation.allocator import (
     Allocated,
+    Allocator,
     Failed,
     Features,
     NodeInfo,
@@ -33,27 +34,36 @@ def _load(path):
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def run_case(case):
+def _inputs(case):
+    """The case's node, claims, and the rest of ``allocate``'s inputs by keyword."""
     node = NodeInfo(case["node"]["name"], case["node"].get("labels") or {})
-    classes = [DeviceClass.model_validate(c, strict=True) for c in case["deviceClasses"]]
-    slices = [ResourceSlice.model_validate(s, strict=True) for s in case["resourceSlices"]]
     claims = [ResourceClaim.model_validate(c, strict=True) for c in case["claims"]]
-    allocated = [(d["driver"], d["pool"], d["device"]) for d in case.get("allocatedDevices") or []]
     capacity = {
         (d["driver"], d["pool"], d["device"]): {
             k: str(v) for k, v in (d.get("consumedCapacity") or {}).items()
         }
         for d in case.get("allocatedCapacity") or []
     }
-    return allocate(
+    return (
         node,
         claims,
-        classes=classes,
-        slices=slices,
-        allocated_devices=allocated,
-        allocated_capacity=capacity,
-        features=Features.from_overrides(case.get("features") or {}),
+        {
+            "classes": [DeviceClass.model_validate(c, strict=True) for c in case["deviceClasses"]],
+            "slices": [
+                ResourceSlice.model_validate(s, strict=True) for s in case["resourceSlices"]
+            ],
+            "allocated_devices": [
+                (d["driver"], d["pool"], d["device"]) for d in case.get("allocatedDevices") or []
+            ],
+            "allocated_capacity": capacity,
+            "features": Features.from_overrides(case.get("features") or {}),
+        },
     )
+
+
+def run_case(case):
+    node, claims, inputs = _inputs(case)
+    return allocate(node, claims, **inputs)
 
 
 def _requirements(reqs):
@@ -187,6 +197,32 @@ def test_outcomes_are_reproducible():
     first, second = run_case(case), run_case(case)
     assert isinstance(first, Allocated)
     assert first == second
+
+
+@pytest.mark.parametrize("path", list(_params()))
+def test_one_allocator_answers_each_node_as_a_fresh_one(path):
+    """Claims planned once (``Allocator``) and tried on node after node, as the scheduler does.
+
+    The case's node, then a node that sees none of its slices, then the case's node again:
+    each answer is the fresh ``allocate`` call's, and the corpus' expectation holds each time
+    (a run must not inherit the last one's constraints, picks or device lists).
+    """
+    case = _load(path)
+    node, claims, inputs = _inputs(case)
+    slices, allocated, capacity = (
+        inputs.pop("slices"),
+        inputs.pop("allocated_devices"),
+        inputs.pop("allocated_capacity"),
+    )
+    planned = Allocator(claims, **inputs)
+    elsewhere = NodeInfo("node-with-nothing", {"kvdev.test/none": "true"})
+    per_node = {"slices": slices, "allocated_devices": allocated, "allocated_capacity": capacity}
+    for where in (node, elsewhere, node):
+        again = planned.allocate(where, **per_node)
+        fresh = allocate(where, claims, **inputs, **per_node)
+        assert again == fresh, where.name
+        assert type(again) is type(fresh)
+    assert mismatch(again, case["expect"]) is None
 
 
 def test_fraction_capacity_accepted():

@@ -14,7 +14,10 @@ import pytest
 from test_controller_live import NIC1, Running, configmap, example_objects, kubeconfig, until
 
 from apidouble import ApiDouble
-from kvdev.host.controller.index import Kind
+from kvdev.host.contract import HINTS_KEY
+from kvdev.host.controller.guests import decode
+from kvdev.host.controller.index import Index, Kind, parse
+from kvdev.host.controller.render import render
 from kvdev.host.kube.wire import KubeApi
 from kvdev.host.publish.relayed import records
 from kvdev.host.relay.finder import DriverFile
@@ -126,3 +129,21 @@ def test_records_are_read_only_in_the_relay_namespace_and_no_foreign_data_is_cac
     assert "data" not in imitation.raw
     assert own is not None
     assert own.raw["data"]  # its own: what the update decides on
+
+
+def test_a_relayed_stream_is_decoded_from_its_text_not_from_a_document():
+    index = Index(relay_namespace="kvdev-system")
+    objects = [*example_objects(), record("node-a")]
+    kinds = {o["kind"] for o in objects}
+    for kind in Kind:
+        if kind is Kind.CONFIGMAP or kind.kind not in kinds:
+            continue
+        index.replace(kind, [parse(kind, o) for o in objects if o["kind"] == kind.kind])
+    index.replace(Kind.RECORD, [parse(Kind.RECORD, record("node-a"))])
+    vmi = next(o for o in objects if o["kind"] == "VirtualMachineInstance")
+    inputs = index.inputs((vmi["metadata"]["namespace"], vmi["metadata"]["name"]))
+    result = render(inputs)
+    assert result.data[NIC1] == DRIVER_BYTES
+    assert NIC1 not in result.documents  # the driver's bytes: only their text says what they are
+    assert HINTS_KEY in result.documents
+    assert decode(result.data, result.documents) == decode(result.data)

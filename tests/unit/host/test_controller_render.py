@@ -12,7 +12,8 @@ import yaml
 from kvdev.errors import Severity
 from kvdev.host import cli
 from kvdev.host.commands.controller import index_of_files
-from kvdev.host.contract import HINTS_KEY, configmap_name, vmi_label
+from kvdev.host.contract import HINTS_KEY, SOURCES_KEY, configmap_name, vmi_label
+from kvdev.host.controller.guests import decode
 from kvdev.host.controller.index import Index, Kind, parse
 from kvdev.host.controller.render import Inputs, Verb, render
 from kvdev.host.controller.vmievents import Reason
@@ -674,3 +675,20 @@ def test_another_vmis_configmap_is_never_written_and_the_event_names_both():
     unowned = _controlled_by(other)
     del unowned["metadata"]["ownerReferences"]
     assert rendered([*docs(), unowned]).verb is Verb.UPDATE
+
+
+def test_the_documents_handed_on_are_the_rebuilt_streams_and_the_hints_read_as_their_text():
+    objects = docs()
+    result = rendered(objects)
+    streams = {k for k in result.data if k not in (HINTS_KEY, SOURCES_KEY)}
+    assert set(result.documents) == {*streams, HINTS_KEY}
+    assert decode(result.data, result.documents) == decode(result.data)
+    assert decode(result.data).devices  # something was compared
+    # a claim that cannot be built keeps its stored keys: those have no document
+    gpu_slice = by_kind(objects, "ResourceSlice", "node-a-gpu.nvidia.com-k2")
+    gpu_slice["spec"]["devices"] = []
+    kept = rendered([*objects, stored_from(result)])
+    kept_keys = {k for k in kept.data if k.startswith("vm1-devices.")}
+    assert kept_keys
+    assert set(kept.documents) == set(kept.data) - kept_keys
+    assert decode(kept.data, kept.documents) == decode(kept.data)

@@ -16,6 +16,8 @@ from kvdev.host.k8s import (
     load,
     load_with_warnings,
 )
+from kvdev.host.k8s.claim import DeviceRequestAllocationResult
+from kvdev.host.k8s.model import assemble
 from kvdev.host.k8s.quantity import parse_quantity
 
 MULTI = """\
@@ -195,3 +197,14 @@ def test_load_files_reports_all_files(tmp_path):
         (str(bad), "metadata.name"),
         (str(bad), "metadata.name"),
     ]
+
+
+def test_assembled_models_are_what_validation_makes():
+    """``assemble`` (no validation) gives the model validating the same document gives."""
+    values = {"request": "gpu", "driver": "d.example.com", "pool": "p", "device": "g0"}
+    for _ in range(2):  # the first of a class is checked against model_construct's
+        made = assemble(DeviceRequestAllocationResult, **values, admin_access=None)
+        valid = DeviceRequestAllocationResult.model_validate(values, strict=True)
+        assert made == valid
+        assert made.to_json_dict() == valid.to_json_dict() == values
+        assert made.model_fields_set == set(values)

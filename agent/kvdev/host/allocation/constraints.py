@@ -134,6 +134,12 @@ class Match:
         if self.lists:
             self.common.pop()
 
+    def reset(self) -> None:
+        """Forget every device admitted (a new search)."""
+        self.first = None
+        self.common.clear()
+        self.count = 0
+
 
 @dataclass(slots=True, eq=False)
 class Distinct:
@@ -175,6 +181,10 @@ class Distinct:
     def remove(self, base: str) -> None:  # noqa: ARG002 - as Match.remove
         """Forget the last device admitted."""
         self.picked.pop()
+
+    def reset(self) -> None:
+        """Forget every device admitted (a new search)."""
+        self.picked.clear()
 
 
 Constraint = Match | Distinct

@@ -5,7 +5,8 @@ Owns the ``AllocationFailedError`` error (keyword + message), the shapes the sea
 ``Slot``: a request with its alternatives; ``ClaimPlan``), the per-request checks in
 upstream's order (selector types, the admin-access gate, the class name and lookup, the
 allocation mode; the prioritized-list and consumable-capacity gates per request; the
-32-result lower bound and the constraint types per claim), and ``Selection``: CEL selectors
+32-result lower bound and the constraint types per claim; ``plan_claims`` makes them once for
+claims tried on many nodes, as upstream's NewAllocator does), and ``Selection``: CEL selectors
 and derived attributes (KEP-6080) evaluated lazily, for the devices the search visits, with
 a memo keyed by (expression, device, pool generation) that may live across allocator runs
 (the scheduler hands one to every run).
@@ -102,11 +103,31 @@ class ClaimPlan:
     claim: ResourceClaim
     slots: tuple[Slot, ...]
     constraints: tuple[Constraint, ...]
+    bounded: bool = False  # the 32-result bound held while planning (no ``All`` request)
 
     @property
     def label(self) -> str:
         """``<namespace>/<name>``."""
         return f"{self.claim.metadata.namespace or 'default'}/{self.claim.metadata.name}"
+
+
+@dataclass(slots=True, eq=False)
+class Planned:
+    """Claims planned as far as no node is involved, in upstream's order (``plan_claims``).
+
+    ``plans``: the claims in order, each with the (sub)requests planned; ``complete`` of them
+    were planned whole. ``error``: the first check that failed (keyword, message), after
+    ``plans``: a search raises it once it has done, on its node, what comes before it in
+    upstream's order (an ``All`` request's devices, then a claim's result bound). The plans
+    are reused by every search of these claims, one search at a time: the search resets its
+    per-run parts (``Request``'s caches, ``Slot.selected``, the constraints).
+    """
+
+    plans: list[ClaimPlan]
+    complete: int
+    error: tuple[str, str] | None
+    classes: Mapping[str, DeviceClass]
+    features: Features
 
 
 @dataclass(slots=True)
@@ -350,6 +371,51 @@ def check_gates(claim: str, slot_spec: DeviceRequest, features: Features) -> Non
                 f"claim {claim}, subrequest {sub.name}: has capacity requests, but the "
                 "DRAConsumableCapacity feature is disabled",
             )
+
+
+def plan_claims(
+    claims: Sequence[ResourceClaim], classes: Mapping[str, DeviceClass], features: Features
+) -> Planned:
+    """Every check of every claim that does not depend on the node, up to the first failing.
+
+    Per claim: per request the gates, then each (sub)request in full before the next, then
+    the bound of the claim's results (here unless an ``All`` request's devices, listed on the
+    node, count), then the constraints.
+    """
+    plans: list[ClaimPlan] = []
+    for claim in claims:
+        label = f"{claim.metadata.namespace or 'default'}/{claim.metadata.name}"
+        plan = ClaimPlan(claim, (), ())
+        plans.append(plan)
+        slots: list[Slot] = []
+        try:
+            for req in (claim.spec.devices.requests if claim.spec.devices else None) or []:
+                check_gates(label, req, features)
+                specs: list[tuple[str, ExactDeviceRequest | DeviceSubRequest]] = (
+                    [("", req.exactly)]
+                    if req.exactly is not None
+                    else [(sub.name, sub) for sub in req.first_available or []]
+                )
+                slot = Slot(req.name, (), req.first_available is not None)
+                slots.append(slot)
+                for sub, spec in specs:  # each one checked in full before the next, as upstream
+                    alt = plan_request(label, req.name, sub, spec, classes, features)
+                    slot.alternatives = (*slot.alternatives, alt)
+        except AllocationFailedError as e:
+            plan.slots = tuple(slots)
+            return Planned(plans, len(plans) - 1, (e.keyword, e.message), classes, features)
+        plan.slots = tuple(slots)
+        try:
+            if not any(alt.all_mode for slot in slots for alt in slot.alternatives):
+                check_limit(plan)  # no device list: the bound does not depend on the node
+                plan.bounded = True
+            plan.constraints = plan_constraints(claim, features)
+        except AllocationFailedError as e:
+            return Planned(plans, len(plans), (e.keyword, e.message), classes, features)
+        for slot in plan.slots:
+            for alt in slot.alternatives:
+                alt.applicable = tuple(c for c in plan.constraints if c.applies(alt.base, alt.sub))
+    return Planned(plans, len(plans), None, classes, features)
 
 
 def check_limit(plan: ClaimPlan) -> None:

@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Protocol
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from kvdev.host.allocation.capacity import Capacity, parse_capacity
 from kvdev.host.allocation.features import Features
@@ -136,6 +137,9 @@ def slice_visible(slice_: ResourceSlice, node: NodeLike) -> bool:
     return False
 
 
+_NOTHING: Mapping[str, Any] = MappingProxyType({})  # no counters, no capacities
+
+
 class Candidate:
     """One device the search may visit, with what the checks read of it, computed once.
 
@@ -147,9 +151,9 @@ class Candidate:
     """
 
     __slots__ = (
+        "_caps",
         "binding",
         "blocking",
-        "caps",
         "device",
         "driver",
         "id",
@@ -171,15 +175,23 @@ class Candidate:
         )
         self.multi = bool(device.allow_multiple_allocations)
         self.need: Mapping[str, Mapping[str, Fraction]] = (
-            counter_need(device) if device.consumes_counters else {}
+            counter_need(device) if device.consumes_counters else _NOTHING
         )
         self.blocking: tuple[DeviceTaint, ...] = (
             tuple(t for t in device.taints if t.effect in _BLOCKING) if device.taints else ()
         )
         self.binding = device.binding_conditions is not None
-        self.caps: Mapping[str, Capacity] = (
-            {k: parse_capacity(v) for k, v in device.capacity.items()} if device.capacity else {}
-        )
+        self._caps: Mapping[str, Capacity] | None = None if device.capacity else _NOTHING
+
+    @property
+    def caps(self) -> Mapping[str, Capacity]:
+        """The device's capacities, parsed when first read (the search reads few devices)."""
+        caps = self._caps
+        if caps is None:
+            caps = self._caps = {
+                k: parse_capacity(v) for k, v in (self.device.capacity or {}).items()
+            }
+        return caps
 
     def __repr__(self) -> str:
         return f"Candidate({'/'.join(self.id)})"

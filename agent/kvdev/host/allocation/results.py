@@ -9,11 +9,8 @@ cover every request of the claim, class config included, gets ``requests`` clear
 the node selector (the node's name when a device is node-local or binds to the node, else
 one term merging the slices' or per-device selectors).
 
-The models are assembled without validating again: every value comes from objects that were
-validated when they were loaded. ``_build`` fills a model's fields the way pydantic's
-``model_construct`` does, without its per-field default handling (~5 us a model, ten models a
-claim); a check when the module loads falls back to ``model_construct`` should a pydantic
-release store models differently.
+The models are assembled without validating again (``k8s.model.assemble``): every value
+comes from objects that were validated when they were loaded.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import Any
 
 from kvdev.host.allocation.features import Features
 from kvdev.host.allocation.plans import ClaimPlan, Slot
@@ -36,42 +31,9 @@ from kvdev.host.k8s.claim import (
     DeviceRequestAllocationResult,
 )
 from kvdev.host.k8s.common import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from kvdev.host.k8s.model import assemble
 
 _SHARE_NAMESPACE = uuid.UUID("6f1d2a9e-4c1b-5b7e-9a55-2f0c3e8d7b10")
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _fast_build(cls: type[_M], **values: Any) -> _M:  # noqa: ANN401 - field values of any type
-    """A model from already-valid field values (unset optional fields are None)."""
-    fields = {name: values.get(name) for name in cls.model_fields}
-    model = cls.__new__(cls)
-    object.__setattr__(model, "__dict__", fields)
-    object.__setattr__(
-        model, "__pydantic_fields_set__", {k for k, v in fields.items() if v is not None}
-    )
-    object.__setattr__(model, "__pydantic_extra__", {})
-    object.__setattr__(model, "__pydantic_private__", None)
-    return model
-
-
-def _checked() -> bool:
-    """Whether ``_fast_build`` makes exactly what ``model_construct`` makes."""
-    try:
-        values: dict[str, Any] = {"key": "metadata.name", "operator": "In", "values": ["n"]}
-        fast = _fast_build(NodeSelectorRequirement, **values)
-        slow = NodeSelectorRequirement.model_construct(**values)
-        same = fast == slow and fast.to_json_dict() == slow.to_json_dict()
-        same = same and fast.model_fields_set == slow.model_fields_set
-    except Exception:  # noqa: BLE001 - any difference in pydantic's layout: the public way
-        same = False
-    return same
-
-
-_FAST = _checked()
-
-
-def _build(cls: type[_M], **values: Any) -> _M:  # noqa: ANN401 - as _fast_build
-    return _fast_build(cls, **values) if _FAST else cls.model_construct(**values)
 
 
 def quantity(value: Fraction) -> str:
@@ -97,7 +59,7 @@ def _device(
         name = f"{claim.namespace}/{claim.name}/{alt.name}/{'/'.join(candidate.id)}/{index}"
         share_id = str(uuid.uuid5(_SHARE_NAMESPACE, name))
     binding = features.DRADeviceBindingConditions
-    return _build(
+    return assemble(
         DeviceRequestAllocationResult,
         request=alt.name,
         driver=driver,
@@ -142,21 +104,21 @@ def node_selector(picks: Sequence[Pick], node: NodeLike) -> NodeSelector | None:
         else:
             name, selector = spec.node_name, spec.node_selector
         if name is not None or dev.binds_to_node:
-            pinned = _build(
+            pinned = assemble(
                 NodeSelectorRequirement, key="metadata.name", operator="In", values=[node.name]
             )
-            term = _build(NodeSelectorTerm, match_fields=[pinned])
-            return _build(NodeSelector, node_selector_terms=[term])
+            term = assemble(NodeSelectorTerm, match_fields=[pinned])
+            return assemble(NodeSelector, node_selector_terms=[term])
         if selector is not None and len(selector.node_selector_terms) == 1:
             term = selector.node_selector_terms[0]
             _merge(fields_, term.match_fields)
             _merge(expressions, term.match_expressions)
     if not expressions and not fields_:
         return None
-    merged = _build(
+    merged = assemble(
         NodeSelectorTerm, match_expressions=expressions or None, match_fields=fields_ or None
     )
-    return _build(NodeSelector, node_selector_terms=[merged])
+    return assemble(NodeSelector, node_selector_terms=[merged])
 
 
 def _chosen(slot: Slot) -> str:
@@ -175,7 +137,7 @@ def config(plan: ClaimPlan) -> list[DeviceAllocationConfiguration]:
         if requests and all(_covers(requests, s) for s in plan.slots):
             requests = []
         out.append(
-            _build(
+            assemble(
                 DeviceAllocationConfiguration,
                 source=entry["source"],
                 requests=requests or None,
@@ -222,12 +184,12 @@ def allocation_result(
     features: Features,
 ) -> AllocationResult:
     """One claim's ``status.allocation``."""
-    devices = _build(
+    devices = assemble(
         DeviceAllocationResult,
         results=[_device(plan, i, p, features) for i, p in enumerate(picks)],
         config=config(plan) or None,
     )
-    return _build(
+    return assemble(
         AllocationResult,
         devices=devices,
         node_selector=node_selector(picks, node),

@@ -4,12 +4,14 @@ A port of upstream's v1.37.2 allocator search (structured/internal/experimental,
 the scheduler picks with every gate on) with its mutable state and its exact order of checks,
 so that it answers as the scheduler does. Owns:
 
-* ``prepare``: the claims as plans, checked in upstream's order (per claim: per request the
-  gates, then each (sub)request; an ``All`` request lists its devices right away, pool by
-  pool: an incomplete or invalid pool is an error where it comes in that order, class K; the
-  selectors of every device are evaluated; devices whose capacity could never serve the
-  request are left out, what is in use is checked only when a device is picked; then the
-  32-result bound and the constraints).
+* ``start``: the claims as plans (``plans.plan_claims``: what does not depend on the node,
+  made once for every run of the same claims; ``prepare`` makes them for this run only),
+  checked in upstream's order (per claim: per request the gates, then each (sub)request; an
+  ``All`` request lists its devices right away, pool by pool: an incomplete or invalid pool
+  is an error where it comes in that order, class K; the selectors of every device are
+  evaluated; devices whose capacity could never serve the request are left out, what is in
+  use is checked only when a device is picked; then the 32-result bound and the
+  constraints).
 * the recursion (``_one``): claims in order, requests in order, firstAvailable alternatives in
   order, devices as combinations in pool/slice/device order; a claim's result limit is
   decided per alternative before any device is tried (``EXCEEDED`` backtracks to the nearest
@@ -46,17 +48,15 @@ from kvdev.host.allocation.plans import (
     RESULTS_LIMIT,
     AllocationFailedError,
     ClaimPlan,
+    Planned,
     Request,
     Selection,
-    Slot,
-    check_gates,
     check_limit,
-    plan_constraints,
-    plan_request,
+    plan_claims,
 )
 from kvdev.host.allocation.pools import Candidate, DeviceID, Pool
 from kvdev.host.allocation.taints import toleration_for
-from kvdev.host.k8s.claim import DeviceSubRequest, ExactDeviceRequest, ResourceClaim
+from kvdev.host.k8s.claim import ResourceClaim
 from kvdev.host.k8s.common import DeviceTaint, DeviceToleration
 from kvdev.host.k8s.resource import DeviceClass
 
@@ -189,42 +189,43 @@ class Search:
             AllocationFailedError: a claim can never be allocated as written, an ``All``
                 request meets an incomplete or invalid pool, or a selector fails.
         """
+        self.start(plan_claims(claims, classes, self.features))
+
+    def start(self, planned: Planned) -> None:
+        """Take claims planned once (``plan_claims``) for this run: the node's part of it.
+
+        Resets the plans' per-run parts, lists each ``All`` request's devices, bounds each
+        claim's results, and raises the planning's error where upstream meets it.
+
+        Raises:
+            AllocationFailedError: as ``prepare``.
+        """
         n = len(self.candidates)
-        self._classes = classes
-        for claim in claims:
-            label = f"{claim.metadata.namespace or 'default'}/{claim.metadata.name}"
-            slots = []
-            for req in (claim.spec.devices.requests if claim.spec.devices else None) or []:
-                check_gates(label, req, self.features)
-                specs: list[tuple[str, ExactDeviceRequest | DeviceSubRequest]] = (
-                    [("", req.exactly)]
-                    if req.exactly is not None
-                    else [(sub.name, sub) for sub in req.first_available or []]
-                )
-                alts = []
-                for sub, spec in specs:  # each one checked in full before the next, as upstream
-                    alt = plan_request(label, req.name, sub, spec, classes, self.features)
+        self._classes = planned.classes
+        for k, plan in enumerate(planned.plans):
+            for slot in plan.slots:
+                slot.selected = 0
+                for alt in slot.alternatives:
                     alt.sel = [None] * n
                     alt.need = [None] * n
                     alt.taint = [None] * n
                     alt.fit = [None] * n
                     alt.first = [_UNSEEN] * n
                     if alt.all_mode:
-                        self._all_devices(label, alt)
-                    alts.append(alt)
-                slots.append(Slot(req.name, tuple(alts), req.first_available is not None))
-            plan = ClaimPlan(claim, tuple(slots), ())
-            check_limit(plan)
-            plan.constraints = plan_constraints(claim, self.features)
-            for slot in plan.slots:
-                for alt in slot.alternatives:
-                    alt.applicable = tuple(
-                        c for c in plan.constraints if c.applies(alt.base, alt.sub)
-                    )
+                        self._all_devices(plan.label, alt)
+            if k == planned.complete:
+                break
+            if not plan.bounded:
+                check_limit(plan)
+            for con in plan.constraints:
+                con.reset()
             self.plans.append(plan)
             self.results.append([])
+        if planned.error is not None:
+            raise AllocationFailedError(*planned.error)
 
     def _all_devices(self, label: str, alt: Request) -> None:
+        alt.all_devices = []
         for pool in self.pools:
             state = "being updated" if pool.incomplete else "invalid" if pool.invalid else ""
             if state:

@@ -3,7 +3,8 @@
 Owns, for one VMI, the described side, the reported side and the verdict per NIC:
 
 * **described** (``described_nics``): each device of the VMI's ConfigMap streams (decoded with
-  the guest's own reader, ``schema.stream`` + ``schema.described``) that is a NIC: a
+  the guest's own reader, ``schema.stream`` + ``schema.described``; a stream the render encoded
+  itself read from its document, as that reader reads it: ``read_written``) that is a NIC: a
   ``spec.networks[]`` entry names its claim and request, or its metadata has
   ``networkData``, or its hint says something of a network; and each DRA network of the spec
   no stream describes yet (``Pending``). Its MAC: the hint's
@@ -52,7 +53,13 @@ from kvdev.schema.described import DescribedDevice, describe, hint_for
 from kvdev.schema.fields import base_request, normalize_mac
 from kvdev.schema.hints import DeviceHint
 from kvdev.schema.origins import SOURCES_KEY
-from kvdev.schema.stream import DEVICE_METADATA, GUEST_HINTS, decode_stream
+from kvdev.schema.stream import (
+    DEVICE_METADATA,
+    GUEST_HINTS,
+    Writable,
+    decode_stream,
+    read_written,
+)
 
 GUEST_AGENT: Final = "guest-agent"
 AGENT_CONNECTED: Final = "AgentConnected"
@@ -154,26 +161,33 @@ class GuestReport:
 # --------------------------------------------------------------------------- described
 
 
-def _hints(data: Mapping[str, str]) -> tuple[DeviceHint, ...]:
+def _hints(data: Mapping[str, str], documents: Mapping[str, Writable]) -> tuple[DeviceHint, ...]:
     text = data.get(HINTS_KEY)
     if text is None:
         return ()
+    written = documents.get(HINTS_KEY)
     try:
+        if written is not None:
+            return tuple(read_written(written, GUEST_HINTS, source=HINTS_KEY).devices or ())
         return tuple(decode_stream(text, GUEST_HINTS, source=HINTS_KEY).document.devices or ())
     except SchemaError:
         return ()
 
 
-def _devices(data: Mapping[str, str]) -> list[DescribedDevice]:
+def _devices(data: Mapping[str, str], documents: Mapping[str, Writable]) -> list[DescribedDevice]:
     out: list[DescribedDevice] = []
     for key, text in sorted(data.items()):
         if key in (HINTS_KEY, SOURCES_KEY):
             continue
+        written = documents.get(key)
         try:
-            decoded = decode_stream(text, DEVICE_METADATA, source=key)
+            if written is not None:
+                document = read_written(written, DEVICE_METADATA, source=key)
+            else:
+                document = decode_stream(text, DEVICE_METADATA, source=key).document
         except SchemaError:
             continue  # the agent reports what it cannot read; nothing here to compare
-        out.extend(describe(decoded.document, source=key)[0])
+        out.extend(describe(document, source=key)[0])
     return out
 
 
@@ -224,9 +238,15 @@ class Decoded:
     hints: tuple[DeviceHint, ...] = ()
 
 
-def decode(data: Mapping[str, str]) -> Decoded:
-    """Read the ConfigMap's ``data`` (the costly part of ``described_nics``)."""
-    return Decoded(tuple(_devices(data)), _hints(data))
+def decode(data: Mapping[str, str], documents: Mapping[str, Writable] | None = None) -> Decoded:
+    """Read the ConfigMap's ``data`` (the costly part of ``described_nics``).
+
+    ``documents``: the documents a render encoded into ``data`` itself, by key
+    (``Rendered.documents``): read as the stream's reader reads them (``read_written``),
+    without decoding their text again; every other key is decoded.
+    """
+    written = documents or {}
+    return Decoded(tuple(_devices(data, written)), _hints(data, written))
 
 
 def described_nics(

@@ -40,6 +40,7 @@ from kvdev.host.controller.guests import (
 )
 from kvdev.host.controller.vmievents import Note, Reason
 from kvdev.host.k8s.kubevirt import VirtualMachineInstance
+from kvdev.schema.stream import Writable
 
 GRACE_SECONDS: Final = 180.0  # KubeVirt's guest-agent poll (120 s) plus a guest's first boot
 EVENT_INTERVAL_SECONDS: Final = 60.0
@@ -116,17 +117,19 @@ class Tracker:
         vmi: VirtualMachineInstance,
         data: Mapping[str, str],
         now: float,
+        documents: Mapping[str, Writable] | None = None,
     ) -> Assessment:
         """Judge the NICs ``data`` (the VMI's ConfigMap) describes now; remember the verdicts.
 
-        Says which Events they are worth. The data is read again only when it changed.
+        Says which Events they are worth. The data is read again only when it changed
+        (``documents``: those a render encoded into it, read without their text: ``decode``).
         """
         held = self._vmis.get(key)
         if held is None or held.uid != vmi.metadata.uid:
             held = self._vmis[key] = _Vmi(vmi.metadata.uid)
         seen = _fingerprint(data)
         if held.data != seen:
-            decoded = decode(data)
+            decoded = decode(data, documents)
             if held.data is not None and decoded != held.decoded:  # the metadata or hints
                 held.changed_at = now
             held.data, held.decoded = seen, decoded

@@ -261,7 +261,7 @@ class Controller:
         if result.verb is Verb.REFUSE or not result.data:
             return None
         with self._guest_lock:
-            return self.guests.assess(key, inputs.vmi, result.data, self.clock())
+            return self.guests.assess(key, inputs.vmi, result.data, self.clock(), result.documents)
 
     def guest_counts(self) -> Counts:
         """The guest metrics, at a scrape."""

@@ -103,6 +103,9 @@ class Rendered:
     problems: tuple[Problem, ...] = ()
     resource_version: str | None = None  # of the stored object an update replaces
     notes: tuple[Note, ...] = ()  # worth an Event on the VMI (waiting, refused)
+    # the documents the render encoded into ``data`` itself, by key (the rebuilt streams and
+    # the hints: not a relayed or a kept stream), for readers that would decode them again
+    documents: Mapping[str, Writable] = field(default_factory=dict)
 
     @property
     def errors(self) -> tuple[Problem, ...]:
@@ -262,8 +265,11 @@ def _claim_streams(
     claim: ResourceClaim,
     inputs: Inputs,
     old: Mapping[str, str],
+    documents: dict[str, Writable],
 ) -> dict[str, str]:
     """Every stream of the claim, by key, with its generation over the stored value.
+
+    Each stream's document into ``documents`` (only when every stream was built).
 
     Raises:
         SchemaError: the claim's metadata cannot be built (names, a device in no slice).
@@ -274,6 +280,7 @@ def _claim_streams(
     results = allocation.devices.results if allocation and allocation.devices else None
     drivers = list(dict.fromkeys(r.driver for r in results or []))
     out: dict[str, str] = {}
+    built: dict[str, Writable] = {}
     problems: list[Problem] = []
     for driver in drivers:
         for item in build_metadata(claim, inputs.slices.get(driver, ()), driver):
@@ -287,8 +294,10 @@ def _claim_streams(
             before = old.get(key)
             document = next_generation(item.document, before.encode() if before else None)
             out[key] = encode_stream(document, DEVICE_METADATA).decode()
+            built[key] = document
     if problems:
         raise SchemaError(problems)
+    documents.update(built)
     return out
 
 
@@ -299,13 +308,15 @@ def _rebuilt(
     problems: list[Problem],
     *,
     driven: bool,
+    documents: dict[str, Writable],
 ) -> dict[str, str]:
     """The claim's reconstructed streams; when they cannot be built, the stored ones.
 
     With the driver's own files (``driven``) what could not be rebuilt is only a warning.
+    The rebuilt streams' documents into ``documents`` (none for the stored ones).
     """
     try:
-        return _claim_streams(claim, inputs, old)
+        return _claim_streams(claim, inputs, old, documents)
     except SchemaError as e:
         if driven:
             problems.extend(replace(p, severity=Severity.WARNING) for p in e.problems)
@@ -336,6 +347,7 @@ def _streams(
     problems: list[Problem],
     notes: list[Note],
     sources: dict[str, str],
+    documents: dict[str, Writable],
 ) -> dict[str, str]:
     namespace = inputs.vmi.metadata.namespace
     records = for_node(inputs.relayed, _node(inputs))
@@ -365,7 +377,8 @@ def _streams(
             problems.append(Problem(message, path=ref.path, severity=Severity.WARNING))
         record = records.get((claim.metadata.uid or "").lower())
         driven = _relayed_streams(claim, record, problems, notes) if record is not None else {}
-        streams = _rebuilt(claim, inputs, old, problems, driven=bool(driven))
+        built: dict[str, Writable] = {}
+        streams = _rebuilt(claim, inputs, old, problems, driven=bool(driven), documents=built)
         for key, value in {**streams, **driven}.items():
             if key in data:
                 message = f"{claim_what}: key {key!r} is also another claim's; the first is kept"
@@ -373,6 +386,8 @@ def _streams(
                 continue
             data[key] = value
             sources[key] = DRIVER if key in driven else RECONSTRUCTED
+            if key not in driven and key in built:
+                documents[key] = built[key]
     return data
 
 
@@ -510,15 +525,20 @@ def _data(
     problems: list[Problem],
     notes: list[Note],
     sources: dict[str, str],
+    documents: dict[str, Writable],
 ) -> dict[str, str]:
-    """Every key the ConfigMap should hold, sorted; each stream's source into ``sources``."""
+    """Every key the ConfigMap should hold, sorted; each stream's source into ``sources``.
+
+    The documents the render encoded itself into ``documents``, by key.
+    """
     subject = what(inputs.vmi)
-    data = _streams(inputs, subject, old, problems, notes, sources)
+    data = _streams(inputs, subject, old, problems, notes, sources, documents)
     hints, warnings = vmi_hints(inputs.vmi)
     problems.extend(warnings)
     notes.extend(_note(Reason.HINT_REFUSED, w, subject) for w in warnings)
     hints = _hints_generation(hints, old.get(HINTS_KEY))
     data[HINTS_KEY] = encode_stream(hints, GUEST_HINTS).decode()
+    documents[HINTS_KEY] = hints
     taints = stream_taints(inputs)
     # only then: an agent older than the index never sees it
     if DRIVER in sources.values() or taints:
@@ -546,7 +566,8 @@ def render(inputs: Inputs) -> Rendered:
     problems: list[Problem] = []
     notes: list[Note] = []
     sources: dict[str, str] = {}
-    data = _data(inputs, old, problems, notes, sources)
+    documents: dict[str, Writable] = {}
+    data = _data(inputs, old, problems, notes, sources, documents)
     annotations = {SOURCES_ANNOTATION: sources_annotation(sources)}
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     too_big = None
@@ -570,7 +591,13 @@ def render(inputs: Inputs) -> Rendered:
             problems=(*problems, problem),
             notes=tuple(notes),
         )
-    result = {**base, "data": data, "problems": tuple(problems), "notes": tuple(notes)}
+    result = {
+        **base,
+        "data": data,
+        "problems": tuple(problems),
+        "notes": tuple(notes),
+        "documents": documents,
+    }
     if inputs.existing is None or stored is None:
         body = {
             "apiVersion": "v1",

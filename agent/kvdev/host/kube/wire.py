@@ -4,7 +4,10 @@ Lists (paged) and watches (``resourceVersion``, bookmarks, ``timeoutSeconds``) o
 ``Collection``; the object verbs: ConfigMaps (get, list, create, replace, delete), Leases (get,
 create, replace), core/v1 Events (create, patch), ResourceClaims (get, server-side apply of
 ``status``) and ResourceSlices (list). Bodies stay raw JSON: kvdev's own models validate them,
-never the client's. Every failure is one of ``kube.errors``'s types. Each call is counted by
+never the client's. The object verbs (``send``) go to their path through the client's
+``call_api`` (its auth, connection pool and rate limit): the body is encoded once, by its REST
+layer's ``json.dumps``, and the answer parsed once, with no model and no per-call validation
+in between. Every failure is one of ``kube.errors``'s types. Each call is counted by
 verb (``calls``: the measured API calls per reconcile; Event writes under ``event``). The watch
 machinery (the chunked stream read line by line, ERROR events as exceptions) is the client's
 ``kubernetes.watch.Watch``.
@@ -32,6 +35,13 @@ from kvdev.host.kube.errors import (
 from kvdev.host.ratelimit import TokenBucket
 
 APPLY: Final = "application/apply-patch+yaml"  # a server-side apply's content type
+JSON: Final = "application/json"
+MERGE: Final = "application/strategic-merge-patch+json"  # a core/v1 object's PATCH
+_CONFIGMAPS: Final = "/api/v1/namespaces/{namespace}/configmaps"
+_EVENTS: Final = "/api/v1/namespaces/{namespace}/events"
+_LEASES: Final = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+_CLAIMS: Final = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+_NAMED: Final = "/{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +167,57 @@ class KubeApi:
             raise answered(what, e.status, e.reason, e.body) from e
         except (HTTPError, OSError) as e:
             raise unreachable(what, self._endpoint(), e) from e
-        if not body:
-            return None
+        return _parsed(what, body)
+
+    def send(  # noqa: PLR0913 - an HTTP request's parts
+        self,
+        verb: str,
+        what: str,
+        method: str,
+        path: str,
+        params: Mapping[str, str],
+        /,
+        *,
+        body: Mapping[str, Any] | None = None,
+        query: tuple[tuple[str, str], ...] = (),
+        content_type: str = JSON,
+    ) -> Any:  # noqa: ANN401 - JSON
+        """One object call's JSON body (None for an empty one), failures mapped as ``call``'s.
+
+        ``path``: the API path, ``{namespace}`` and ``{name}`` filled from ``params`` (quoted by
+        the client); ``body``: sent as ``content_type``, encoded once by the client's REST layer.
+        """
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+        from urllib3.exceptions import HTTPError  # noqa: PLC0415 - the client's transport
+
+        self._count(verb)
+        headers = (
+            {"Accept": JSON} if body is None else {"Accept": JSON, "Content-Type": content_type}
+        )
         try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise not_json(what, e) from e
+            _, url, headers, _, _ = self.client.param_serialize(
+                method,
+                path,
+                path_params=dict(params),
+                query_params=list(query),
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
+            response = self.client.call_api(
+                method,
+                url,
+                headers,
+                None if body is None else dict(body),
+                _request_timeout=self.timeout,
+            )
+            data = response.read()
+        except ApiException as e:  # the client's own (an SSL failure is its status 0)
+            raise answered(what, e.status, e.reason, e.body) from e
+        except (HTTPError, OSError) as e:
+            raise unreachable(what, self._endpoint(), e) from e
+        if not 200 <= response.status <= 299:
+            raise answered(what, response.status, response.reason, data)
+        return _parsed(what, data)
 
     # ------------------------------------------------------------------ list + watch
 
@@ -239,15 +294,12 @@ class KubeApi:
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap's JSON, or None when there is none."""
-        what = f"get ConfigMap {namespace}/{name}"
-        return self._get(what, "core", "read_namespaced_config_map", namespace, name)
+        return self._get(f"get ConfigMap {namespace}/{name}", _CONFIGMAPS, namespace, name)
 
-    def _get(
-        self, what: str, group: str, method: str, namespace: str, name: str
-    ) -> dict[str, Any] | None:
+    def _get(self, what: str, path: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A read's object; None when the API server has none (``NotFoundError``)."""
         try:
-            data = self.call("get", what, group, method, name=name, namespace=namespace)
+            data = self.send("get", what, "GET", path + _NAMED, _names(namespace, name))
         except NotFoundError:
             return None
         return data if isinstance(data, dict) else None
@@ -270,69 +322,61 @@ class KubeApi:
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST the ConfigMap; its stored JSON (``ConflictError``: it exists)."""
-        return self._create("ConfigMap", "core", "create_namespaced_config_map", namespace, body)
+        return self._create("ConfigMap", _CONFIGMAPS, namespace, body)
 
     def replace_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """PUT the ConfigMap (its ``resourceVersion`` makes a stale write a ``ConflictError``)."""
-        method = "replace_namespaced_config_map"
-        return self._replace("ConfigMap", "core", method, namespace, body)
+        return self._replace("ConfigMap", _CONFIGMAPS, namespace, body)
 
     def delete_configmap(self, namespace: str, name: str) -> None:
         """DELETE the ConfigMap (``NotFoundError``: it was gone already)."""
         what = f"delete ConfigMap {namespace}/{name}"
-        method = "delete_namespaced_config_map"
-        self.call("delete", what, "core", method, name=name, namespace=namespace)
+        self.send("delete", what, "DELETE", _CONFIGMAPS + _NAMED, _names(namespace, name))
 
     # ------------------------------------------------------------------ Leases
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease's JSON, or None when there is none."""
-        what = f"get Lease {namespace}/{name}"
-        return self._get(what, "coordination", "read_namespaced_lease", namespace, name)
+        return self._get(f"get Lease {namespace}/{name}", _LEASES, namespace, name)
 
     def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST the Lease."""
-        return self._create("Lease", "coordination", "create_namespaced_lease", namespace, body)
+        return self._create("Lease", _LEASES, namespace, body)
 
     def replace_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """PUT the Lease (a stale ``resourceVersion`` is a ``ConflictError``)."""
-        method = "replace_namespaced_lease"
-        return self._replace("Lease", "coordination", method, namespace, body)
+        return self._replace("Lease", _LEASES, namespace, body)
 
     def _create(
-        self, kind: str, group: str, method: str, namespace: str, body: Mapping[str, Any]
+        self, kind: str, path: str, namespace: str, body: Mapping[str, Any], verb: str = "create"
     ) -> dict[str, Any]:
         """POST ``body``; the stored object."""
         what = f"create {kind} {namespace}/{body['metadata']['name']}"
-        made = self.call("create", what, group, method, namespace=namespace, body=dict(body))
+        made = self.send(verb, what, "POST", path, {"namespace": namespace}, body=body)
         return _object(what, made)
 
     def _replace(
-        self, kind: str, group: str, method: str, namespace: str, body: Mapping[str, Any]
+        self, kind: str, path: str, namespace: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
         """PUT ``body`` (its ``resourceVersion`` makes a stale write a ``ConflictError``)."""
         name = body["metadata"]["name"]
         what = f"update {kind} {namespace}/{name}"
-        stored = self.call(
-            "update", what, group, method, name=name, namespace=namespace, body=dict(body)
-        )
+        names = _names(namespace, name)
+        stored = self.send("update", what, "PUT", path + _NAMED, names, body=body)
         return _object(what, stored)
 
     # ------------------------------------------------------------------ Events
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a core/v1 Event."""
-        what = f"create Event {namespace}/{body['metadata']['name']}"
-        method = "create_namespaced_event"
-        made = self.call("event", what, "core", method, namespace=namespace, body=dict(body))
-        return _object(what, made)
+        return self._create("Event", _EVENTS, namespace, body, verb="event")
 
     def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """PATCH (strategic merge) a core/v1 Event: its count and last time."""
         what = f"patch Event {namespace}/{name}"
-        method = "patch_namespaced_event"
-        stored = self.call(
-            "event", what, "core", method, name=name, namespace=namespace, body=dict(body)
+        names = _names(namespace, name)
+        stored = self.send(
+            "event", what, "PATCH", _EVENTS + _NAMED, names, body=body, content_type=MERGE
         )
         return _object(what, stored)
 
@@ -341,8 +385,7 @@ class KubeApi:
     def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """The ResourceClaim's JSON (``NotFoundError``: there is none)."""
         what = f"get ResourceClaim {namespace}/{name}"
-        method = "read_namespaced_resource_claim"
-        got = self.call("get", what, "resource", method, name=name, namespace=namespace)
+        got = self.send("get", what, "GET", _CLAIMS + _NAMED, _names(namespace, name))
         return _object(what, got)
 
     def apply_resource_claim_status(
@@ -350,18 +393,30 @@ class KubeApi:
     ) -> None:
         """Server-side apply ``body`` to the claim's ``status``, as ``manager``, forced."""
         what = f"apply ResourceClaim {namespace}/{name} status as {manager}"
-        self.call(
+        self.send(
             "apply",
             what,
-            "resource",
-            "patch_namespaced_resource_claim_status",
-            name=name,
-            namespace=namespace,
-            body=dict(body),
-            field_manager=manager,
-            force=True,
-            _content_type=APPLY,
+            "PATCH",
+            _CLAIMS + _NAMED + "/status",
+            _names(namespace, name),
+            body=body,
+            query=(("fieldManager", manager), ("force", "true")),
+            content_type=APPLY,
         )
+
+
+def _names(namespace: str, name: str) -> dict[str, str]:
+    return {"namespace": namespace, "name": name}
+
+
+def _parsed(what: str, body: bytes | None) -> Any:  # noqa: ANN401 - JSON
+    """An answer's JSON (None for an empty body)."""
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise not_json(what, e) from e
 
 
 def _object(what: str, data: object) -> dict[str, Any]:

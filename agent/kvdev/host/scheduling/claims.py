@@ -32,6 +32,7 @@ from kvdev.host.k8s import Pod, PodGroup, ResourceClaim, ResourceClaimTemplate
 from kvdev.host.k8s.claim import ResourceClaimConsumerReference
 from kvdev.host.k8s.common import ObjectMeta
 from kvdev.host.k8s.core import PodResourceClaim
+from kvdev.host.k8s.model import assemble
 from kvdev.host.k8s.scheduling import API_GROUP, PodGroupResourceClaim
 
 ClaimKey = tuple[str, str]  # (namespace, name)
@@ -58,7 +59,8 @@ def consumer(
     kind: str, namespace: str, name: str, uid: str | None
 ) -> ResourceClaimConsumerReference:
     """A ``reservedFor`` entry for a pod (``pods``) or a PodGroup (``podgroups``)."""
-    return ResourceClaimConsumerReference.model_construct(
+    return assemble(
+        ResourceClaimConsumerReference,
         api_group=API_GROUP if kind == "podgroups" else None,
         resource=kind,
         name=name,

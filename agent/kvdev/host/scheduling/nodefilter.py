@@ -1,7 +1,8 @@
 """Whether one pod fits on one node, as kube-scheduler's DRA and resource-fit plugins decide.
 
 Owns one pod's attempt (``Attempt``: its claims split into allocated and pending, its
-requests), the per-node check and its cache. The check, in order:
+requests, its pending claims planned once for all the nodes tried: ``allocator.Allocator``),
+the per-node check and its cache. The check, in order:
 
 1. claims already allocated must be reachable: their ``nodeSelector`` matches the node
    ("resourceclaim not available on the node");
@@ -23,17 +24,17 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from kvdev.host.allocation import allocator
 from kvdev.host.allocation.allocator import (
     Allocated,
+    Allocator,
     Clock,
     Features,
     Selection,
-    allocate,
 )
 from kvdev.host.allocation.extended import SpecialClaim, special_claim
 from kvdev.host.allocation.pools import selector_matches
@@ -62,10 +63,26 @@ class Attempt:
     allocated: Sequence[ResourceClaim]
     pending: Sequence[ResourceClaim]
     mapping: Mapping[str, str]  # extended resource name -> DeviceClass
-    signature: str  # everything the check reads of the pod (module docstring)
-    containers: str  # the containers' part of it
+    containers: str  # the containers' part of the signature
     memo: dict[tuple[str, frozenset[str]], Amounts]  # requests by (containers, listed)
+    spec_key: Callable[[ResourceClaimSpec], str]  # a pending claim's part of the signature
     _special: dict[frozenset[str], SpecialClaim | None] = field(default_factory=dict)
+    # the pending claims with the extended claim of ``special``'s key, planned once
+    allocators: dict[frozenset[str], Allocator] = field(default_factory=dict)
+    _signature: str | None = None
+
+    @property
+    def signature(self) -> str:
+        """Everything the check reads of the pod (module docstring), made when first asked.
+
+        Only a cache that holds something asks: a pod placed on the first node tried never
+        serialises its claims.
+        """
+        if self._signature is None:
+            names = [f"{c.metadata.namespace}/{c.metadata.name}" for c in self.allocated]
+            specs = [self.spec_key(c.spec) for c in self.pending]
+            self._signature = "\n".join([*specs, *names, self.containers])
+        return self._signature
 
     def special(self, listed: frozenset[str]) -> SpecialClaim | None:
         """The extended-resource claim on a node listing ``listed`` (device plugins win)."""
@@ -144,11 +161,7 @@ class NodeFilter:
         spec = pod.spec
         box = [c.to_json_dict() for c in (*(spec.init_containers or ()), *spec.containers)]
         containers = json.dumps(box, sort_keys=True)
-        allocated_names = [f"{c.metadata.namespace}/{c.metadata.name}" for c in allocated]
-        signature = "\n".join(
-            [*(self._spec(c.spec) for c in pending), *allocated_names, containers]
-        )
-        return Attempt(pod, allocated, pending, mapping, signature, containers, self._requests)
+        return Attempt(pod, allocated, pending, mapping, containers, self._requests, self._spec)
 
     def check(self, attempt: Attempt, node: NodeState) -> Fit | Failed | str:
         """Fit, Failed, or the reason the node is rejected."""
@@ -164,7 +177,7 @@ class NodeFilter:
         if known is None or known[0] != stamp:  # the node changed: forget what it rejected
             known = (stamp, {})
             self._rejected[node.name] = known
-        hit = known[1].get(attempt.signature)
+        hit = known[1].get(attempt.signature) if known[1] else None
         if hit is not None:
             return hit
         out = self._check(attempt, node)
@@ -178,20 +191,28 @@ class NodeFilter:
         short = shortfall(node.allocatable, node.used, requests)
         if short:
             return f"Insufficient {', '.join(short)}"
-        special = attempt.special(listed) if self.features.DRAExtendedResource else None
-        pending = [*attempt.pending, *([special.claim] if special else [])]
+        extended = self.features.DRAExtendedResource
+        special = attempt.special(listed) if extended else None
         results: Mapping[str, AllocationResult] = {}
-        if pending:
+        if attempt.pending or special is not None:
+            # Planned once per pod and extended claim, not once per node (upstream's
+            # NewAllocator per pod, Allocate per node).
+            key = listed.intersection(attempt.mapping) if extended else frozenset()
+            planned = attempt.allocators.get(key)
+            if planned is None:
+                planned = Allocator(
+                    [*attempt.pending, *([special.claim] if special else [])],
+                    classes=self.classes,
+                    features=self.features,
+                    selection=self.selection,
+                )
+                attempt.allocators[key] = planned
             taken, shared = self.view.in_use(node)
-            outcome = allocate(
+            outcome = planned.allocate(
                 node.info,
-                pending,
-                classes=self.classes,
                 pools=self.view.pools(node),
                 allocated_devices=taken,
                 allocated_capacity=shared,
-                features=self.features,
-                selection=self.selection,
                 clock=self.clock,
             )
             if isinstance(outcome, allocator.Failed):

@@ -18,9 +18,10 @@ consumer; later members are filtered to where that allocation is reachable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TypeVar
 
 from kvdev.host.allocation.allocator import Clock
 from kvdev.host.allocation.cluster import apply_taint_rules
@@ -108,6 +109,17 @@ def _summary(rejections: dict[str, int], nodes: int) -> str:
     return f"0/{nodes} nodes are available: {parts}."
 
 
+_K = TypeVar("_K", bound=K8sObject)
+
+
+def _of(objs: list[K8sObject], kinds: Mapping[type, list[K8sObject]], kind: type[_K]) -> list[_K]:
+    """The objects of one kind (subclasses included), in input order; ``kinds``: by class."""
+    classes = [t for t in kinds if issubclass(t, kind)]
+    if len(classes) > 1:
+        return [o for o in objs if isinstance(o, kind)]
+    return list(kinds[classes[0]]) if classes else []  # type: ignore[arg-type]
+
+
 class Scheduler:
     """One run's state: the cluster view, the claims, the pods, the caches (module docstring)."""
 
@@ -121,20 +133,20 @@ class Scheduler:
         clock: Clock | None,
     ) -> None:
         objs = list(objects)
-        classes = [o for o in objs if isinstance(o, DeviceClass)]
-        slices = apply_taint_rules(
-            [o for o in objs if isinstance(o, ResourceSlice)],
-            [o for o in objs if isinstance(o, DeviceTaintRule)],
-        )
+        kinds: dict[type, list[K8sObject]] = {}  # by class, in input order: one pass
+        for o in objs:
+            kinds.setdefault(type(o), []).append(o)
+        classes = _of(objs, kinds, DeviceClass)
+        self.rules = _of(objs, kinds, DeviceTaintRule)
+        slices = apply_taint_rules(_of(objs, kinds, ResourceSlice), self.rules)
         self.features = features
-        self.view = ClusterView([o for o in objs if isinstance(o, Node)], slices, features)
-        self.rules = [o for o in objs if isinstance(o, DeviceTaintRule)]
+        self.view = ClusterView(_of(objs, kinds, Node), slices, features)
         self.book = ClaimBook.of(
-            [o for o in objs if isinstance(o, ResourceClaim)],
-            [o for o in objs if isinstance(o, ResourceClaimTemplate)],
-            [o for o in objs if isinstance(o, PodGroup)],
+            _of(objs, kinds, ResourceClaim),
+            _of(objs, kinds, ResourceClaimTemplate),
+            _of(objs, kinds, PodGroup),
         )
-        self.pods = [o for o in objs if isinstance(o, Pod)]
+        self.pods = _of(objs, kinds, Pod)
         self.mapping = class_mapping(classes) if features.DRAExtendedResource else {}
         self.filter = NodeFilter(
             self.view,
@@ -197,7 +209,7 @@ class Scheduler:
             mapping=self.mapping,
         )
         nodes = self.view.nodes
-        known = self.failed.get(attempt.signature)
+        known = self.failed.get(attempt.signature) if self.failed else None
         if known is not None and known[0] == self.epoch:
             return known[1]
         rejections: dict[str, int] = {}
