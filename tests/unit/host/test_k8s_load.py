@@ -208,3 +208,20 @@ def test_assembled_models_are_what_validation_makes():
         assert made == valid
         assert made.to_json_dict() == valid.to_json_dict() == values
         assert made.model_fields_set == set(values)
+
+
+def test_assembling_a_model_whose_default_is_not_none_keeps_the_default():
+    """A missing field whose default is not None gets its default, as ``model_construct`` gives
+    it, whichever values the class was first assembled with."""
+    from pydantic import Field  # noqa: PLC0415
+
+    class Counted(DeviceRequestAllocationResult):
+        count: int = 3
+        tags: list[str] = Field(default_factory=list)
+
+    values = {"request": "gpu", "driver": "d.example.com", "pool": "p", "device": "g0"}
+    first = assemble(Counted, **values, count=5, tags=["a"])
+    assert (first.count, first.tags) == (5, ["a"])
+    later = assemble(Counted, **values)
+    assert (later.count, later.tags) == (3, [])
+    assert later == Counted.model_construct(**values)

@@ -124,7 +124,7 @@ V = TypeVar("V", bound=Value)
 _B = TypeVar("_B", bound=BaseModel)
 
 # per model class: its field names, and whether ``assemble`` fills it as pydantic would
-_LAYOUT: dict[type[BaseModel], tuple[tuple[str, ...], bool]] = {}
+_LAYOUT: dict[type[BaseModel], tuple[tuple[str, ...], frozenset[str], bool]] = {}
 
 
 def _fill(cls: type[_B], names: tuple[str, ...], values: dict[str, Any]) -> _B:
@@ -149,19 +149,32 @@ def assemble(cls: type[_B], **values: Any) -> _B:  # noqa: ANN401 - field values
     """
     layout = _LAYOUT.get(cls)
     if layout is None:
-        names = tuple(cls.model_fields)
+        fields = cls.model_fields
+        names = tuple(fields)
+        required = frozenset(n for n, f in fields.items() if f.is_required())
+        # the fast fill gives a missing field None: right only where None is its default
+        plain = all(
+            f.is_required() or (f.default is None and f.default_factory is None)
+            for f in fields.values()
+        )
         slow = cls.model_construct(**values)
         fast = slow
-        try:
-            fast = _fill(cls, names, values)
-            same = fast == slow and fast.model_fields_set <= slow.model_fields_set
-            same = same and fast.model_dump(exclude_none=True) == slow.model_dump(exclude_none=True)
-        except Exception:  # noqa: BLE001 - any difference in pydantic's layout: the public way
-            same = False
-        _LAYOUT[cls] = (names, same)
+        same = False
+        if plain and required <= values.keys():
+            try:
+                fast = _fill(cls, names, values)
+                same = fast == slow and fast.model_fields_set <= slow.model_fields_set
+                same = same and fast.model_dump(exclude_none=True) == slow.model_dump(
+                    exclude_none=True
+                )
+            except Exception:  # noqa: BLE001 - any difference in pydantic's layout: the public way
+                same = False
+        _LAYOUT[cls] = (names, required, plain and same)
         return fast if same else slow
-    names, fast_ok = layout
-    return _fill(cls, names, values) if fast_ok else cls.model_construct(**values)
+    names, required, fast_ok = layout
+    if fast_ok and required <= values.keys():
+        return _fill(cls, names, values)
+    return cls.model_construct(**values)
 
 
 def plain_value(cls: type[V]) -> PlainValidator:
