@@ -16,6 +16,7 @@ machinery (the chunked stream read line by line, ERROR events as exceptions) is 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -153,20 +154,26 @@ class KubeApi:
         host = getattr(getattr(self.client, "configuration", None), "host", "")
         return str(host or "?")
 
-    def call(self, verb: str, what: str, group: str, method: str, /, **kwargs: object) -> Any:  # noqa: ANN401 - JSON
-        """One API call's JSON body (None for an empty one), failures mapped by ``kube.errors``."""
+    @contextlib.contextmanager
+    def _mapped(self, what: str) -> Iterator[None]:
+        """The client's and its transport's failures inside, as ``kube.errors`` maps them."""
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
         from urllib3.exceptions import HTTPError  # noqa: PLC0415 - the client's transport
 
-        self._count(verb)
-        send = getattr(self._api(group), method)
         try:
-            response = send(**kwargs, _preload_content=False, _request_timeout=self.timeout)
-            body = response.data
-        except ApiException as e:
+            yield
+        except ApiException as e:  # the client's own (an SSL failure is its status 0)
             raise answered(what, e.status, e.reason, e.body) from e
         except (HTTPError, OSError) as e:
             raise unreachable(what, self._endpoint(), e) from e
+
+    def call(self, verb: str, what: str, group: str, method: str, /, **kwargs: object) -> Any:  # noqa: ANN401 - JSON
+        """One API call's JSON body (None for an empty one), failures mapped by ``kube.errors``."""
+        self._count(verb)
+        send = getattr(self._api(group), method)
+        with self._mapped(what):
+            response = send(**kwargs, _preload_content=False, _request_timeout=self.timeout)
+            body = response.data
         return _parsed(what, body)
 
     def send(  # noqa: PLR0913 - an HTTP request's parts
@@ -187,14 +194,11 @@ class KubeApi:
         ``path``: the API path, ``{namespace}`` and ``{name}`` filled from ``params`` (quoted by
         the client); ``body``: sent as ``content_type``, encoded once by the client's REST layer.
         """
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-        from urllib3.exceptions import HTTPError  # noqa: PLC0415 - the client's transport
-
         self._count(verb)
         headers = (
             {"Accept": JSON} if body is None else {"Accept": JSON, "Content-Type": content_type}
         )
-        try:
+        with self._mapped(what):
             _, url, headers, _, _ = self.client.param_serialize(
                 method,
                 path,
@@ -211,10 +215,6 @@ class KubeApi:
                 _request_timeout=self.timeout,
             )
             data = response.read()
-        except ApiException as e:  # the client's own (an SSL failure is its status 0)
-            raise answered(what, e.status, e.reason, e.body) from e
-        except (HTTPError, OSError) as e:
-            raise unreachable(what, self._endpoint(), e) from e
         if not 200 <= response.status <= 299:
             raise answered(what, response.status, response.reason, data)
         return _parsed(what, data)
